@@ -1,0 +1,78 @@
+"""One task's conversation, kept as plain messages and rendered per turn.
+
+The prompt stays bounded: only the most recent calls are shown in full, older ones are
+summarised in one line, and tool output is clipped. A 135M model has an 8k window and
+CPU prefill costs ~2 ms a token, so every token here is paid on every turn.
+"""
+
+from __future__ import annotations
+
+import json
+
+from continual_lsp.policy.base import Message
+from continual_lsp.tools.base import ToolCall, ToolResult
+
+KEEP_CALLS = 6
+RESULT_CHARS = 1500
+
+
+class Conversation:
+    def __init__(self, task_text: str) -> None:
+        self.task_text = task_text
+        self.notes: list[str] = []
+        self.feedback: list[str] = []
+        self.calls: list[tuple[ToolCall, ToolResult]] = []
+
+    def add_note(self, text: str) -> None:
+        self.notes.append(text)
+
+    def add_feedback(self, correction: str) -> None:
+        """Reviewer feedback on a denied call. The denied call itself is not kept: a small
+        model shown its own rejected call tends to propose it again."""
+        self.feedback.append(correction)
+
+    def add_call(self, call: ToolCall, result: ToolResult) -> None:
+        self.calls.append((call, result))
+        # Feedback answered a specific denied proposal; once a call ran, it has been acted on.
+        self.feedback = []
+
+    def recent_paths(self) -> list[str]:
+        paths = [c.arguments.get("path") for c, _ in self.calls[-KEEP_CALLS:]]
+        return [p for p in paths if isinstance(p, str)]
+
+    def messages(self, bullets: list[str] | None = None) -> list[Message]:
+        user = [f"Task: {self.task_text}"]
+        if bullets:
+            user.append("Rules from the reviewer:\n" + "\n".join(f"- {b}" for b in bullets))
+        if self.notes:
+            user.append("Notes:\n" + "\n".join(f"- {n}" for n in self.notes))
+        msgs = [Message(role="user", content="\n\n".join(user))]
+        older, recent = self.calls[:-KEEP_CALLS], self.calls[-KEEP_CALLS:]
+        if older:
+            summary = ", ".join(f"{c.tool} {c.arguments.get('path', '')}".strip() for c, _ in older)
+            msgs.append(
+                Message(role="user", content=f"({len(older)} earlier calls omitted: {summary})")
+            )
+        for call, result in recent:
+            msgs.append(
+                Message(
+                    role="assistant",
+                    content=json.dumps({"tool": call.tool, "arguments": call.arguments}),
+                )
+            )
+            output = result.output
+            if len(output) > RESULT_CHARS:
+                output = (
+                    output[:RESULT_CHARS] + f"\n… ({len(result.output) - RESULT_CHARS} chars cut)"
+                )
+            msgs.append(Message(role="tool", content=output or "(no output)"))
+        if self.feedback:
+            msgs.append(
+                Message(
+                    role="user",
+                    content="The reviewer denied your last call: "
+                    + " ".join(self.feedback)
+                    + "\nPropose a different call.",
+                )
+            )
+        return msgs

@@ -1,0 +1,590 @@
+"""The Agent: one per user. Proposes one tool call per turn and acts on the reviewer's decisions.
+
+Order of work for every decision (the durability rule of DESIGN §1): commit the decision
+to the store, then execute / enqueue training / route the correction, then mark it
+applied. A crash anywhere after the commit is repaired by `_recover()` on the next start.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ValidationError
+
+from continual_lsp.agent.conversation import Conversation
+from continual_lsp.agent.lanes_facade import LanesFacade
+from continual_lsp.agent.training import TrainingBridge
+from continual_lsp.config import Settings
+from continual_lsp.policy.base import Completion, Policy, SampleParams
+from continual_lsp.protocol import Learned as LearnedPayload
+from continual_lsp.protocol import (
+    LearnedNotification,
+    LedgerResult,
+    Position,
+    ProposalNotification,
+    Range,
+    RoutedNotification,
+    StatusResult,
+    TaskDoneNotification,
+)
+from continual_lsp.store import Store, StoreError, default_store_path
+from continual_lsp.tools.base import Preview, ToolCall, ToolError, ToolResult
+from continual_lsp.tools.runner import ToolRunner
+
+log = logging.getLogger(__name__)
+
+
+class AgentError(Exception):
+    """A request the agent cannot carry out; the message is meant for the reviewer."""
+
+
+class Proposal(BaseModel):
+    id: str
+    task_id: str
+    call: ToolCall
+    read_only: bool
+    preview: Preview | None = None
+    note: str | None = None
+    adapter_version: str | None = None
+
+    def notification(self, workspace: Path) -> ProposalNotification:
+        uri = rng = None
+        path = self.preview.path if self.preview else self.call.arguments.get("path")
+        if isinstance(path, str) and self.call.tool in ("read", "write", "edit", "edit_lines"):
+            uri = (workspace / path).resolve().as_uri()
+        if self.preview and self.preview.changed_lines:
+            first, last = self.preview.changed_lines
+            rng = Range(
+                start=Position(line=first - 1, character=0),
+                end=Position(line=max(first - 1, last - 1), character=10_000),
+            )
+        return ProposalNotification(
+            proposal_id=self.id,
+            task_id=self.task_id,
+            tool=self.call.tool,
+            arguments=self.call.arguments,
+            read_only=self.read_only,
+            uri=uri,
+            range=rng,
+            diff=self.preview.diff if self.preview else None,
+            note=self.note,
+        )
+
+
+class DecideOutcome(BaseModel):
+    ok: bool
+    result: ToolResult | None = None
+    learned: LearnedPayload | None = None
+    next_proposal: Proposal | None = None
+    task_done: str | None = None
+
+
+class AgentListener(Protocol):
+    def on_proposal(self, proposal: Proposal) -> None: ...
+    def on_learned(self, note: LearnedNotification) -> None: ...
+    def on_routed(self, note: RoutedNotification) -> None: ...
+    def on_task_done(self, note: TaskDoneNotification) -> None: ...
+    def on_progress(
+        self, token: str, title: str, message: str, percentage: int | None, done: bool
+    ) -> None: ...
+
+
+class _SilentListener:
+    def on_proposal(self, proposal: Proposal) -> None:
+        pass
+
+    def on_learned(self, note: LearnedNotification) -> None:
+        pass
+
+    def on_routed(self, note: RoutedNotification) -> None:
+        pass
+
+    def on_task_done(self, note: TaskDoneNotification) -> None:
+        pass
+
+    def on_progress(
+        self, token: str, title: str, message: str, percentage: int | None, done: bool
+    ) -> None:
+        pass
+
+
+class _Task:
+    """In-memory state of one open task; the store holds the durable record."""
+
+    def __init__(self, task_id: str, text: str, conversation: Conversation) -> None:
+        self.id = task_id
+        self.text = text
+        self.conversation = conversation
+        self.turn = 0
+        self.retries = 0
+        self.denied: list[str] = []  # proposal ids denied in the current turn
+        self.executed: set[str] = set()  # canonical JSON of calls already run
+        self.pending: str | None = None
+        self.done: str | None = None
+
+
+def _canonical(call: ToolCall) -> str:
+    return json.dumps({"tool": call.tool, "arguments": call.arguments}, sort_keys=True)
+
+
+class Agent:
+    def __init__(
+        self,
+        settings: Settings,
+        workspace: Path,
+        *,
+        store: Store | None = None,
+        policy: Policy | None = None,
+        listener: AgentListener | None = None,
+    ) -> None:
+        self.settings = settings
+        self.workspace = Path(workspace).resolve()
+        if not self.workspace.is_dir():
+            raise AgentError(f"workspace {self.workspace} is not a directory")
+        self.store = store or Store(settings.store_path or default_store_path(settings.user))
+        self.listener: AgentListener = listener or _SilentListener()
+        self.tools = ToolRunner(self.workspace, settings)
+        self._policy = policy
+        self._lock = threading.RLock()
+        self._tasks: dict[str, _Task] = {}
+        self.lanes = LanesFacade(self.store, settings, self._token_count)
+        self.training = TrainingBridge(self.store, settings)
+        self._recover()
+
+    # -- lazily built parts ---------------------------------------------------------------
+
+    @property
+    def policy(self) -> Policy:
+        if self._policy is None:
+            from continual_lsp.policy import make_policy
+
+            self._policy = make_policy(self.settings)
+            self.training.sync_sampler(self._policy)
+        return self._policy
+
+    def _token_count(self, text: str) -> int:
+        if self._policy is None:
+            return max(1, len(text) // 4)
+        return len(self.policy.renderer.tokenize(text))  # type: ignore[attr-defined]
+
+    # -- public API -----------------------------------------------------------------------
+
+    def start_task(self, text: str) -> tuple[str, Proposal | None]:
+        text = text.strip()
+        if not text:
+            raise AgentError("a task needs some text")
+        with self._lock:
+            task_id = self.store.create_task(text, str(self.workspace))
+            task = _Task(task_id, text, Conversation(text))
+            self._tasks[task_id] = task
+            proposal = self._advance(task)
+            return task_id, proposal
+
+    def decide(
+        self,
+        proposal_id: str,
+        decision: Literal["approve", "deny", "edit"],
+        correction: str | None = None,
+        edited_arguments: dict[str, Any] | None = None,
+    ) -> DecideOutcome:
+        with self._lock:
+            task, proposal = self._pending(proposal_id)
+            if decision == "deny":
+                return self._deny(task, proposal, (correction or "").strip())
+            if decision == "edit":
+                return self._edit(task, proposal, edited_arguments, correction)
+            if decision == "approve":
+                return self._approve(task, proposal)
+            raise AgentError(f"unknown decision {decision!r}: use approve, deny or edit")
+
+    def note(self, text: str) -> None:
+        text = text.strip()
+        if not text:
+            raise AgentError("a note needs some text")
+        with self._lock:
+            self.store.append_event("note", {"text": text})
+            for task in self._tasks.values():
+                task.conversation.add_note(text)
+            item = self.lanes.route_note(text)
+            if item is not None:
+                self.listener.on_routed(item)
+
+    def ledger(self) -> LedgerResult:
+        return self.lanes.ledger()
+
+    def revert(self, item_id: str) -> None:
+        with self._lock:
+            if item_id.startswith("adapter-"):
+                self.training.revert_adapter(item_id, self._policy)
+            else:
+                self.lanes.revert(item_id)
+
+    def status(self) -> StatusResult:
+        pending = next((t.pending for t in self._tasks.values() if t.pending), None)
+        return StatusResult(
+            backend=self.settings.backend,
+            model=self.settings.model,
+            adapter_version=self.training.current_version_name(),
+            training_steps=len(self.store.adapters()),
+            queue_depth=self.store.queue_depth(),
+            pending_proposal_id=pending,
+        )
+
+    def proposal(self, proposal_id: str) -> Proposal | None:
+        row = self.store.proposal(proposal_id)
+        if row is None:
+            return None
+        return Proposal(
+            id=row["id"],
+            task_id=row["task_id"],
+            call=ToolCall(tool=row["tool"], arguments=row["arguments"]),
+            read_only=row["tool"] in ("read", "glob", "grep"),
+            preview=Preview.model_validate(row["preview"]) if row["preview"] else None,
+            adapter_version=row["adapter_version"],
+        )
+
+    def pending_proposal(self) -> Proposal | None:
+        pending = next((t.pending for t in self._tasks.values() if t.pending), None)
+        return self.proposal(pending) if pending else None
+
+    def invalidate_path(self, rel_path: str) -> list[str]:
+        """A file changed outside a proposal: pending proposals on it can never be applied."""
+        stale: list[str] = []
+        with self._lock:
+            for task in self._tasks.values():
+                proposal = self.proposal(task.pending) if task.pending else None
+                if proposal and proposal.preview and proposal.preview.path == rel_path:
+                    try:
+                        self.tools.check_fresh(proposal.preview)
+                    except ToolError:
+                        self.store.set_proposal_status(proposal.id, "stale")
+                        task.pending = None
+                        stale.append(proposal.id)
+        return stale
+
+    def close(self) -> None:
+        self.training.stop()
+        self.store.close()
+
+    # -- decisions ------------------------------------------------------------------------
+
+    def _pending(self, proposal_id: str) -> tuple[_Task, Proposal]:
+        row = self.store.proposal(proposal_id)
+        if row is None:
+            raise AgentError(f"unknown proposal {proposal_id!r}")
+        if row["status"] != "pending":
+            raise AgentError(f"proposal {proposal_id!r} was already {row['status']}")
+        task = self._tasks.get(row["task_id"])
+        if task is None or task.pending != proposal_id:
+            raise AgentError(
+                f"proposal {proposal_id!r} belongs to a task that is no longer open in this session"
+            )
+        proposal = self.proposal(proposal_id)
+        assert proposal is not None
+        return task, proposal
+
+    def _record(self, proposal: Proposal, decision: str, **kwargs: Any) -> None:
+        try:
+            self.store.record_decision(proposal.id, decision, **kwargs)
+        except StoreError as exc:
+            raise AgentError(str(exc)) from exc
+
+    def _approve(self, task: _Task, proposal: Proposal) -> DecideOutcome:
+        if proposal.preview is not None:
+            try:
+                self.tools.check_fresh(proposal.preview)
+            except ToolError as exc:
+                self.store.set_proposal_status(proposal.id, "stale")
+                task.pending = None
+                raise AgentError(str(exc)) from exc
+        self._record(proposal, "approve")
+        result = self._execute(task, proposal, proposal.call)
+        if task.denied:
+            # The approved retry is the demonstration the denied turn lacked (DESIGN §4).
+            for denied_id in task.denied:
+                self.training.enqueue(denied_id, "approved_retry", None, proposal.call, task)
+        self.store.mark_applied(proposal.id, result.model_dump())
+        return self._next(task, result)
+
+    def _deny(
+        self, task: _Task, proposal: Proposal, correction: str, route: bool = True
+    ) -> DecideOutcome:
+        if not correction:
+            raise AgentError("a denial needs a correction: say what the agent should do instead")
+        self._record(proposal, "deny", correction=correction)
+        task.pending = None
+        job_id = self.training.enqueue(proposal.id, "deny", correction, None, task)
+        # A guard's own block message is already a CODE item: routing it again would
+        # only duplicate it.
+        routed = (
+            self.lanes.route_correction(correction, proposal, is_denial=True) if route else None
+        )
+        if routed is not None:
+            self.listener.on_routed(routed)
+        self.store.mark_applied(proposal.id, {"denied": True})
+        task.denied.append(proposal.id)
+        task.conversation.add_feedback(correction)
+        learned = self._wait_learned(proposal.id, job_id)
+        return DecideOutcome(ok=True, learned=learned, next_proposal=self._retry(task))
+
+    def _edit(
+        self,
+        task: _Task,
+        proposal: Proposal,
+        edited_arguments: dict[str, Any] | None,
+        correction: str | None,
+    ) -> DecideOutcome:
+        if not edited_arguments:
+            raise AgentError("an edit needs editedArguments: the call as it should be")
+        edited = dict(edited_arguments)
+        tool = edited.pop("tool", proposal.call.tool)
+        try:
+            call = ToolCall(tool=tool, arguments=edited)
+            call.parsed()
+        except ValidationError as exc:
+            raise AgentError(f"edited call is not a valid {tool} call: {exc}") from exc
+        if proposal.preview is not None:
+            try:
+                self.tools.check_fresh(proposal.preview)
+            except ToolError as exc:
+                raise AgentError(str(exc)) from exc
+        diff = self._call_diff(proposal, call)
+        self._record(
+            proposal,
+            "edit",
+            correction=correction,
+            edited_arguments={"tool": call.tool, **call.arguments},
+            diff=diff,
+        )
+        job_id = self.training.enqueue(proposal.id, "edit", correction, call, task)
+        if correction:
+            routed = self.lanes.route_correction(correction, proposal, is_denial=True)
+            if routed is not None:
+                self.listener.on_routed(routed)
+        result = self._execute(task, proposal, call)
+        self.store.mark_applied(proposal.id, result.model_dump())
+        learned = self._wait_learned(proposal.id, job_id)
+        outcome = self._next(task, result)
+        outcome.learned = learned
+        return outcome
+
+    def _call_diff(self, proposal: Proposal, edited: ToolCall) -> str:
+        """The correction an edit carries: a unified diff, of file content when both calls
+        change the same file, else of the pretty-printed calls."""
+        import difflib
+
+        try:
+            after = self.tools.preview(edited)
+        except ToolError:
+            after = None
+        if proposal.preview and after:
+            before_text, after_text = proposal.preview.new_content, after.new_content
+            name = after.path
+        else:
+            before_text = json.dumps(
+                {"tool": proposal.call.tool, **proposal.call.arguments}, indent=1, sort_keys=True
+            )
+            after_text = json.dumps(
+                {"tool": edited.tool, **edited.arguments}, indent=1, sort_keys=True
+            )
+            name = "call.json"
+        return "".join(
+            difflib.unified_diff(
+                before_text.splitlines(keepends=True),
+                after_text.splitlines(keepends=True),
+                f"a/{name} (proposed)",
+                f"b/{name} (edited)",
+            )
+        )
+
+    # -- turns ----------------------------------------------------------------------------
+
+    def _execute(self, task: _Task, proposal: Proposal, call: ToolCall) -> ToolResult:
+        expected = (
+            proposal.preview.old_sha256 if proposal.preview and call == proposal.call else None
+        )
+        try:
+            result = self.tools.execute(call, expected_sha256=expected)
+        except ToolError as exc:
+            result = ToolResult(ok=False, output=f"error: {exc}")
+        task.executed.add(_canonical(call))
+        task.conversation.add_call(call, result)
+        task.pending = None
+        task.denied = []
+        task.retries = 0
+        task.turn += 1
+        return result
+
+    def _next(self, task: _Task, result: ToolResult) -> DecideOutcome:
+        proposal = self._advance(task)
+        return DecideOutcome(ok=True, result=result, next_proposal=proposal, task_done=task.done)
+
+    def _retry(self, task: _Task) -> Proposal | None:
+        task.retries += 1
+        if task.retries > self.settings.max_retries:
+            self._finish(task, f"stopped after {self.settings.max_retries} denied retries")
+            return None
+        return self._advance(task)
+
+    def _advance(self, task: _Task) -> Proposal | None:
+        """Sample until a proposal needs the reviewer, or the task ends.
+
+        Read-only calls are executed at once when auto-approve is on; a guard block is
+        an automatic denial; a call identical to one already executed ends the task
+        (a small model repeats itself once it has nothing new to do).
+        """
+        while task.done is None:
+            if task.turn >= self.settings.max_turns:
+                self._finish(task, f"reached the turn limit ({self.settings.max_turns})")
+                break
+            call, completion, prompt_tokens = self._sample(task)
+            if call is None:
+                self._finish(task, "the model could not produce a valid tool call")
+                break
+            if _canonical(call) in task.executed:
+                self._finish(task, f"done: the agent repeated an executed call ({call.tool})")
+                break
+            verdict = self.lanes.check_guards(call, self._safe_preview(call))
+            note: str | None = None
+            if verdict.action == "rewrite" and verdict.rewritten_call is not None:
+                call, note = verdict.rewritten_call, f"rewritten by a guard: {verdict.message}"
+            preview = self._safe_preview(call)
+            sandbox_note = self.tools.sandbox_note(call)
+            note = "; ".join(n for n in (note, sandbox_note) if n) or None
+            auto = call.read_only and self.settings.auto_approve_read_only
+            proposal_id = self.store.add_proposal(
+                task.id,
+                task.turn,
+                call.tool,
+                call.arguments,
+                prompt_tokens,
+                completion.tokens,
+                completion.logprobs,
+                preview.model_dump() if preview else None,
+                self.training.current_version_name(),
+            )
+            proposal = Proposal(
+                id=proposal_id,
+                task_id=task.id,
+                call=call,
+                read_only=call.read_only,
+                preview=preview,
+                note=note,
+                adapter_version=self.training.current_version_name(),
+            )
+            task.pending = proposal_id
+            if verdict.action == "block":
+                # A guard block is an automatic denial: same record, same learning step.
+                return self._deny(task, proposal, verdict.message, route=False).next_proposal
+            if auto:
+                self.store.record_decision(proposal_id, "approve", correction=None)
+                result = self._execute(task, proposal, call)
+                self.store.mark_applied(proposal_id, result.model_dump())
+                continue
+            self.listener.on_proposal(proposal)
+            return proposal
+        return None
+
+    def _safe_preview(self, call: ToolCall) -> Preview | None:
+        try:
+            return self.tools.preview(call)
+        except ToolError:
+            return None
+
+    def _sample(self, task: _Task) -> tuple[ToolCall | None, Completion, list[int]]:
+        policy = self.policy
+        bullets = self.lanes.bullets_for_turn(task.text, task.conversation.recent_paths())
+        messages = task.conversation.messages(bullets)
+        prompt_tokens = policy.renderer.render_prompt(messages)
+        denied = {_canonical(c) for c in self._denied_calls(task)}
+        completion = Completion(tokens=[], logprobs=[], text="")
+        for attempt in range(3):
+            params = SampleParams(
+                temperature=self.settings.temperature if attempt == 0 else 0.8,
+                max_tokens=self.settings.max_new_tokens,
+                seed=self.settings.seed + attempt + 31 * task.turn + 7 * task.retries,
+            )
+            completion = policy.sample(prompt_tokens, params)
+            try:
+                call = policy.renderer.parse_call(completion.text)
+            except ValueError as exc:
+                self.store.append_event(
+                    "parse_error", {"text": completion.text, "error": str(exc)}, task_id=task.id
+                )
+                continue
+            if _canonical(call) in denied:
+                # The reviewer already said no to exactly this; sample something else.
+                self.store.append_event("repeat_of_denied", {"call": call.model_dump()}, task.id)
+                continue
+            return call, completion, prompt_tokens
+        return None, completion, prompt_tokens
+
+    def _denied_calls(self, task: _Task) -> list[ToolCall]:
+        calls = []
+        for pid in task.denied:
+            row = self.store.proposal(pid)
+            if row is not None:
+                calls.append(ToolCall(tool=row["tool"], arguments=row["arguments"]))
+        return calls
+
+    def _finish(self, task: _Task, summary: str) -> None:
+        task.done = summary
+        task.pending = None
+        self.store.set_task_status(task.id, "done", summary)
+        self.listener.on_task_done(TaskDoneNotification(task_id=task.id, summary=summary))
+
+    def _wait_learned(self, proposal_id: str, job_id: int | None) -> LearnedPayload | None:
+        if job_id is None:
+            return None
+        note = self.training.wait(job_id, proposal_id, self.listener, self._policy)
+        if note is None:
+            return None
+        self.listener.on_learned(note)
+        return LearnedPayload(step=note.step, loss=note.loss, seconds=note.seconds)
+
+    # -- crash recovery -------------------------------------------------------------------
+
+    def _recover(self) -> None:
+        """Finish what committed decisions started before a crash.
+
+        File changes are re-applied only when the file still holds exactly the content
+        the proposal was computed against; a bash call is never re-run blindly.
+        """
+        for decision in self.store.pending_decisions():
+            pid = decision["proposal_id"]
+            row = self.store.proposal(pid)
+            if row is None:
+                continue
+            outcome: dict[str, Any] = {"recovered": True}
+            if decision["decision"] in ("deny", "edit") and not self.training.has_job(pid):
+                call = None
+                if decision["edited_arguments"]:
+                    args = dict(decision["edited_arguments"])
+                    call = ToolCall(tool=args.pop("tool", row["tool"]), arguments=args)
+                self.training.enqueue_from_row(row, decision, call)
+            if decision["decision"] in ("approve", "edit"):
+                outcome.update(self._recover_execution(row, decision))
+            self.store.mark_applied(pid, outcome)
+
+    def _recover_execution(self, row: dict[str, Any], decision: dict[str, Any]) -> dict[str, Any]:
+        args = decision["edited_arguments"] or {"tool": row["tool"], **row["arguments"]}
+        args = dict(args)
+        call = ToolCall(tool=args.pop("tool", row["tool"]), arguments=args)
+        if call.tool == "bash":
+            return {"ok": False, "output": "interrupted by a crash; bash is not re-run"}
+        if call.read_only:
+            return {"ok": True, "output": "read-only call; nothing to recover"}
+        preview = Preview.model_validate(row["preview"]) if row["preview"] else None
+        try:
+            if preview is not None and self.tools.already_applied(preview):
+                return {"ok": True, "output": "already applied before the crash"}
+            result = self.tools.execute(
+                call, expected_sha256=preview.old_sha256 if preview else None
+            )
+            return result.model_dump()
+        except ToolError as exc:
+            return {"ok": False, "output": f"not applied after the crash: {exc}"}

@@ -1,0 +1,173 @@
+"""The agent's side of learning: enqueue SDPO jobs, wait for them, swap the sampler.
+
+Training itself runs in the worker process (continual_lsp.learning.worker); this module
+only talks to the store's queue and tells the sampler which adapter version to use.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from continual_lsp.config import Settings
+from continual_lsp.policy.base import Policy
+from continual_lsp.protocol import LearnedNotification
+from continual_lsp.store import Store
+from continual_lsp.tools.base import ToolCall
+
+if TYPE_CHECKING:
+    from continual_lsp.agent.session import AgentListener, _Task
+
+log = logging.getLogger(__name__)
+
+WAIT_SECONDS = 300.0
+
+
+def adapter_item_id(version: int) -> str:
+    return f"adapter-{version}"
+
+
+class TrainingBridge:
+    def __init__(self, store: Store, settings: Settings) -> None:
+        self.store = store
+        self.settings = settings
+        self._worker: Any = None
+        self._loaded: int | None = None  # adapter version the sampler serves
+
+    # -- queue ----------------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        proposal_id: str,
+        signal: str,
+        correction: str | None,
+        demonstration: ToolCall | None,
+        task: _Task,
+    ) -> int | None:
+        if not self.settings.enable_training:
+            return None
+        row = self.store.proposal(proposal_id)
+        if row is None:
+            return None
+        messages = [m.model_dump() for m in task.conversation.messages()]
+        return self._enqueue(row, signal, correction, demonstration, messages)
+
+    def enqueue_from_row(
+        self, row: dict[str, Any], decision: dict[str, Any], demonstration: ToolCall | None
+    ) -> int | None:
+        """Crash recovery: a decision was committed but its job never was."""
+        if not self.settings.enable_training:
+            return None
+        signal = "edit" if decision["decision"] == "edit" else "deny"
+        return self._enqueue(row, signal, decision["correction"], demonstration, None)
+
+    def _enqueue(
+        self,
+        row: dict[str, Any],
+        signal: str,
+        correction: str | None,
+        demonstration: ToolCall | None,
+        messages: list[dict[str, Any]] | None,
+    ) -> int:
+        from continual_lsp.learning.sdpo import SdpoJob
+
+        job = SdpoJob(
+            proposal_id=row["id"],
+            prompt_tokens=row["prompt_tokens"],
+            tokens=row["tokens"],
+            logprobs=row["logprobs"],
+            correction=correction,
+            demonstration=demonstration.model_dump() if demonstration else None,
+            signal=signal,
+            messages=messages,
+        )
+        job_id = self.store.enqueue_job("sdpo", job.model_dump())
+        self._ensure_worker().notify()
+        return job_id
+
+    def has_job(self, proposal_id: str) -> bool:
+        return any(
+            e["payload"].get("proposalId") == proposal_id
+            for e in self.store.events(kind="job_queued")
+        )
+
+    # -- worker ---------------------------------------------------------------------------
+
+    def _ensure_worker(self) -> Any:
+        from continual_lsp.learning.worker import TrainingWorker
+
+        if self._worker is None:
+            self._worker = TrainingWorker(self.settings, self.store.path)
+            self._worker.start()
+        elif not self._worker.alive:
+            log.warning("training worker died; restarting it (queued jobs are replayed)")
+            self._worker.start()
+        return self._worker
+
+    def wait(
+        self,
+        job_id: int,
+        proposal_id: str,
+        listener: AgentListener,
+        policy: Policy | None,
+    ) -> LearnedNotification | None:
+        token = f"continual-train-{job_id}"
+        listener.on_progress(token, "Learning from your correction", "SDPO step", None, False)
+        try:
+            result = self._ensure_worker().wait_job(job_id, timeout=WAIT_SECONDS)
+        except TimeoutError:
+            listener.on_progress(token, "Learning", "still training; retrying now", None, True)
+            return None
+        job = self.store.job(job_id)
+        if job is None or job["status"] != "done":
+            error = (job or {}).get("error") or "unknown error"
+            listener.on_progress(token, "Learning", f"step failed: {error}", None, True)
+            log.error("training job %s failed: %s", job_id, error)
+            return None
+        result = job["result"] or result or {}
+        if policy is not None:
+            self.sync_sampler(policy)
+        listener.on_progress(
+            token, "Learning", f"step {result.get('step')} loss {result.get('loss'):.4f}", 100, True
+        )
+        return LearnedNotification(
+            proposal_id=proposal_id,
+            step=int(result.get("step", 0)),
+            loss=float(result.get("loss", 0.0)),
+            adapter_version=self.current_version_name(),
+            seconds=float(result.get("seconds", 0.0)),
+        )
+
+    def sync_sampler(self, policy: Policy) -> None:
+        """Make the sampler serve the newest active adapter (or the base model)."""
+        current = self.store.current_adapter()
+        version = current["version"] if current else None
+        if version == self._loaded:
+            return
+        if current is None:
+            policy.load_adapter("")  # "" = no adapter: the base weights
+        else:
+            policy.load_adapter(current["path"])
+        self._loaded = version
+
+    def current_version_name(self) -> str | None:
+        current = self.store.current_adapter()
+        return adapter_item_id(current["version"]) if current else None
+
+    def revert_adapter(self, item_id: str, policy: Policy | None) -> None:
+        from continual_lsp.agent.session import AgentError
+
+        try:
+            version = int(item_id.removeprefix("adapter-"))
+        except ValueError as exc:
+            raise AgentError(f"unknown adapter {item_id!r}") from exc
+        if not any(a["version"] == version for a in self.store.adapters()):
+            raise AgentError(f"unknown adapter {item_id!r}")
+        self.store.set_adapter_active(version, False)
+        if policy is not None:
+            self.sync_sampler(policy)
+
+    def stop(self) -> None:
+        if self._worker is not None:
+            self._worker.stop()
+            self._worker = None

@@ -1,0 +1,118 @@
+"""`continual-lsp` — the console script."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from continual_lsp import __version__
+from continual_lsp.config import Settings
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return Settings.load(
+        args.config,
+        model=args.model,
+        backend=args.backend,
+        store_path=args.store,
+        enable_training=False if args.no_training else None,
+    )
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="a TOML settings file")
+    parser.add_argument("--model", help="embedded:SmolLM2-135M-Instruct, a model dir or a .gguf")
+    parser.add_argument("--backend", choices=["local", "tinker"])
+    parser.add_argument("--store", help="the SQLite store (default: the user's data dir)")
+    parser.add_argument("--no-training", action="store_true", help="never train (deny = retry)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="continual-lsp",
+        description="A coding agent behind a language server that learns from its reviewer.",
+    )
+    parser.add_argument("--version", action="version", version=f"continual-lsp {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the language server (stdio by default)")
+    _common(serve)
+    serve.add_argument("--tcp", metavar="HOST:PORT", help="serve over TCP (loopback by default)")
+    serve.add_argument(
+        "--token-file", help="TCP tokens: a file with one token, or JSON {token: user}"
+    )
+
+    demo = sub.add_parser("demo", help="the main job: watch the agent propose, learn and retry")
+    _common(demo)
+    demo.add_argument("--workspace", help="default: a fresh copy of the sample workspace")
+    demo.add_argument(
+        "--task", default="Fix the bug in src/calc/ops.py: mean() must use true division."
+    )
+
+    review = sub.add_parser("review", help="headless review for CI bots")
+    _common(review)
+    review.add_argument("--task", required=True)
+    review.add_argument("--workspace", required=True)
+    review.add_argument("--decisions", required=True, help="JSON lines file, or - for stdin")
+    review.add_argument("--out", help="proposals as JSON lines (default: stdout)")
+
+    rules = sub.add_parser(
+        "import-rules", help="route an AGENTS.md / CLAUDE.md / .cursorrules file"
+    )
+    _common(rules)
+    rules.add_argument("file")
+
+    stats = sub.add_parser("routing-stats", help="export lane decisions and features, no text")
+    _common(stats)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        stream=sys.stderr,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    try:
+        settings = _settings(args)
+    except Exception as exc:  # a bad config file or flag: say which, exit 2
+        print(f"continual-lsp: invalid settings: {exc}", file=sys.stderr)
+        return 2
+    if args.command == "serve":
+        from continual_lsp.server.main import serve
+
+        return serve(settings, tcp=args.tcp, token_file=args.token_file) or 0
+    if args.command == "demo":
+        from continual_lsp.demo import run_demo
+
+        return run_demo(settings, task=args.task, workspace=args.workspace)
+    if args.command == "review":
+        from continual_lsp.server.review import run_review
+
+        return run_review(settings, args.task, Path(args.workspace), args.decisions, args.out)
+    if args.command == "import-rules":
+        from continual_lsp.lanes.rules_import import import_rules
+        from continual_lsp.store import Store, default_store_path
+
+        store = Store(settings.store_path or default_store_path(settings.user))
+        items = import_rules(store, Path(args.file), settings)
+        for item in items:
+            print(f"{item.lane:8} {item.text[:70]!r}  ({item.reason})")
+        return 0
+    if args.command == "routing-stats":
+        from continual_lsp.lanes.rules_import import routing_stats
+        from continual_lsp.store import Store, default_store_path
+
+        store = Store(settings.store_path or default_store_path(settings.user))
+        print(json.dumps(routing_stats(store), indent=2))
+        return 0
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

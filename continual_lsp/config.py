@@ -1,0 +1,94 @@
+"""Settings: one typed model, filled from defaults, a TOML file, env vars and CLI flags."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+EMBEDDED_MODEL = "embedded:SmolLM2-135M-Instruct"
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    # policy
+    backend: Literal["local", "tinker"] = "local"
+    model: str = EMBEDDED_MODEL  # "embedded:…", an HF model directory, or a .gguf path
+    device: str = "cpu"
+    max_new_tokens: int = 192
+    temperature: float = 0.0
+    seed: int = 0
+
+    # learning
+    enable_training: bool = True
+    lora_rank: int = 16
+    lora_targets: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"]
+    )
+    learning_rate: float = 5e-4
+    kl_coef: float = 0.05
+    loss_mode: Literal["token", "topk"] = "token"
+    topk: int = 20
+    teacher: Literal["current", "ema", "trust_region"] = "current"
+    teacher_update_rate: float = 0.05
+    save_every: int = 1
+    is_clip_low: float = 0.5
+    is_clip_high: float = 2.0
+
+    # agent
+    auto_approve_read_only: bool = True
+    max_retries: int = 3
+    max_turns: int = 30
+
+    # lanes
+    weights_recurrence: int = 3
+    cluster_threshold: float = 0.6
+    consolidation_depth: int = 4
+    import_workspace_rules: bool = False
+
+    # tools / sandbox
+    bash_timeout: int = 30
+    output_cap: int = 30_000
+    sandbox: Literal["bwrap", "none"] = "bwrap"
+    allow_unsandboxed: bool = False
+    allow_network: bool = False
+
+    # store
+    store_path: str | None = None  # default: the user's data directory
+    adapters_dir: str | None = None  # default: beside the store
+    user: str = "default"
+
+    # server
+    manual_edit_window_s: float = 120.0
+
+    @classmethod
+    def load(cls, file: str | Path | None = None, **overrides: Any) -> Settings:
+        """Defaults < TOML file < CONTINUAL_LSP_* env vars < explicit overrides."""
+        data: dict[str, Any] = {}
+        if file is not None:
+            with open(file, "rb") as fh:
+                data.update(tomllib.load(fh))
+        for name, field in cls.model_fields.items():
+            env = os.environ.get(f"CONTINUAL_LSP_{name.upper()}")
+            if env is not None:
+                data[name] = env if field.annotation is str else _coerce(env)
+        data.update({k: v for k, v in overrides.items() if v is not None})
+        return cls.model_validate(data)
+
+
+def _coerce(text: str) -> Any:
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    if "," in text:
+        return [part.strip() for part in text.split(",")]
+    return text

@@ -1,0 +1,199 @@
+"""The main job (README command 1): a scripted reviewer works with the agent through the
+real language server over stdio, exactly as an editor would.
+
+It starts `continual-lsp serve` as a child process, connects pygls' LanguageClient,
+starts a task on a copy of the sample workspace, and then reviews each proposal:
+denies the first with a correction (an SDPO step runs; the retry comes from the new
+adapter), corrects the next one by editing it (the edit is the demonstration), and
+approves what follows until the task ends or the demo's budget of decisions is spent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from continual_lsp.config import Settings
+from continual_lsp.protocol import (
+    METHOD_DECIDE,
+    METHOD_LEDGER,
+    METHOD_START_TASK,
+    METHOD_STATUS,
+    NOTIFY_LEARNED,
+    NOTIFY_PROPOSAL,
+    NOTIFY_ROUTED,
+    NOTIFY_TASK_DONE,
+)
+
+SAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sample-workspace"
+FIX = {
+    "tool": "edit_lines",
+    "path": "src/calc/ops.py",
+    "start": 7,
+    "end": 7,
+    "content": "    return sum(values) / len(values)",
+}
+CORRECTION = (
+    "Change only the line with the bug, with edit_lines on src/calc/ops.py; "
+    "do not rewrite whole files."
+)
+
+
+def _plain(value: Any) -> Any:
+    """pygls hands untyped params over as namedtuples; make them JSON again."""
+    if hasattr(value, "_asdict"):
+        return {k: _plain(v) for k, v in value._asdict().items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _say(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def _show_proposal(p: dict[str, Any]) -> None:
+    _say(f"\n▶ proposal {p['proposalId']}  tool={p['tool']}  readOnly={p['readOnly']}")
+    _say("  arguments: " + json.dumps(p["arguments"])[:400])
+    if p.get("note"):
+        _say(f"  note: {p['note']}")
+    if p.get("diff"):
+        _say("  diff:")
+        for line in p["diff"].splitlines()[:30]:
+            _say("    " + line)
+
+
+async def _demo(settings: Settings, task: str, workspace: Path, store: Path) -> int:
+    from lsprotocol import types as lsp
+    from pygls.lsp.client import LanguageClient
+
+    client = LanguageClient("continual-demo", "0.1")
+    proposals: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    done = asyncio.Event()
+
+    @client.feature(NOTIFY_PROPOSAL)
+    def _on_proposal(params: Any) -> None:
+        proposals.put_nowait(_plain(params))
+
+    @client.feature(NOTIFY_LEARNED)
+    def _on_learned(params: Any) -> None:
+        p = _plain(params)
+        _say(
+            f"  ✎ learned: step {p['step']}, loss {p['loss']:.4f}, {p['seconds']:.1f} s"
+            f" → adapter {p.get('adapterVersion')}"
+        )
+
+    @client.feature(NOTIFY_ROUTED)
+    def _on_routed(params: Any) -> None:
+        p = _plain(params)
+        _say(f"  ↳ routed to {p['lane']}: {p['reason']}")
+
+    @client.feature(NOTIFY_TASK_DONE)
+    def _on_done(params: Any) -> None:
+        _say(f"\n■ task done: {_plain(params)['summary']}")
+        done.set()
+
+    @client.feature(lsp.WINDOW_LOG_MESSAGE)
+    def _on_log(params: lsp.LogMessageParams) -> None:
+        print(f"  [server] {params.message}", file=sys.stderr, flush=True)
+
+    args = ["-m", "continual_lsp", "serve", "--store", str(store), "--model", settings.model]
+    if not settings.enable_training:
+        args.append("--no-training")
+    await client.start_io(sys.executable, *args, cwd=str(workspace))
+    assert client._server is not None and client._server.stderr is not None
+    stderr = client._server.stderr
+
+    async def _drain() -> None:
+        # pygls never reads the server's stderr; a full pipe would block the server.
+        while line := await stderr.readline():
+            if os.environ.get("CONTINUAL_DEMO_VERBOSE"):
+                sys.stderr.write("  [server] " + line.decode(errors="replace"))
+
+    drain = asyncio.create_task(_drain())
+    await client.initialize_async(
+        lsp.InitializeParams(
+            process_id=os.getpid(),
+            root_uri=workspace.as_uri(),
+            capabilities=lsp.ClientCapabilities(
+                experimental={"continualProposals": True},
+                window=lsp.WindowClientCapabilities(work_done_progress=True),
+            ),
+            initialization_options={"continualProposals": True},
+        )
+    )
+    client.initialized(lsp.InitializedParams())
+    _say(f"workspace: {workspace}\nstore:     {store}\ntask:      {task}")
+    started = time.monotonic()
+    result = _plain(await client.protocol.send_request_async(METHOD_START_TASK, {"text": task}))
+    _say(f"task {result['taskId']} started")
+
+    script = ["deny", "edit", "approve", "approve"]
+    for step, decision in enumerate(script):
+        try:
+            proposal = await asyncio.wait_for(proposals.get(), timeout=600)
+        except TimeoutError:
+            break
+        _show_proposal(proposal)
+        params: dict[str, Any] = {"proposalId": proposal["proposalId"], "decision": decision}
+        if decision == "deny":
+            params["correction"] = CORRECTION
+            _say(f"  ✗ deny: {CORRECTION}")
+        elif decision == "edit":
+            params["editedArguments"] = FIX
+            _say("  ✎ edit → " + json.dumps(FIX))
+        elif proposal["tool"] == "bash":
+            params = {
+                "proposalId": proposal["proposalId"],
+                "decision": "deny",
+                "correction": "No commands are needed: the fix is in place.",
+            }
+            _say("  ✗ deny: no commands needed")
+        else:
+            _say("  ✓ approve")
+        outcome = _plain(await client.protocol.send_request_async(METHOD_DECIDE, params))
+        if outcome.get("learned"):
+            learned = outcome["learned"]
+            _say(f"  decide → learned step {learned['step']} (loss {learned['loss']:.4f})")
+        if done.is_set() or (step >= 1 and proposals.empty() and not outcome.get("nextProposalId")):
+            break
+
+    ledger = _plain(await client.protocol.send_request_async(METHOD_LEDGER, {}))
+    status = _plain(await client.protocol.send_request_async(METHOD_STATUS, {}))
+    _say("\nledger:")
+    for item in ledger["items"]:
+        _say(f"  [{item['lane']}] {item['text'][:70]!r} — {item['reason']}")
+    _say(
+        f"  context tokens carried: {ledger['contextTokens']}"
+        f" vs notes-only: {ledger['notesOnlyTokens']}"
+    )
+    _say(
+        f"status: backend={status['backend']} adapter={status.get('adapterVersion')}"
+        f" steps={status['trainingSteps']} queue={status['queueDepth']}"
+    )
+    _say(f"\nsrc/calc/ops.py now:\n{(workspace / 'src/calc/ops.py').read_text()}")
+    _say(f"demo took {time.monotonic() - started:.1f} s")
+    await client.shutdown_async(None)
+    client.exit(None)
+    await asyncio.sleep(0.2)
+    drain.cancel()
+    await client.stop()
+    return 0
+
+
+def run_demo(settings: Settings, task: str, workspace: str | None = None) -> int:
+    root = Path(tempfile.mkdtemp(prefix="continual-demo-"))
+    ws = Path(workspace) if workspace else root / "workspace"
+    if workspace is None:
+        shutil.copytree(SAMPLE, ws)
+    store = Path(settings.store_path) if settings.store_path else root / "store.sqlite3"
+    return asyncio.run(_demo(settings, task, ws.resolve(), store))

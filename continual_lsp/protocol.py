@@ -1,0 +1,157 @@
+"""Wire payloads of DESIGN §7, defined once. camelCase on the wire, snake_case in Python.
+
+Editors, bots and tests depend on these names: extend, never rename.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+
+class Wire(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    def dump(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class Position(Wire):
+    line: int
+    character: int
+
+
+class Range(Wire):
+    start: Position
+    end: Position
+
+
+# -- client → server requests -----------------------------------------------------------------
+
+
+class StartTaskParams(Wire):
+    text: str = Field(min_length=1, max_length=10_000)
+
+
+class StartTaskResult(Wire):
+    task_id: str
+
+
+Decision = Literal["approve", "deny", "edit"]
+
+
+class DecideParams(Wire):
+    proposal_id: str = Field(min_length=1)
+    decision: Decision
+    correction: str | None = Field(default=None, max_length=10_000)
+    edited_arguments: dict[str, Any] | None = None
+
+
+class Learned(Wire):
+    step: int
+    loss: float
+    seconds: float
+
+
+class DecideResult(Wire):
+    ok: bool
+    learned: Learned | None = None
+    next_proposal_id: str | None = None
+
+
+class NoteParams(Wire):
+    text: str = Field(min_length=1, max_length=10_000)
+
+
+class OkResult(Wire):
+    ok: bool
+
+
+class LedgerParams(Wire):
+    pass
+
+
+Lane = Literal["CODE", "WEIGHTS", "CONTEXT", "NONE"]
+
+
+class LedgerItem(Wire):
+    id: str
+    text: str
+    lane: Lane
+    reason: str
+    recurrence: int
+    created_at: float
+    active: bool
+
+
+class LedgerResult(Wire):
+    items: list[LedgerItem]
+    context_tokens: int
+    notes_only_tokens: int
+
+
+class RevertParams(Wire):
+    item_id: str = Field(min_length=1)
+
+
+class StatusParams(Wire):
+    pass
+
+
+class StatusResult(Wire):
+    backend: str
+    model: str
+    adapter_version: str | None = None
+    training_steps: int
+    queue_depth: int
+    pending_proposal_id: str | None = None
+
+
+# -- server → client notifications -------------------------------------------------------------
+
+
+class ProposalNotification(Wire):
+    proposal_id: str
+    task_id: str
+    tool: str
+    arguments: dict[str, Any]
+    read_only: bool
+    uri: str | None = None
+    range: Range | None = None
+    diff: str | None = None
+    # Extensions (DESIGN: extend, don't rename): why a guard rewrote the call, and a
+    # warning when bash would run without the OS sandbox.
+    note: str | None = None
+
+
+class LearnedNotification(Wire):
+    proposal_id: str
+    step: int
+    loss: float
+    adapter_version: str | None = None
+    seconds: float
+
+
+class RoutedNotification(Wire):
+    item_id: str
+    lane: Lane
+    reason: str
+
+
+class TaskDoneNotification(Wire):
+    task_id: str
+    summary: str
+
+
+METHOD_START_TASK = "continual/startTask"
+METHOD_DECIDE = "continual/decide"
+METHOD_NOTE = "continual/note"
+METHOD_LEDGER = "continual/ledger"
+METHOD_REVERT = "continual/revert"
+METHOD_STATUS = "continual/status"
+NOTIFY_PROPOSAL = "continual/proposal"
+NOTIFY_LEARNED = "continual/learned"
+NOTIFY_ROUTED = "continual/routed"
+NOTIFY_TASK_DONE = "continual/taskDone"

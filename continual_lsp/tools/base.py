@@ -1,0 +1,158 @@
+"""The tool-call contract: argument models, results, previews and errors.
+
+Every tool's argument model is also the JSON schema used to prompt the model and to
+constrain its decoding, so strings carry `max_length`: an unbounded string lets a
+small model loop until the token budget runs out.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ToolName = Literal["read", "write", "edit", "edit_lines", "glob", "grep", "bash"]
+TOOL_NAMES: tuple[ToolName, ...] = ("read", "write", "edit", "edit_lines", "glob", "grep", "bash")
+READ_ONLY_TOOLS: frozenset[str] = frozenset({"read", "glob", "grep"})
+FILE_CHANGING_TOOLS: frozenset[str] = frozenset({"write", "edit", "edit_lines"})
+
+PathStr = Annotated[str, Field(min_length=1, max_length=200)]
+ContentStr = Annotated[str, Field(max_length=4000)]
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ReadArgs(_Args):
+    """Read a file; lines come back numbered."""
+
+    path: PathStr
+    offset: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+    limit: Annotated[int, Field(ge=1, le=2000)] | None = None
+
+
+class WriteArgs(_Args):
+    """Create or overwrite a whole file."""
+
+    path: PathStr
+    content: ContentStr
+
+
+class EditArgs(_Args):
+    """Replace `old` with `new`; `old` must occur once unless `all` is true."""
+
+    path: PathStr
+    old: Annotated[str, Field(min_length=1, max_length=2000)]
+    new: Annotated[str, Field(max_length=2000)]
+    all: bool | None = None
+
+
+class EditLinesArgs(_Args):
+    """Replace lines start..end (1-based, inclusive) with `content`."""
+
+    path: PathStr
+    start: Annotated[int, Field(ge=1, le=1_000_000)]
+    end: Annotated[int, Field(ge=1, le=1_000_000)]
+    content: ContentStr
+
+
+class GlobArgs(_Args):
+    """List files matching a glob pattern."""
+
+    pat: Annotated[str, Field(min_length=1, max_length=200)]
+    path: PathStr | None = None
+
+
+class GrepArgs(_Args):
+    """Search file contents with a regular expression."""
+
+    pat: Annotated[str, Field(min_length=1, max_length=200)]
+    path: PathStr | None = None
+
+
+class BashArgs(_Args):
+    """Run a shell command in the workspace."""
+
+    cmd: Annotated[str, Field(min_length=1, max_length=1000)]
+    timeout: Annotated[int, Field(ge=1, le=600)] | None = None
+
+
+ARG_MODELS: dict[str, type[_Args]] = {
+    "read": ReadArgs,
+    "write": WriteArgs,
+    "edit": EditArgs,
+    "edit_lines": EditLinesArgs,
+    "glob": GlobArgs,
+    "grep": GrepArgs,
+    "bash": BashArgs,
+}
+
+
+class ToolCall(BaseModel):
+    """Exactly one call of one tool; `arguments` validated against the tool's model."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tool: ToolName
+    arguments: dict[str, Any]
+
+    def parsed(self) -> _Args:
+        return ARG_MODELS[self.tool].model_validate(self.arguments)
+
+    @property
+    def read_only(self) -> bool:
+        return self.tool in READ_ONLY_TOOLS
+
+
+class Preview(BaseModel):
+    """What a file-changing call would do, computed without touching disk."""
+
+    path: str  # relative to the workspace root, POSIX separators
+    old_content: str | None  # None: the file does not exist yet
+    new_content: str
+    diff: str  # unified diff, a/ b/ prefixes
+    old_sha256: str | None  # of the bytes on disk when the preview was computed
+    changed_lines: tuple[int, int] | None = None  # 1-based inclusive range in the OLD file
+
+
+class ToolResult(BaseModel):
+    ok: bool
+    output: str
+    truncated: bool = False
+    exit_code: int | None = None
+
+
+class ToolError(Exception):
+    """A call that cannot run; the message is shown to the reviewer and the model."""
+
+
+class PathEscapeError(ToolError):
+    """A path resolves outside the workspace root."""
+
+
+class StaleProposalError(ToolError):
+    """The file changed on disk since the proposal was computed."""
+
+
+def tool_schema(name: str) -> dict[str, Any]:
+    """JSON schema of one tool's arguments (prompting and constrained decoding)."""
+    return ARG_MODELS[name].model_json_schema()
+
+
+def tool_call_schema() -> dict[str, Any]:
+    """JSON schema of a whole call: a tool name, then that tool's argument schema."""
+    return {
+        "oneOf": [
+            {
+                "type": "object",
+                "properties": {
+                    "tool": {"const": name},
+                    "arguments": tool_schema(name),
+                },
+                "required": ["tool", "arguments"],
+                "additionalProperties": False,
+            }
+            for name in TOOL_NAMES
+        ]
+    }

@@ -1,0 +1,338 @@
+"""Run commands under bubblewrap (`bwrap`): the workspace writable, everything else not.
+
+Layout inside the sandbox, in mount order (later mounts cover earlier ones):
+
+1. ``--ro-bind / /``: the whole file system, read-only;
+2. ``--dev /dev``, ``--proc /proc``: a private /dev and a /proc of the new pid namespace;
+3. ``--tmpfs /tmp``: a private, empty /tmp;
+4. home-directory secrets (``~/.ssh``, ``~/.aws``, ``~/.config``, …) and host daemon
+   sockets covered by an empty tmpfs or /dev/null;
+5. the writable directories (the workspace) bound read-write. They come after /tmp
+   and the secret covers so that a workspace under /tmp or under ~/.config stays
+   visible and writable; a secret path *inside* a writable directory is covered again
+   after the bind;
+6. ``.git/hooks`` and ``.git/config`` of a writable directory read-only: both name
+   programs that git later runs outside the sandbox.
+
+Namespaces: pid, ipc, uts always; network unless allowed. ``--cap-drop ALL`` matters
+when the server runs as root: without it, root inside the sandbox keeps
+CAP_SYS_ADMIN and can simply remount / read-write. ``--die-with-parent`` ends the
+sandbox if the server dies.
+
+Whether bwrap works here (installed, user namespaces allowed) is probed once and
+cached. The caller decides what a missing sandbox means: `sandbox_status` says it in
+words, and nothing runs unsandboxed unless `allow_unsandboxed` is set.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from continual_lsp.config import Settings
+from continual_lsp.tools.base import ToolError
+from continual_lsp.tools.process import ProcessResult, run_process
+
+__all__ = [
+    "HOST_SOCKETS",
+    "SECRET_HOME_PATHS",
+    "SandboxResult",
+    "bwrap_argv",
+    "bwrap_available",
+    "home_dir",
+    "limit_argv",
+    "run_sandboxed",
+    "sandbox_status",
+    "scrub_env",
+]
+
+# Relative to the home directory. Directories get an empty tmpfs, files /dev/null.
+SECRET_HOME_PATHS: tuple[str, ...] = (
+    ".ssh",
+    ".aws",
+    ".config",
+    ".gnupg",
+    ".netrc",
+    ".docker",
+    ".kube",
+    ".azure",
+    ".gcloud",
+    ".git-credentials",
+    ".npmrc",
+    ".pypirc",
+    ".password-store",
+    ".local/share/keyrings",
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".terraform.d",
+    ".vault-token",
+    ".pgpass",
+    ".my.cnf",
+    ".gem/credentials",
+    ".bash_history",
+    ".zsh_history",
+    ".python_history",
+    ".mozilla",
+)
+
+# Unix sockets are reachable through a read-only bind and are not cut off by a new
+# network namespace; a daemon socket (docker above all) is a way out of any sandbox.
+HOST_SOCKETS: tuple[str, ...] = (
+    "/var/run/docker.sock",
+    "/run/docker.sock",
+    "/run/containerd/containerd.sock",
+    "/run/podman/podman.sock",
+    "/run/dbus/system_bus_socket",
+)
+
+# Environment variables whose names suggest a credential are not passed in.
+_SECRET_ENV = re.compile(
+    r"(TOKEN|SECRET|PASSW|API_?KEY|ACCESS_?KEY|CREDENTIAL|PRIVATE|AUTH|SESSION_KEY|COOKIE)",
+    re.IGNORECASE,
+)
+_SECRET_ENV_NAMES = frozenset({"SSH_AUTH_SOCK", "GPG_AGENT_INFO", "KRB5CCNAME", "NETRC"})
+
+
+@dataclass
+class SandboxResult(ProcessResult):
+    sandboxed: bool = True
+
+
+def home_dir(env: Mapping[str, str] | None = None) -> Path:
+    """The home directory whose secrets are hidden: $HOME of `env`, else of this process."""
+    source = os.environ if env is None else env
+    home = source.get("HOME") or os.path.expanduser("~")
+    return Path(home)
+
+
+def scrub_env(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` without variables that look like credentials or agent sockets."""
+    return {
+        name: value
+        for name, value in env.items()
+        if name not in _SECRET_ENV_NAMES and not _SECRET_ENV.search(name)
+    }
+
+
+def _inside(path: Path, parent: Path) -> bool:
+    return path == parent or path.is_relative_to(parent)
+
+
+def _cover(path: Path) -> list[str]:
+    # A symlinked secret is covered where it points (bwrap mounts onto the target).
+    if path.is_dir():
+        return ["--tmpfs", str(path)]
+    if path.exists():
+        return ["--ro-bind", "/dev/null", str(path)]
+    return []
+
+
+def bwrap_argv(
+    argv: Sequence[str],
+    *,
+    workdir: str | os.PathLike[str],
+    writable_dirs: Sequence[str | os.PathLike[str]],
+    allow_network: bool,
+    home: str | os.PathLike[str] | None = None,
+    readable_dirs: Sequence[str | os.PathLike[str]] = (),
+    hide_secrets: bool = True,
+    bwrap: str = "bwrap",
+) -> list[str]:
+    """The full bwrap command line that runs `argv` in `workdir` inside the sandbox.
+
+    `readable_dirs` are bound read-only (needed for paths under /tmp, which is private
+    otherwise). `home` is the home directory whose secrets are hidden (default $HOME).
+    """
+    writable = [Path(os.path.realpath(d)) for d in writable_dirs]
+    readable = [Path(os.path.realpath(d)) for d in readable_dirs]
+    for d in (*writable, *readable):
+        if not d.is_dir():
+            raise ToolError(f"sandbox: {d} is not a directory")
+    cwd = Path(os.path.realpath(workdir))
+    if not any(_inside(cwd, d) for d in (*writable, *readable)):
+        readable.append(cwd)  # the working directory must exist inside the sandbox
+
+    covers_before: list[str] = []
+    covers_after: list[str] = []
+    if hide_secrets:
+        home_path = Path(os.path.realpath(home if home is not None else home_dir()))
+        targets = [Path(os.path.realpath(home_path / rel)) for rel in SECRET_HOME_PATHS]
+        targets += [Path(os.path.realpath(s)) for s in HOST_SOCKETS]
+        for target in targets:
+            cover = _cover(target)
+            if any(_inside(target, d) for d in (*writable, *readable)):
+                covers_after += cover
+            else:
+                covers_before += cover
+
+    args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    args += covers_before
+    for d in readable:
+        args += ["--ro-bind", str(d), str(d)]
+    for d in writable:
+        args += ["--bind", str(d), str(d)]
+    args += covers_after
+    for d in writable:
+        for rel in (".git/hooks", ".git/config"):
+            protected = d / rel
+            if protected.exists() and not protected.is_symlink():
+                args += ["--ro-bind", str(protected), str(protected)]
+    args += ["--chdir", str(cwd)]
+    args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts"]
+    if not allow_network:
+        args.append("--unshare-net")
+    args += ["--die-with-parent", "--cap-drop", "ALL", "--", *argv]
+    return args
+
+
+@functools.cache
+def _probe(bwrap: str, allow_network: bool) -> str | None:
+    """None if bwrap runs a command with our full layout here, else why not."""
+    with tempfile.TemporaryDirectory(prefix="continual-sandbox-probe-") as work:
+        argv = bwrap_argv(
+            ["/bin/sh", "-c", "echo ok > probe && cat probe"],
+            workdir=work,
+            writable_dirs=[work],
+            allow_network=allow_network,
+            bwrap=bwrap,
+        )
+        try:
+            result = run_process(argv, cwd=work, timeout=15, output_cap=2000)
+        except OSError as exc:
+            return f"bwrap could not start: {exc}"
+        if result.exit_code == 0 and result.output.strip() == "ok":
+            return None
+        detail = result.output.strip().splitlines()[-1:] or ["no output"]
+        return f"bwrap failed (exit {result.exit_code}): {detail[0]}"
+
+
+def bwrap_available(allow_network: bool = False) -> tuple[bool, str | None]:
+    """(True, None) if the bwrap sandbox works on this machine, else (False, reason)."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return False, "bwrap (Debian/Ubuntu package `bubblewrap`) is not installed"
+    reason = _probe(bwrap, allow_network)
+    return reason is None, reason
+
+
+def sandbox_status(settings: Settings) -> tuple[bool, str | None]:
+    """Will bash run sandboxed? Returns (sandboxed, note for the reviewer or None).
+
+    The note is meant to go into the proposal verbatim, so the reviewer is never left
+    to assume a sandbox that is not there. When bash cannot run at all the note says
+    so and how to allow it.
+    """
+    if settings.sandbox == "none":
+        return False, (
+            'bash will run WITHOUT a sandbox (sandbox = "none"): the command can read and '
+            "change anything this user can"
+        )
+    ok, reason = bwrap_available(settings.allow_network)
+    if ok:
+        if settings.allow_network:
+            return True, "bash runs in a sandbox WITH network access (allow_network = true)"
+        return True, None
+    if settings.allow_unsandboxed:
+        return False, (
+            f"bash will run WITHOUT a sandbox ({reason}): the command can read and change "
+            "anything this user can"
+        )
+    return False, (
+        f"bash cannot run: no sandbox available ({reason}); install bubblewrap, or set "
+        "allow_unsandboxed = true to run commands without one"
+    )
+
+
+def limit_argv(
+    argv: Sequence[str],
+    *,
+    cpu_seconds: float | None = None,
+    memory_limit_bytes: int | None = None,
+    file_size_bytes: int | None = None,
+) -> list[str]:
+    """Wrap `argv` so it runs under rlimits (address space, CPU time, file size).
+
+    The limits are set by a tiny shell in the child rather than a preexec_fn: the
+    server is multi-threaded, and preexec_fn is unsafe after threads have started.
+    """
+    limits = ["ulimit -c 0"]  # no core files in the workspace
+    if memory_limit_bytes is not None:
+        limits.append(f"ulimit -v {max(1, memory_limit_bytes // 1024)}")
+    if cpu_seconds is not None:
+        limits.append(f"ulimit -t {max(1, math.ceil(cpu_seconds))}")
+    if file_size_bytes is not None:
+        limits.append(f"ulimit -f {max(1, file_size_bytes // 1024)}")
+    script = " && ".join(limits) + ' && exec "$@"'
+    return ["/bin/sh", "-c", script, "sh", *argv]
+
+
+def run_sandboxed(
+    argv: Sequence[str],
+    workdir: str | os.PathLike[str],
+    timeout: float,
+    memory_limit_bytes: int | None,
+    allow_network: bool,
+    writable_dirs: Sequence[str | os.PathLike[str]],
+    *,
+    readable_dirs: Sequence[str | os.PathLike[str]] = (),
+    stdin_data: bytes | None = None,
+    env: Mapping[str, str] | None = None,
+    home: str | os.PathLike[str] | None = None,
+    output_cap: int = 30_000,
+    merge_stderr: bool = False,
+    allow_unsandboxed: bool = False,
+    file_size_limit_bytes: int | None = 64 * 1024 * 1024,
+) -> SandboxResult:
+    """Run `argv` (not a shell string) sandboxed, with wall-clock, CPU and memory limits.
+
+    Meant for untrusted programs such as generated guard code: pass a fresh temp dir
+    as `workdir` and the only entry of `writable_dirs`. stdout and stderr come back
+    separately unless `merge_stderr`. Without a working bwrap this raises ToolError,
+    unless `allow_unsandboxed` (then `sandboxed` is False in the result; the rlimits
+    and the timeout still apply).
+    """
+    base_env = dict(os.environ if env is None else env)
+    limited = limit_argv(
+        argv,
+        cpu_seconds=timeout + 1,
+        memory_limit_bytes=memory_limit_bytes,
+        file_size_bytes=file_size_limit_bytes,
+    )
+    ok, reason = bwrap_available(allow_network)
+    if ok:
+        bwrap = shutil.which("bwrap") or "bwrap"
+        full = bwrap_argv(
+            limited,
+            workdir=workdir,
+            writable_dirs=writable_dirs,
+            readable_dirs=readable_dirs,
+            allow_network=allow_network,
+            home=home if home is not None else home_dir(base_env),
+            bwrap=bwrap,
+        )
+        run_env = scrub_env(base_env)
+        sandboxed = True
+    elif allow_unsandboxed:
+        full, run_env, sandboxed = limited, base_env, False
+    else:
+        raise ToolError(f"cannot run sandboxed: {reason}")
+    try:
+        result = run_process(
+            full,
+            cwd=workdir,
+            timeout=timeout,
+            output_cap=output_cap,
+            env=run_env,
+            stdin_data=stdin_data,
+            merge_stderr=merge_stderr,
+        )
+    except OSError as exc:
+        raise ToolError(f"cannot start {argv[0] if argv else '(nothing)'}: {exc}") from exc
+    return SandboxResult(**vars(result), sandboxed=sandboxed)

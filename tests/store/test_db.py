@@ -1,0 +1,117 @@
+from __future__ import annotations
+
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from continual_lsp.store import Store, StoreError
+
+
+def _proposal(store: Store) -> str:
+    task = store.create_task("fix it", "/ws")
+    return store.add_proposal(task, 0, "read", {"path": "a"}, [1, 2], [3], [-0.5], None, None)
+
+
+def test_wal_mode_and_schema_version(store: Store) -> None:
+    db = sqlite3.connect(store.path)
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == "1"
+
+
+def test_newer_schema_is_refused(tmp_path: Path) -> None:
+    Store(tmp_path / "s.db").close()
+    db = sqlite3.connect(tmp_path / "s.db")
+    db.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
+    db.commit()
+    db.close()
+    with pytest.raises(StoreError, match="schema v99"):
+        Store(tmp_path / "s.db")
+
+
+def test_decision_recorded_once(store: Store) -> None:
+    pid = _proposal(store)
+    store.record_decision(pid, "deny", correction="use edit_lines")
+    with pytest.raises(StoreError, match="already decided"):
+        store.record_decision(pid, "approve")
+    with pytest.raises(StoreError, match="unknown proposal"):
+        store.record_decision("prop-nope", "approve")
+    decisions = store.events(kind="decision")
+    assert len(decisions) == 1
+    assert decisions[0]["payload"]["correction"] == "use edit_lines"
+
+
+def test_proposal_keeps_tokens_and_logprobs(store: Store) -> None:
+    pid = _proposal(store)
+    row = store.proposal(pid)
+    assert row is not None
+    assert row["tokens"] == [3] and row["logprobs"] == [-0.5] and row["prompt_tokens"] == [1, 2]
+
+
+def test_job_queue_replays_a_running_job(store: Store) -> None:
+    job = store.enqueue_job("sdpo", {"proposalId": "p"})
+    claimed = store.claim_job(("sdpo",))
+    assert claimed is not None and claimed["id"] == job and claimed["attempts"] == 1
+    # Not finished (as after a crash): claimed again, attempt 2.
+    again = store.claim_job(("sdpo",))
+    assert again is not None and again["id"] == job and again["attempts"] == 2
+    store.finish_job(job, {"loss": 1.0})
+    assert store.claim_job(("sdpo",)) is None
+    assert store.queue_depth() == 0
+
+
+def test_adapters_current_and_revert(store: Store) -> None:
+    v1 = store.add_adapter("a1", "/x/1", "aa", None, {"loss": 1})
+    v2 = store.add_adapter("a2", "/x/2", "bb", v1, {"loss": 0.5})
+    assert store.current_adapter()["version"] == v2  # type: ignore[index]
+    store.set_adapter_active(v2, False)
+    assert store.current_adapter()["version"] == v1  # type: ignore[index]
+
+
+def test_lane_items_and_counters(store: Store) -> None:
+    item = store.add_lane_item(
+        {
+            "text": "use pnpm",
+            "lane": "CODE",
+            "reason": "a guard can rewrite npm",
+            "cue": {"tools": ["bash"]},
+        }
+    )
+    store.update_lane_item(item, active=False)
+    got = store.lane_item(item)
+    assert got is not None and got["active"] == 0 and got["cue"] == {"tools": ["bash"]}
+    with pytest.raises(StoreError):
+        store.update_lane_item(item, bogus=1)
+    store.bump("context_tokens", 12)
+    store.bump("context_tokens", 3)
+    assert store.counter("context_tokens") == 15
+
+
+def test_sigkill_between_commit_and_action_loses_nothing(tmp_path: Path) -> None:
+    """The process dies right after committing a decision; a new process finds it pending."""
+    path = tmp_path / "s.db"
+    script = textwrap.dedent(
+        f"""
+        import os, signal
+        from continual_lsp.store import Store
+        s = Store({str(path)!r})
+        t = s.create_task("t", "/ws")
+        p = s.add_proposal(t, 0, "write", {{"path": "a", "content": "x"}}, [1], [2], [-1.0], None, None)
+        s.record_decision(p, "approve")
+        print(p, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+        s.mark_applied(p)  # never reached
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert proc.returncode == -signal.SIGKILL
+    pid = proc.stdout.strip()
+    store = Store(path)
+    pending = store.pending_decisions()
+    assert [d["proposal_id"] for d in pending] == [pid]
+    assert len(store.events(kind="decision", proposal_id=pid)) == 1
+    store.close()
