@@ -41,6 +41,7 @@ class Settings(BaseModel):
 
     # agent
     auto_approve_read_only: bool = True
+    allowed_tools: list[str] | None = None  # None = all seven tools
     max_retries: int = 3
     max_turns: int = 30
 

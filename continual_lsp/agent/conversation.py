@@ -7,9 +7,8 @@ CPU prefill costs ~2 ms a token, so every token here is paid on every turn.
 
 from __future__ import annotations
 
-import json
-
 from continual_lsp.policy.base import Message
+from continual_lsp.policy.render import call_text
 from continual_lsp.tools.base import ToolCall, ToolResult
 
 KEEP_CALLS = 6
@@ -36,6 +35,9 @@ class Conversation:
         # Feedback answered a specific denied proposal; once a call ran, it has been acted on.
         self.feedback = []
 
+    def recent_calls(self) -> list[ToolCall]:
+        return [c for c, _ in self.calls[-KEEP_CALLS:]]
+
     def recent_paths(self) -> list[str]:
         paths = [c.arguments.get("path") for c, _ in self.calls[-KEEP_CALLS:]]
         return [p for p in paths if isinstance(p, str)]
@@ -54,12 +56,7 @@ class Conversation:
                 Message(role="user", content=f"({len(older)} earlier calls omitted: {summary})")
             )
         for call, result in recent:
-            msgs.append(
-                Message(
-                    role="assistant",
-                    content=json.dumps({"tool": call.tool, "arguments": call.arguments}),
-                )
-            )
+            msgs.append(Message(role="assistant", content=call_text(call)))
             output = result.output
             if len(output) > RESULT_CHARS:
                 output = (

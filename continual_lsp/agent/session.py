@@ -55,7 +55,10 @@ class Proposal(BaseModel):
         uri = rng = None
         path = self.preview.path if self.preview else self.call.arguments.get("path")
         if isinstance(path, str) and self.call.tool in ("read", "write", "edit", "edit_lines"):
-            uri = (workspace / path).resolve().as_uri()
+            target = (workspace / path).resolve()
+            # A path that escapes the workspace has no document to show (the tools refuse it).
+            if target.is_relative_to(workspace.resolve()):
+                uri = target.as_uri()
         if self.preview and self.preview.changed_lines:
             first, last = self.preview.changed_lines
             rng = Range(
@@ -217,11 +220,15 @@ class Agent:
         return self.lanes.ledger()
 
     def revert(self, item_id: str) -> None:
+        from continual_lsp.lanes.ledger import LedgerError
+
         with self._lock:
-            if item_id.startswith("adapter-"):
-                self.training.revert_adapter(item_id, self._policy)
-            else:
-                self.lanes.revert(item_id)
+            try:
+                version = self.lanes.revert(item_id)
+            except LedgerError as exc:
+                raise AgentError(str(exc)) from exc
+            if version is not None:
+                self.training.revert_adapter(version, self._policy)
 
     def status(self) -> StatusResult:
         pending = next((t.pending for t in self._tasks.values() if t.pending), None)
@@ -250,6 +257,35 @@ class Agent:
     def pending_proposal(self) -> Proposal | None:
         pending = next((t.pending for t in self._tasks.values() if t.pending), None)
         return self.proposal(pending) if pending else None
+
+    def record_manual_edit(
+        self, proposal_id: str, diff: str, new_content: str | None = None
+    ) -> int | None:
+        """The reviewer changed lines an approved proposal just wrote: an edit signal.
+
+        The file as the reviewer left it is the demonstration (a `write` of it), so the
+        step teaches what the reviewer wanted, not only that something was wrong.
+        Training runs in the background; the job id is returned.
+        """
+        row = self.store.proposal(proposal_id)
+        if row is None:
+            raise AgentError(f"unknown proposal {proposal_id!r}")
+        if row["status"] not in ("approve", "edit"):
+            raise AgentError(f"proposal {proposal_id!r} was {row['status']}, not applied")
+        self.store.append_event("manual_edit", {"diff": diff}, row["task_id"], proposal_id)
+        path = (row["preview"] or {}).get("path")
+        demonstration = None
+        if path and new_content is not None:
+            call = ToolCall(tool="write", arguments={"path": path, "content": new_content})
+            try:
+                call.parsed()
+                demonstration = call
+            except ValidationError:
+                pass  # too large to demonstrate in one call; the event still records it
+        if demonstration is None:
+            return None
+        with self._lock:
+            return self.training.enqueue(proposal_id, "edit", None, demonstration)
 
     def invalidate_path(self, rel_path: str) -> list[str]:
         """A file changed outside a proposal: pending proposals on it can never be applied."""
@@ -306,7 +342,7 @@ class Agent:
         if task.denied:
             # The approved retry is the demonstration the denied turn lacked (DESIGN §4).
             for denied_id in task.denied:
-                self.training.enqueue(denied_id, "approved_retry", None, proposal.call, task)
+                self.training.enqueue(denied_id, "approved_retry", None, proposal.call)
         self.store.mark_applied(proposal.id, result.model_dump())
         return self._next(task, result)
 
@@ -317,7 +353,7 @@ class Agent:
             raise AgentError("a denial needs a correction: say what the agent should do instead")
         self._record(proposal, "deny", correction=correction)
         task.pending = None
-        job_id = self.training.enqueue(proposal.id, "deny", correction, None, task)
+        job_id = self.training.enqueue(proposal.id, "deny", correction, None)
         # A guard's own block message is already a CODE item: routing it again would
         # only duplicate it.
         routed = (
@@ -360,9 +396,11 @@ class Agent:
             edited_arguments={"tool": call.tool, **call.arguments},
             diff=diff,
         )
-        job_id = self.training.enqueue(proposal.id, "edit", correction, call, task)
+        job_id = self.training.enqueue(proposal.id, "edit", correction, call)
         if correction:
-            routed = self.lanes.route_correction(correction, proposal, is_denial=True)
+            routed = self.lanes.route_correction(
+                correction, proposal, is_denial=True, task_text=task.text, demonstration=call
+            )
             if routed is not None:
                 self.listener.on_routed(routed)
         result = self._execute(task, proposal, call)
@@ -404,11 +442,10 @@ class Agent:
     # -- turns ----------------------------------------------------------------------------
 
     def _execute(self, task: _Task, proposal: Proposal, call: ToolCall) -> ToolResult:
-        expected = (
-            proposal.preview.old_sha256 if proposal.preview and call == proposal.call else None
-        )
+        # The preview pins what the reviewer saw, including "this file does not exist yet".
+        preview = proposal.preview if call == proposal.call else None
         try:
-            result = self.tools.execute(call, expected_sha256=expected)
+            result = self.tools.execute(call, preview=preview)
         except ToolError as exc:
             result = ToolResult(ok=False, output=f"error: {exc}")
         task.executed.add(_canonical(call))
@@ -452,7 +489,13 @@ class Agent:
             note: str | None = None
             if verdict.action == "rewrite" and verdict.rewritten_call is not None:
                 call, note = verdict.rewritten_call, f"rewritten by a guard: {verdict.message}"
-            preview = self._safe_preview(call)
+            try:
+                preview = self.tools.preview(call)
+            except ToolError as exc:
+                # A call that cannot run (no such file, a range past the end) is not worth
+                # the reviewer's time: it fails like an executed call, and the model sees why.
+                self._record_invalid(task, call, completion, prompt_tokens, str(exc))
+                continue
             sandbox_note = self.tools.sandbox_note(call)
             note = "; ".join(n for n in (note, sandbox_note) if n) or None
             auto = call.read_only and self.settings.auto_approve_read_only
@@ -489,6 +532,29 @@ class Agent:
             return proposal
         return None
 
+    def _record_invalid(
+        self,
+        task: _Task,
+        call: ToolCall,
+        completion: Completion,
+        prompt_tokens: list[int],
+        error: str,
+    ) -> None:
+        self.store.add_proposal(
+            task.id,
+            task.turn,
+            call.tool,
+            call.arguments,
+            prompt_tokens,
+            completion.tokens,
+            completion.logprobs,
+            None,
+            self.training.current_version_name(),
+            status="invalid",
+        )
+        task.conversation.add_call(call, ToolResult(ok=False, output=f"error: {error}"))
+        task.turn += 1
+
     def _safe_preview(self, call: ToolCall) -> Preview | None:
         try:
             return self.tools.preview(call)
@@ -497,7 +563,9 @@ class Agent:
 
     def _sample(self, task: _Task) -> tuple[ToolCall | None, Completion, list[int]]:
         policy = self.policy
-        bullets = self.lanes.bullets_for_turn(task.text, task.conversation.recent_paths())
+        bullets = self.lanes.bullets_for_turn(
+            task.text, task.conversation.recent_calls(), task.conversation.recent_paths()
+        )
         messages = task.conversation.messages(bullets)
         prompt_tokens = policy.renderer.render_prompt(messages)
         denied = {_canonical(c) for c in self._denied_calls(task)}
@@ -507,6 +575,7 @@ class Agent:
                 temperature=self.settings.temperature if attempt == 0 else 0.8,
                 max_tokens=self.settings.max_new_tokens,
                 seed=self.settings.seed + attempt + 31 * task.turn + 7 * task.retries,
+                tools=self.settings.allowed_tools,
             )
             completion = policy.sample(prompt_tokens, params)
             try:
@@ -578,13 +647,15 @@ class Agent:
             return {"ok": False, "output": "interrupted by a crash; bash is not re-run"}
         if call.read_only:
             return {"ok": True, "output": "read-only call; nothing to recover"}
-        preview = Preview.model_validate(row["preview"]) if row["preview"] else None
+        preview = (
+            Preview.model_validate(row["preview"])
+            if row["preview"] and not decision["edited_arguments"]
+            else None
+        )
         try:
             if preview is not None and self.tools.already_applied(preview):
                 return {"ok": True, "output": "already applied before the crash"}
-            result = self.tools.execute(
-                call, expected_sha256=preview.old_sha256 if preview else None
-            )
+            result = self.tools.execute(call, preview=preview)
             return result.model_dump()
         except ToolError as exc:
             return {"ok": False, "output": f"not applied after the crash: {exc}"}

@@ -16,7 +16,7 @@ from continual_lsp.store import Store
 from continual_lsp.tools.base import ToolCall
 
 if TYPE_CHECKING:
-    from continual_lsp.agent.session import AgentListener, _Task
+    from continual_lsp.agent.session import AgentListener
 
 log = logging.getLogger(__name__)
 
@@ -42,15 +42,13 @@ class TrainingBridge:
         signal: str,
         correction: str | None,
         demonstration: ToolCall | None,
-        task: _Task,
     ) -> int | None:
         if not self.settings.enable_training:
             return None
         row = self.store.proposal(proposal_id)
         if row is None:
             return None
-        messages = [m.model_dump() for m in task.conversation.messages()]
-        return self._enqueue(row, signal, correction, demonstration, messages)
+        return self._enqueue(row, signal, correction, demonstration)
 
     def enqueue_from_row(
         self, row: dict[str, Any], decision: dict[str, Any], demonstration: ToolCall | None
@@ -59,7 +57,7 @@ class TrainingBridge:
         if not self.settings.enable_training:
             return None
         signal = "edit" if decision["decision"] == "edit" else "deny"
-        return self._enqueue(row, signal, decision["correction"], demonstration, None)
+        return self._enqueue(row, signal, decision["correction"], demonstration)
 
     def _enqueue(
         self,
@@ -67,7 +65,6 @@ class TrainingBridge:
         signal: str,
         correction: str | None,
         demonstration: ToolCall | None,
-        messages: list[dict[str, Any]] | None,
     ) -> int:
         from continual_lsp.learning.sdpo import SdpoJob
 
@@ -79,17 +76,13 @@ class TrainingBridge:
             correction=correction,
             demonstration=demonstration.model_dump() if demonstration else None,
             signal=signal,
-            messages=messages,
         )
         job_id = self.store.enqueue_job("sdpo", job.model_dump())
         self._ensure_worker().notify()
         return job_id
 
     def has_job(self, proposal_id: str) -> bool:
-        return any(
-            e["payload"].get("proposalId") == proposal_id
-            for e in self.store.events(kind="job_queued")
-        )
+        return self.store.has_job_for(proposal_id)
 
     # -- worker ---------------------------------------------------------------------------
 
@@ -113,18 +106,18 @@ class TrainingBridge:
     ) -> LearnedNotification | None:
         token = f"continual-train-{job_id}"
         listener.on_progress(token, "Learning from your correction", "SDPO step", None, False)
+        from continual_lsp.learning.worker import WorkerError
+
         try:
             result = self._ensure_worker().wait_job(job_id, timeout=WAIT_SECONDS)
         except TimeoutError:
+            # The job stays queued and lands later; the retry must not wait forever.
             listener.on_progress(token, "Learning", "still training; retrying now", None, True)
             return None
-        job = self.store.job(job_id)
-        if job is None or job["status"] != "done":
-            error = (job or {}).get("error") or "unknown error"
-            listener.on_progress(token, "Learning", f"step failed: {error}", None, True)
-            log.error("training job %s failed: %s", job_id, error)
+        except WorkerError as exc:
+            listener.on_progress(token, "Learning", f"step failed: {exc}", None, True)
+            log.error("%s", exc)
             return None
-        result = job["result"] or result or {}
         if policy is not None:
             self.sync_sampler(policy)
         listener.on_progress(
@@ -154,15 +147,8 @@ class TrainingBridge:
         current = self.store.current_adapter()
         return adapter_item_id(current["version"]) if current else None
 
-    def revert_adapter(self, item_id: str, policy: Policy | None) -> None:
-        from continual_lsp.agent.session import AgentError
-
-        try:
-            version = int(item_id.removeprefix("adapter-"))
-        except ValueError as exc:
-            raise AgentError(f"unknown adapter {item_id!r}") from exc
-        if not any(a["version"] == version for a in self.store.adapters()):
-            raise AgentError(f"unknown adapter {item_id!r}")
+    def revert_adapter(self, version: int, policy: Policy | None) -> None:
+        """Serve the version before `version` (all versions stay on disk)."""
         self.store.set_adapter_active(version, False)
         if policy is not None:
             self.sync_sampler(policy)

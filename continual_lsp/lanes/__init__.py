@@ -1,0 +1,18 @@
+"""Lanes: where a reviewer's correction lives — CODE (a guard), WEIGHTS (the adapter) or
+CONTEXT (a cued bullet). DESIGN §5.
+
+The agent's entry points (import from the submodules; this package imports nothing heavy
+at import time so that `import continual_lsp.lanes` stays cheap):
+
+- `allocator.route_correction(store, text, context, settings, *, denial=False, source=None)
+  -> LaneItem | None` — detect, cluster, allocate, persist one correction.
+- `guards.check_guards(store, call, preview) -> GuardVerdict` — run every active guard.
+- `context.bullets_for_turn(store, task_text, recent_calls, recent_paths, *, tokenizer)
+  -> list[str]` and `context.render_bullets(bullets) -> str`.
+- `ledger.build_ledger(store) -> LedgerResult`, `ledger.revert(store, item_id) -> str`.
+- `rules_import.import_rules(store, path, settings) -> list[LaneItem]`,
+  `rules_import.watch_rules(paths, callback, stop_event=...)`,
+  `rules_import.routing_stats(store) -> dict`.
+- `weights.consolidate(policy, store, cluster_id, settings) -> ConsolidationResult`
+  (training worker: jobs of kind `weights.JOB_KIND`).
+"""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import itertools
 import logging
 import os
 import re
@@ -160,7 +161,7 @@ class HashingEmbedder:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for i, text in enumerate(texts):
             words = re.findall(r"\w+", text.lower())
-            grams = words + [f"{a} {b}" for a, b in zip(words, words[1:], strict=False)]
+            grams = words + [f"{a} {b}" for a, b in itertools.pairwise(words)]
             for g in grams:
                 h = int.from_bytes(hashlib.blake2b(g.encode(), digest_size=4).digest(), "little")
                 out[i, h % self.dim] += 1.0

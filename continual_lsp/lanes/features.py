@@ -13,13 +13,101 @@ import numpy as np
 
 # Programs whose name at the start of a command segment makes a token "command-ish".
 KNOWN_CLI = frozenset(
-    """git gh npm npx yarn pnpm bun deno node cargo rustc rustup python python3 pip pip3 uv
-    uvx poetry pipenv conda pytest tox nox tsc go gofmt golangci-lint make cmake docker
-    docker-compose kubectl helm terraform curl wget rm sudo brew apt apt-get mvn gradle
-    gradlew dotnet flutter dart rails bundle rake airflow breeze jest vitest eslint prettier
-    black ruff mypy pyright composer php ruby java javac swift xcodebuild pod bazel ninja
-    clang gcc jq sed awk find chmod chown mv cp tee psql mysql redis-cli ng nx turbo lerna
-    webpack vite esbuild rollup""".split()
+    [
+        "git",
+        "gh",
+        "npm",
+        "npx",
+        "yarn",
+        "pnpm",
+        "bun",
+        "deno",
+        "node",
+        "cargo",
+        "rustc",
+        "rustup",
+        "python",
+        "python3",
+        "pip",
+        "pip3",
+        "uv",
+        "uvx",
+        "poetry",
+        "pipenv",
+        "conda",
+        "pytest",
+        "tox",
+        "nox",
+        "tsc",
+        "go",
+        "gofmt",
+        "golangci-lint",
+        "make",
+        "cmake",
+        "docker",
+        "docker-compose",
+        "kubectl",
+        "helm",
+        "terraform",
+        "curl",
+        "wget",
+        "rm",
+        "sudo",
+        "brew",
+        "apt",
+        "apt-get",
+        "mvn",
+        "gradle",
+        "gradlew",
+        "dotnet",
+        "flutter",
+        "dart",
+        "rails",
+        "bundle",
+        "rake",
+        "airflow",
+        "breeze",
+        "jest",
+        "vitest",
+        "eslint",
+        "prettier",
+        "black",
+        "ruff",
+        "mypy",
+        "pyright",
+        "composer",
+        "php",
+        "ruby",
+        "java",
+        "javac",
+        "swift",
+        "xcodebuild",
+        "pod",
+        "bazel",
+        "ninja",
+        "clang",
+        "gcc",
+        "jq",
+        "sed",
+        "awk",
+        "find",
+        "chmod",
+        "chown",
+        "mv",
+        "cp",
+        "tee",
+        "psql",
+        "mysql",
+        "redis-cli",
+        "ng",
+        "nx",
+        "turbo",
+        "lerna",
+        "webpack",
+        "vite",
+        "esbuild",
+        "rollup",
+    ]
 )
 
 # File types named in prose ("NO CSS files", "Go files") -> glob.
@@ -35,10 +123,34 @@ FILE_TYPES: dict[str, str] = {
 }  # fmt: skip
 
 KNOWN_FILES = frozenset(
-    """package.json package-lock.json pnpm-lock.yaml yarn.lock cargo.toml cargo.lock
-    pyproject.toml setup.py setup.cfg requirements.txt go.mod go.sum pubspec.yaml
-    pubspec.lock gemfile gemfile.lock dockerfile docker-compose.yml makefile tsconfig.json
-    .gitignore .env poetry.lock uv.lock build.gradle pom.xml""".split()
+    [
+        "package.json",
+        "package-lock.json",
+        "pnpm-lock.yaml",
+        "yarn.lock",
+        "cargo.toml",
+        "cargo.lock",
+        "pyproject.toml",
+        "setup.py",
+        "setup.cfg",
+        "requirements.txt",
+        "go.mod",
+        "go.sum",
+        "pubspec.yaml",
+        "pubspec.lock",
+        "gemfile",
+        "gemfile.lock",
+        "dockerfile",
+        "docker-compose.yml",
+        "makefile",
+        "tsconfig.json",
+        ".gitignore",
+        ".env",
+        "poetry.lock",
+        "uv.lock",
+        "build.gradle",
+        "pom.xml",
+    ]
 )
 
 TOOL_WORDS: dict[str, str] = {
@@ -60,7 +172,9 @@ HEDGE = re.compile(
 )
 MODAL = re.compile(
     r"\b(always|never|must|should|shall|avoid|prefer|don'?t|do not|make sure|ensure|"
-    r"from now on|instead|required|mandatory|important|only)\b",
+    r"from now on|instead|required|mandatory|important|only)\b"
+    # Chinese modal words (always, must, don't, forbidden, should, be sure to).
+    r"|始终|总是|永远|必须|不要|不得|禁止|应该|应当|务必",
     re.I,
 )
 # Requests point at one concrete thing ("this file", "my code", "the login function").
@@ -84,9 +198,27 @@ BEHAVIOUR_WORDS = re.compile(
 )
 FACT_WORDS = re.compile(
     r"\b(is|are|lives?|contains?|located|defaults?|uses|built with|written in|"
-    r"implementation|directory|folder|server|port|localhost|silo|endpoint|naming convention)\b",
+    r"implementation|directory|folder|server|port|localhost|silo|endpoint|naming convention)\b"
+    r"|这是|是一个|基于|项目",
     re.I,
 )
+# "<Noun phrase> reads/contains/…": a description of the system, not an instruction.
+DESCRIPTIVE_START = re.compile(
+    r"^\s*(?:the\s+|our\s+|this\s+)?(?!(?:use|keep|make|run|write|avoid|prefer|test|do|"
+    r"don't|never|always|start|ask|add|put|place|check|ensure)\b)[A-Za-z][\w-]*(?:\s+[a-z][\w-]*)?\s+"
+    r"(reads|runs|contains|lives|live|uses|handles|creates|stores|owns|exposes|provides|"
+    r"follows?|holds|manages|is|are|has|have)\b",
+    re.I,
+)
+TASK_BOUND = re.compile(r"\b(until|right now|for now|this time|today)\b", re.I)
+VERB_DET = re.compile(r"^\s*[A-Za-z]+\s+(a|an|the)\s", re.I)
+
+
+def cjk_fraction(text: str) -> float:
+    letters = [c for c in text if not c.isspace()]
+    return len(CJK.findall(text)) / max(len(letters), 1)
+
+
 CODE_SPAN = re.compile(r"`([^`]+)`")
 PATHISH = re.compile(
     r"(?<![\w@])((?:[\w.-]+/)+[\w.*<>-]*|[\w.<>*-]+\.(?:py|ts|tsx|js|jsx|json|ya?ml|toml|md|"
@@ -111,8 +243,9 @@ def is_commandish(token: str) -> bool:
 
 
 def strip_markup(text: str) -> str:
-    """Drop markdown emphasis but keep backticks (they mark code)."""
-    return re.sub(r"(\*\*|__|\*|_(?=\w)|(?<=\w)_)", lambda m: "" if len(m.group()) == 2 else "", text)
+    """Drop markdown emphasis (`**bold**`, `*em*`) but keep backticks and identifiers."""
+    text = text.replace("**", "")
+    return re.sub(r"(?<![\w*`])\*(?=\w)([^*\n`]+?)(?<=\w)\*(?![\w*])", r"\1", text)
 
 
 def words(text: str) -> list[str]:
@@ -120,14 +253,147 @@ def words(text: str) -> list[str]:
 
 
 STOPWORDS = frozenset(
-    """a an the and or but if then else when while for to of in on at by with from into over
-    under about as is are was were be been being it its this that these those you your we our
-    they their i me my he she them do does did done not no never always only must should can
-    could would will may might use using used any all each every some more most less least
-    very just also so than too there here what which who whom how why where make sure ensure
-    keep prefer avoid don't dont instead new file files code run running please want need
-    first after before like one thing things way ways get got let lets via per etc whether
-    have has had without within use. important nothing something everything""".split()
+    [
+        "a",
+        "an",
+        "the",
+        "and",
+        "or",
+        "but",
+        "if",
+        "then",
+        "else",
+        "when",
+        "while",
+        "for",
+        "to",
+        "of",
+        "in",
+        "on",
+        "at",
+        "by",
+        "with",
+        "from",
+        "into",
+        "over",
+        "under",
+        "about",
+        "as",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "being",
+        "it",
+        "its",
+        "this",
+        "that",
+        "these",
+        "those",
+        "you",
+        "your",
+        "we",
+        "our",
+        "they",
+        "their",
+        "i",
+        "me",
+        "my",
+        "he",
+        "she",
+        "them",
+        "do",
+        "does",
+        "did",
+        "done",
+        "not",
+        "no",
+        "never",
+        "always",
+        "only",
+        "must",
+        "should",
+        "can",
+        "could",
+        "would",
+        "will",
+        "may",
+        "might",
+        "use",
+        "using",
+        "used",
+        "any",
+        "all",
+        "each",
+        "every",
+        "some",
+        "more",
+        "most",
+        "less",
+        "least",
+        "very",
+        "just",
+        "also",
+        "so",
+        "than",
+        "too",
+        "there",
+        "here",
+        "what",
+        "which",
+        "who",
+        "whom",
+        "how",
+        "why",
+        "where",
+        "make",
+        "sure",
+        "ensure",
+        "keep",
+        "prefer",
+        "avoid",
+        "don't",
+        "dont",
+        "instead",
+        "new",
+        "file",
+        "files",
+        "code",
+        "run",
+        "running",
+        "please",
+        "want",
+        "need",
+        "first",
+        "after",
+        "before",
+        "like",
+        "one",
+        "thing",
+        "things",
+        "way",
+        "ways",
+        "get",
+        "got",
+        "let",
+        "lets",
+        "via",
+        "per",
+        "etc",
+        "whether",
+        "have",
+        "has",
+        "had",
+        "without",
+        "within",
+        "use.",
+        "important",
+        "nothing",
+        "something",
+        "everything",
+    ]
 )
 
 
@@ -139,7 +405,9 @@ def stem(word: str) -> str:
 
 
 def content_words(text: str) -> list[str]:
-    return [stem(w.strip(".-")) for w in words(text) if w.strip(".-") not in STOPWORDS and len(w) > 2]
+    return [
+        stem(w.strip(".-")) for w in words(text) if w.strip(".-") not in STOPWORDS and len(w) > 2
+    ]
 
 
 # -- handcrafted features for the learned heads ------------------------------------------

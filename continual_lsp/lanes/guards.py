@@ -172,7 +172,8 @@ def _eval_rule(rule: Rule, call: ToolCall, preview: Preview | None) -> tuple[str
     """("allow", None) | ("block", None) | ("rewrite", new_arguments)."""
     if isinstance(rule, ToolRule):
         if call.tool in rule.deny and (
-            not rule.existing_files_only or (preview is not None and preview.old_content is not None)
+            not rule.existing_files_only
+            or (preview is not None and preview.old_content is not None)
         ):
             return "block", None
         if rule.allow is not None and call.tool not in rule.allow:
@@ -186,7 +187,9 @@ def _eval_rule(rule: Rule, call: ToolCall, preview: Preview | None) -> tuple[str
                 return "block", None
         if call.tool == "bash" and rule.mode == "deny":
             cmd = str(call.arguments.get("cmd", ""))
-            if _BASH_WRITES.search(cmd) and any(path_matches(p, rule.globs) for p in _bash_paths(cmd)):
+            if _BASH_WRITES.search(cmd) and any(
+                path_matches(p, rule.globs) for p in _bash_paths(cmd)
+            ):
                 return "block", None
         return "allow", None
     if isinstance(rule, CommandRule):
@@ -198,7 +201,9 @@ def _eval_rule(rule: Rule, call: ToolCall, preview: Preview | None) -> tuple[str
         if rule.replace is None:
             return "block", None
         new_cmd = re.sub(rule.pattern, rule.replace, cmd)
-        return ("rewrite", {**call.arguments, "cmd": new_cmd}) if new_cmd != cmd else ("allow", None)
+        return (
+            ("rewrite", {**call.arguments, "cmd": new_cmd}) if new_cmd != cmd else ("allow", None)
+        )
     if isinstance(rule, ContentRule):
         if call.tool not in FILE_CHANGING_TOOLS:
             return "allow", None
@@ -206,14 +211,20 @@ def _eval_rule(rule: Rule, call: ToolCall, preview: Preview | None) -> tuple[str
         if rule.path_globs and (path is None or not path_matches(path, rule.path_globs)):
             return "allow", None
         flags = re.M | (re.I if rule.ignore_case else 0)
-        return ("block", None) if re.search(rule.pattern, added_text(call, preview), flags) else ("allow", None)
+        return (
+            ("block", None)
+            if re.search(rule.pattern, added_text(call, preview), flags)
+            else ("allow", None)
+        )
     if isinstance(rule, SizeRule):
         if call.tool not in FILE_CHANGING_TOOLS:
             return "allow", None
         path = call_path(call, preview)
         if rule.path_globs and (path is None or not path_matches(path, rule.path_globs)):
             return "allow", None
-        content = preview.new_content if preview is not None else str(call.arguments.get("content", ""))
+        content = (
+            preview.new_content if preview is not None else str(call.arguments.get("content", ""))
+        )
         if rule.max_lines is not None and len(content.splitlines()) > rule.max_lines:
             return "block", None
         if rule.max_bytes is not None and len(content.encode()) > rule.max_bytes:
@@ -247,7 +258,10 @@ class Guard:
                 rewritten = True
         if rewritten:
             return GuardVerdict(
-                action="rewrite", message=self.spec.message, rewritten_call=current, guard_id=self.id
+                action="rewrite",
+                message=self.spec.message,
+                rewritten_call=current,
+                guard_id=self.id,
             )
         return ALLOW
 

@@ -11,12 +11,14 @@ Layers, outermost first:
 Without bubblewrap the audit hook + rlimits still apply, but that is not a security
 boundary, so generated guards are refused unless `allow_unsandboxed=True`.
 
-(The tools part owns the bash sandbox; this helper is deliberately small and specific to
-guard code: JSON in, JSON out.)
+The process sandbox itself is `continual_lsp.tools.sandbox.run_sandboxed` (bwrap layout,
+secrets hidden, rlimits); this module adds the guard protocol (JSON in, JSON out) and the
+audit hook, and keeps a minimal runner of its own for when the tools part is absent.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -47,6 +49,8 @@ def _hook(event, args):
         writing = isinstance(mode, str) and any(c in mode for c in "wax+")
         if isinstance(mode, int):
             writing = bool(mode & (os.O_WRONLY | os.O_RDWR | os.O_CREAT))
+        if mode is None and len(args) > 2 and isinstance(args[2], int):
+            writing = bool(args[2] & (os.O_WRONLY | os.O_RDWR | os.O_CREAT))
         if writing and isinstance(path, (str, bytes)):
             p = os.path.realpath(os.fsdecode(path))
             if not (p == TMP or p.startswith(TMP + os.sep)):
@@ -110,60 +114,102 @@ def run_guard_code(
     allow_unsandboxed: bool = False,
 ) -> SandboxResult:
     """Run `check(call, preview)` from `code` in a fresh, limited interpreter."""
-    bwrap = bwrap_path()
-    if bwrap is None and not allow_unsandboxed:
-        return SandboxResult(ok=False, error="no bubblewrap: generated guards are refused")
     with tempfile.TemporaryDirectory(prefix="guard-") as tmp:
         tmp_real = os.path.realpath(tmp)
         runner = Path(tmp_real) / "runner.py"
         runner.write_text(_RUNNER)
-        py = [sys.executable, "-I", "-S", str(runner), tmp_real]
-        if bwrap is not None:
-            argv = [
-                bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-                "--tmpfs", "/tmp", "--bind", tmp_real, tmp_real, "--chdir", tmp_real,
-                "--unshare-net", "--unshare-pid", "--unshare-ipc", "--die-with-parent",
-                "--new-session", "--setenv", "TMPDIR", tmp_real, *py,
-            ]  # fmt: skip
-        else:
-            argv = py
-        stdin = json.dumps({"code": code, "input": payload})
+        argv = [sys.executable, "-I", "-S", str(runner), tmp_real]
+        stdin = json.dumps({"code": code, "input": payload}).encode()
+        env = {"PATH": "/usr/bin:/bin", "TMPDIR": tmp_real, "HOME": tmp_real}
         try:
-            proc = subprocess.Popen(
+            from continual_lsp.tools.sandbox import run_sandboxed
+        except ImportError:  # the tools part is optional for the lanes: use our own runner
+            return _run_local(argv, stdin, env, tmp_real, timeout_s, memory, allow_unsandboxed)
+        try:
+            res = run_sandboxed(
                 argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=tmp_real,
-                env={"PATH": "/usr/bin:/bin", "TMPDIR": tmp_real, "HOME": tmp_real},
-                preexec_fn=_limits(timeout_s, memory),  # noqa: PLW1509 (no threads fork here)
+                tmp_real,
+                timeout_s,
+                memory,
+                False,
+                [tmp_real],
+                stdin_data=stdin,
+                env=env,
+                home=tmp_real,
+                output_cap=OUTPUT_CAP,
+                allow_unsandboxed=allow_unsandboxed,
+                file_size_limit_bytes=1 << 20,
             )
-        except OSError as exc:
-            return SandboxResult(ok=False, error=f"could not start the sandbox: {exc}")
-        try:
-            out, err = proc.communicate(stdin.encode(), timeout=timeout_s + 1.0)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.kill()
-            proc.communicate()
+        except Exception as exc:  # ToolError: no sandbox here; refuse rather than run bare
+            return SandboxResult(ok=False, error=f"guard refused: {exc}")
+        if res.timed_out:
             return SandboxResult(ok=False, error=f"guard timed out after {timeout_s:.1f}s")
-        text = out[-OUTPUT_CAP:].decode("utf-8", "replace")
-        marker = text.rfind("\n@@RESULT@@")
-        if marker < 0:
-            reason = err.decode("utf-8", "replace").strip()[-500:] or f"exit {proc.returncode}"
-            if proc.returncode and proc.returncode < 0:
-                reason = f"killed by signal {-proc.returncode}; {reason}"
-            return SandboxResult(ok=False, error=f"guard died: {reason}", sandboxed=bwrap is not None)
-        try:
-            result = json.loads(text[marker + len("\n@@RESULT@@") :])
-        except json.JSONDecodeError as exc:
-            return SandboxResult(ok=False, error=f"guard answered non-JSON: {exc}")
-        return SandboxResult(
-            ok=bool(result.get("ok")),
-            value=result.get("value"),
-            error=str(result.get("error", "")),
-            sandboxed=bwrap is not None,
+        return _parse(res.output, res.stderr, res.exit_code, res.sandboxed)
+
+
+def _parse(out: str, err: str, code: int | None, sandboxed: bool) -> SandboxResult:
+    marker = out.rfind("\n@@RESULT@@")
+    if marker < 0:
+        reason = err.strip()[-500:] or f"exit {code}"
+        if code is not None and code < 0:
+            reason = f"killed by signal {-code}; {reason}"
+        return SandboxResult(ok=False, error=f"guard died: {reason}", sandboxed=sandboxed)
+    try:
+        result = json.loads(out[marker + len("\n@@RESULT@@") :])
+    except json.JSONDecodeError as exc:
+        return SandboxResult(ok=False, error=f"guard answered non-JSON: {exc}")
+    return SandboxResult(
+        ok=bool(result.get("ok")),
+        value=result.get("value"),
+        error=str(result.get("error", "")),
+        sandboxed=sandboxed,
+    )
+
+
+def _run_local(
+    py: list[str],
+    stdin: bytes,
+    env: dict[str, str],
+    tmp_real: str,
+    timeout_s: float,
+    memory: int,
+    allow_unsandboxed: bool,
+) -> SandboxResult:
+    bwrap = bwrap_path()
+    if bwrap is None and not allow_unsandboxed:
+        return SandboxResult(ok=False, error="no bubblewrap: generated guards are refused")
+    if bwrap is not None:
+        argv = [
+            bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+            "--tmpfs", "/tmp", "--bind", tmp_real, tmp_real, "--chdir", tmp_real,
+            "--unshare-net", "--unshare-pid", "--unshare-ipc", "--die-with-parent",
+            "--new-session", *py,
+        ]  # fmt: skip
+    else:
+        argv = py
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=tmp_real,
+            env=env,
+            preexec_fn=_limits(timeout_s, memory),
         )
+    except OSError as exc:
+        return SandboxResult(ok=False, error=f"could not start the sandbox: {exc}")
+    try:
+        out, err = proc.communicate(stdin, timeout=timeout_s + 1.0)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.kill()
+        proc.communicate()
+        return SandboxResult(ok=False, error=f"guard timed out after {timeout_s:.1f}s")
+    return _parse(
+        out[-OUTPUT_CAP:].decode("utf-8", "replace"),
+        err.decode("utf-8", "replace"),
+        proc.returncode,
+        bwrap is not None,
+    )

@@ -22,6 +22,9 @@ class SampleParams(BaseModel):
     temperature: float = 0.0  # 0 = greedy
     max_tokens: int = 256
     seed: int | None = None
+    # Restrict the grammar to these tools (None = all seven): a per-task or per-user
+    # allow-list, like other agents' "allowed tools" setting.
+    tools: list[str] | None = None
 
 
 class Completion(BaseModel):

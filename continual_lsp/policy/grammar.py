@@ -7,8 +7,11 @@ token is sampled under a grammar compiled from `tools.base.tool_call_schema()`: 
 Speed: most of a call is punctuation and key names the grammar forces. Those tokens are
 never decoded one at a time: after each sampled token the matcher's fast-forward tokens
 (`compute_ff_tokens`) are appended and fed together with the sampled token in **one**
-forward pass over the KV cache. A step where the mask allows a single token (the
-end-of-turn token after the closing brace, a forced key) needs no sampling either.
+forward pass over the KV cache; the forced opening `{"tool":"` rides along with the
+prompt's prefill. A step where the mask allows a single token (the end-of-turn token
+after the closing brace) needs no sampling either. `PromptCache` keeps the last prompt's
+KV so the next prompt only prefills what it does not share (the system prompt and
+earlier turns are shared between turns).
 
 Logprobs: for every completion token, forced ones included, we record the *unmasked*
 model log-softmax of that token at its position (temperature 1, no grammar mask). That is
@@ -21,6 +24,7 @@ sampling distribution itself (mask, temperature) is deliberately not what is rec
 from __future__ import annotations
 
 import copy
+import inspect
 import time
 from typing import Any
 
@@ -30,7 +34,7 @@ import numpy as np
 import torch
 
 from continual_lsp.policy.base import Completion, SampleParams
-from continual_lsp.tools.base import tool_call_schema
+from continual_lsp.tools.base import TOOL_NAMES, tool_call_schema
 
 # No whitespace between JSON tokens: the canonical form has none (render.call_text), and
 # a small model given optional whitespace can loop on newlines until max_tokens.
@@ -64,18 +68,44 @@ def _strip_schema(node: Any) -> Any:
     return out
 
 
-def decoding_schema() -> dict[str, Any]:
-    """The schema calls are decoded under: `tool_call_schema()` without null branches."""
+def check_tools(tools: list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
+    """The allowed tools in canonical order (None = all seven); ValueError if unknown/empty."""
+    if tools is None:
+        return TOOL_NAMES
+    unknown = sorted(set(tools) - set(TOOL_NAMES))
+    if unknown:
+        raise ValueError(f"unknown tools {unknown}; the tools are {', '.join(TOOL_NAMES)}")
+    if not tools:
+        raise ValueError("the allowed tools list is empty: at least one tool is needed")
+    return tuple(name for name in TOOL_NAMES if name in tools)
+
+
+def decoding_schema(tools: list[str] | tuple[str, ...] | None = None) -> dict[str, Any]:
+    """The schema calls are decoded under: `tool_call_schema()` without null branches,
+    restricted to `tools` (an allow-list, `SampleParams.tools`) when given."""
+    allowed = check_tools(tools)
     schema: dict[str, Any] = _strip_schema(copy.deepcopy(tool_call_schema()))
+    schema["oneOf"] = [
+        branch for branch in schema["oneOf"] if branch["properties"]["tool"]["const"] in allowed
+    ]
     return schema
 
 
 class ToolCallGrammar:
-    """The compiled grammar and llguidance's view of the tokenizer (built once, ~0.5 s)."""
+    """The compiled grammar and llguidance's view of the tokenizer.
 
-    def __init__(self, tokenizer: Any, schema: dict[str, Any] | None = None) -> None:
+    Building the llguidance tokenizer takes ~0.5 s: pass `ll_tokenizer` from another
+    grammar to share it (one grammar per allowed-tools set).
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        schema: dict[str, Any] | None = None,
+        ll_tokenizer: llguidance.LLTokenizer | None = None,
+    ) -> None:
         self.tokenizer = tokenizer
-        self.ll_tokenizer = llguidance.hf.from_tokenizer(tokenizer)
+        self.ll_tokenizer = ll_tokenizer or llguidance.hf.from_tokenizer(tokenizer)
         self.grammar = llguidance.LLMatcher.grammar_from_json_schema(
             schema if schema is not None else decoding_schema(), defaults=JSON_OPTIONS
         )
@@ -96,8 +126,14 @@ class ToolCallGrammar:
 
     def accepts(self, tokens: list[int]) -> bool:
         """True when `tokens` is a complete call followed by the end-of-turn token."""
+        if not tokens or tokens[-1] not in self.eos_tokens:
+            return False
         matcher = self.matcher()
-        return matcher.consume_tokens(tokens) and matcher.is_stopped() and not matcher.is_error()
+        # The matcher stops as soon as the JSON is closed; the end-of-turn token must still
+        # be consumable then (it is what ends the assistant turn in training data).
+        return bool(
+            matcher.consume_tokens(tokens) and matcher.is_stopped() and not matcher.is_error()
+        )
 
 
 def allowed_mask(matcher: llguidance.LLMatcher, vocab_size: int) -> torch.Tensor:
@@ -110,24 +146,107 @@ def allowed_mask(matcher: llguidance.LLMatcher, vocab_size: int) -> torch.Tensor
     return mask
 
 
+def _cache_keyword(model: Any) -> str:
+    """Name of the KV-cache argument: transformers 5.2x renamed `past_key_values` to `cache`."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    params = inspect.signature(base.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+class PromptCache:
+    """The KV cache of the last prompt, reused for the longest prefix the next one shares.
+
+    Every agent turn re-renders the whole conversation, so consecutive prompts share the
+    system prompt (~250 tokens) and usually all earlier turns: reusing their keys and
+    values saves most of the prefill, the largest cost of a proposal on CPU. An entry is
+    valid only for the weights it was computed with: `key` (see
+    `LocalPolicy.weights_key`) must match, or the entry is dropped. Only plain
+    `DynamicCache` layers are reused (sliding-window or recurrent layers cannot be cut
+    at an arbitrary prefix); other models simply prefill in full.
+    """
+
+    def __init__(self) -> None:
+        self.tokens: list[int] = []
+        self.layers: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.key: Any = None
+        self.hits = 0
+        self.reused_tokens = 0
+
+    def clear(self) -> None:
+        self.tokens, self.layers, self.key = [], [], None
+
+    def lookup(self, prompt_tokens: list[int], key: Any) -> tuple[int, Any]:
+        """(number of prompt tokens covered, a fresh cache holding them) or (0, None)."""
+        if not self.layers or key != self.key:
+            return 0, None
+        shared = 0
+        for a, b in zip(self.tokens, prompt_tokens, strict=False):
+            if a != b:
+                break
+            shared += 1
+        # At least one prompt token must still be fed: its logits predict the first token.
+        shared = min(shared, len(prompt_tokens) - 1)
+        if shared <= 0:
+            return 0, None
+        from transformers import DynamicCache
+
+        # DynamicCache.update concatenates into new tensors, so these slices of the stored
+        # tensors are never written to: the entry stays valid for later lookups.
+        data = [(k[..., :shared, :], v[..., :shared, :]) for k, v in self.layers]
+        self.hits += 1
+        self.reused_tokens += shared
+        return shared, DynamicCache(ddp_cache_data=data)
+
+    def store(self, prompt_tokens: list[int], cache: Any, key: Any) -> None:
+        from transformers.cache_utils import DynamicLayer
+
+        layers = getattr(cache, "layers", None)
+        if not layers or any(type(layer) is not DynamicLayer for layer in layers):
+            self.clear()
+            return
+        self.tokens = list(prompt_tokens)
+        self.layers = [(layer.keys, layer.values) for layer in layers]
+        self.key = key
+
+
 class _Decoder:
     """Incremental forward passes over one growing sequence, with a KV cache."""
 
-    def __init__(self, model: Any, prompt_tokens: list[int]) -> None:
+    def __init__(
+        self,
+        model: Any,
+        prompt_tokens: list[int],
+        opening: list[int],
+        prompt_cache: PromptCache | None = None,
+        weights_key: Any = None,
+    ) -> None:
+        """Prefill the prompt and the grammar's forced `opening` in one pass.
+
+        `self.opening_logits` row i predicts opening[i]; `next_logits` predicts the token
+        after the opening. Only those rows go through the LM head (576 x 49k a row, a large
+        share of prefill if done for every prompt token).
+        """
         self.model = model
         self.device = next(model.parameters()).device
         self.cache: Any = None
-        # Only the last position's logits are needed after the prompt: skip the LM head
-        # over the whole prompt (576 x 49k per token is a large share of prefill).
-        logits = self._forward(prompt_tokens, keep=1)
+        self.cache_keyword = _cache_keyword(model)
+        reused = 0
+        if prompt_cache is not None:
+            reused, self.cache = prompt_cache.lookup(prompt_tokens, weights_key)
+        logits = self._forward(prompt_tokens[reused:] + opening, keep=len(opening) + 1)
+        self.opening_logits = logits[:-1]
         self.next_logits = logits[-1]
+        if prompt_cache is not None:
+            # The stored K/V run past the prompt (the opening); lookups never use more
+            # positions than the stored prompt tokens, so that tail is simply ignored.
+            prompt_cache.store(prompt_tokens, self.cache, weights_key)
 
     def _forward(self, tokens: list[int], keep: int) -> torch.Tensor:
         ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
-        out = self.model(
-            input_ids=ids, past_key_values=self.cache, use_cache=True, logits_to_keep=keep
-        )
-        self.cache = out.past_key_values
+        kwargs = {self.cache_keyword: self.cache}
+        out = self.model(input_ids=ids, use_cache=True, logits_to_keep=keep, **kwargs)
+        cache = getattr(out, "cache", None)
+        self.cache = cache if cache is not None else out.past_key_values
         return out.logits[0].float()
 
     def feed(self, tokens: list[int]) -> torch.Tensor:
@@ -142,12 +261,16 @@ def constrained_decode(
     grammar: ToolCallGrammar,
     prompt_tokens: list[int],
     params: SampleParams,
+    prompt_cache: PromptCache | None = None,
+    weights_key: Any = None,
 ) -> Completion:
     """Sample one tool call under the grammar; see the module docstring for logprobs.
 
     Stops at the end-of-turn token (recorded as the last completion token, as in
     `Renderer.render_call`), at `params.max_tokens`, or when the matcher errors. An
     unfinished call is returned as is: the caller's `parse_call` fails and it resamples.
+    With a `prompt_cache`, the prompt prefix it shares with the previous prompt is not
+    recomputed; `weights_key` identifies the current weights (a mismatch drops the cache).
     """
     start = time.perf_counter()
     if not prompt_tokens:
@@ -167,13 +290,21 @@ def constrained_decode(
     forced = 0
     limit = max(0, params.max_tokens)
 
+    # The grammar's opening (`{"tool":"`) is forced before anything is sampled: it goes
+    # through the model in the same pass as the prompt.
+    opening = _take(matcher.compute_ff_tokens(), limit)
+    if opening:
+        matcher.consume_tokens(opening)
+        forced += len(opening)
+    pending: list[int] = []
+
     with torch.inference_mode():
-        decoder = _Decoder(model, prompt_tokens)
-        # The grammar's opening (`{"tool":"`) is forced before anything is sampled.
-        pending = _take(matcher.compute_ff_tokens(), limit)
-        if pending:
-            matcher.consume_tokens(pending)
-            forced += len(pending)
+        decoder = _Decoder(model, prompt_tokens, opening, prompt_cache, weights_key)
+        if opening:
+            tokens.extend(opening)
+            rows = torch.log_softmax(decoder.opening_logits, dim=-1)
+            picked = torch.tensor(opening, dtype=torch.long, device=rows.device)
+            logprobs.extend(rows.gather(1, picked[:, None])[:, 0].tolist())
         while True:
             if pending:
                 # One forward pass for the sampled token and the tokens forced after it.
@@ -248,4 +379,3 @@ def _choose(
     probs = torch.softmax(masked / temperature, dim=-1)
     # The generator lives on the CPU so a seed gives the same call on any device.
     return int(torch.multinomial(probs.cpu(), 1, generator=generator)[0])
-

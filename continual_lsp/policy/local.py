@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import copy
 import os
+import threading
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +32,16 @@ from continual_lsp.policy.base import (
     SampleParams,
     TrainMetrics,
 )
-from continual_lsp.policy.grammar import ToolCallGrammar, constrained_decode
+from continual_lsp.policy.grammar import (
+    PromptCache,
+    ToolCallGrammar,
+    check_tools,
+    constrained_decode,
+    decoding_schema,
+)
 from continual_lsp.policy.model_files import load_model_and_tokenizer
 from continual_lsp.policy.render import ChatMLRenderer
+from continual_lsp.tools.base import TOOL_NAMES
 
 
 def default_adapters_dir(settings: Settings) -> Path:
@@ -42,6 +51,26 @@ def default_adapters_dir(settings: Settings) -> Path:
     if settings.store_path:
         return Path(settings.store_path).expanduser().parent / "adapters" / settings.user
     return Path(platformdirs.user_data_dir("continual-lsp")) / "adapters" / settings.user
+
+
+def torch_threads() -> int:
+    """Intra-op threads: `CONTINUAL_LSP_THREADS`, else half the cores this process may use.
+
+    Why not every core: this process shares the machine with the training worker (its own
+    process) and the editor. Measured on the 2-core build machine with busy neighbours
+    (load average 5-9): one decode step took ~110 ms with 1 thread and 600-1100 ms with 2
+    (OpenMP threads wait for each other at every barrier, and a descheduled one stalls
+    all). With the cores to itself, 2 threads gain little on a 576-wide model. So the
+    default leaves half the cores free; set CONTINUAL_LSP_THREADS to override.
+    """
+    env = os.environ.get("CONTINUAL_LSP_THREADS", "").strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    try:
+        cores = len(os.sched_getaffinity(0))  # respects taskset / cgroup cpusets
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores // 2)
 
 
 class LocalPolicy:
@@ -56,9 +85,7 @@ class LocalPolicy:
     def __init__(
         self, settings: Settings, model_and_tokenizer: tuple[Any, Any] | None = None
     ) -> None:
-        # Torch defaults to the physical core count on some builds and 1 on others; the
-        # sampler is the only heavy work in this process, so let it use every core.
-        torch.set_num_threads(os.cpu_count() or 1)
+        torch.set_num_threads(torch_threads())
         self.settings = settings
         self.model_name: str = settings.model
         if model_and_tokenizer is None:
@@ -68,7 +95,7 @@ class LocalPolicy:
             # injects LoRA layers into the module in place, which would change it for every
             # other user. Copy it first; 135M parameters copy in well under a second.
             base, tokenizer = model_and_tokenizer
-            base = copy.deepcopy(base)
+            base = copy.deepcopy(base).to(settings.device)
         self.tokenizer: Any = tokenizer
         config = LoraConfig(
             r=settings.lora_rank,
@@ -77,11 +104,20 @@ class LocalPolicy:
             lora_dropout=0.0,
             task_type="CAUSAL_LM",
         )
-        self.model: PeftModel = get_peft_model(base, config)
+        with warnings.catch_warnings():
+            # peft 0.21 calls a transformers 5 deprecated property; the warning is noise.
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
+            self.model: PeftModel = get_peft_model(base, config)
         self.model.eval()
-        self._renderer = ChatMLRenderer(tokenizer)
-        self.grammar = ToolCallGrammar(tokenizer)
+        # The prompt lists only the allowed tools; SampleParams.tools can narrow further.
+        self._renderer = ChatMLRenderer(tokenizer, tools=settings.allowed_tools)
+        self.grammar = ToolCallGrammar(tokenizer)  # all seven tools
+        self._grammars: dict[tuple[str, ...], ToolCallGrammar] = {TOOL_NAMES: self.grammar}
         self._adapter_version: str | None = None
+        # KV of the last prompt; consecutive agent turns share most of their prompt.
+        self.prompt_cache = PromptCache()
+        # One sampler at a time: the prompt cache is shared state.
+        self._lock = threading.Lock()
         self.adapters_dir: Path = default_adapters_dir(settings)
 
     # -- Policy protocol: identity ---------------------------------------------------------
@@ -104,9 +140,52 @@ class LocalPolicy:
 
     # -- sampling and scoring --------------------------------------------------------------
 
+    def weights_key(self) -> tuple[Any, ...]:
+        """Identifies the current weights, so a prompt cache never outlives them.
+
+        Training and adapter loading live in training.py (another module, maybe another
+        author), so rather than rely on them to invalidate the cache, we detect change:
+        every in-place write through a parameter (optimizer steps, `load_state_dict`)
+        bumps its version counter, a replaced parameter changes its identity, and the
+        checksum of the trainable (LoRA) weights catches writes through `.data`, which
+        bypass the counter. About 2 ms for 1.8 M LoRA parameters.
+        """
+        versions = tuple((id(p), p._version) for p in self.model.parameters())
+        with torch.no_grad():
+            trainable = [
+                p.sum(dtype=torch.float64) for n, p in self.model.named_parameters() if "lora_" in n
+            ]
+            checksum = float(torch.stack(trainable).sum()) if trainable else 0.0
+        return (self._adapter_version, str(self.model.active_adapter), versions, checksum)
+
+    def grammar_for(self, tools: list[str] | None) -> ToolCallGrammar:
+        """The grammar for an allow-list of tools (compiled once per distinct list)."""
+        allowed = check_tools(tools)
+        grammar = self._grammars.get(allowed)
+        if grammar is None:
+            grammar = ToolCallGrammar(
+                self.tokenizer, decoding_schema(allowed), ll_tokenizer=self.grammar.ll_tokenizer
+            )
+            self._grammars[allowed] = grammar
+        return grammar
+
     def sample(self, prompt_tokens: list[int], params: SampleParams) -> Completion:
-        """One tool call decoded under the grammar, with per-token logprobs (grammar.py)."""
-        return constrained_decode(self.model, self.grammar, prompt_tokens, params)
+        """One tool call decoded under the grammar, with per-token logprobs (grammar.py).
+
+        `params.tools` restricts the call to those tools (ValueError if one is unknown);
+        when it is None, `settings.allowed_tools` applies (None there too: all seven).
+        """
+        tools = params.tools if params.tools is not None else self.settings.allowed_tools
+        grammar = self.grammar_for(tools)
+        with self._lock:
+            return constrained_decode(
+                self.model,
+                grammar,
+                prompt_tokens,
+                params,
+                prompt_cache=self.prompt_cache,
+                weights_key=self.weights_key(),
+            )
 
     def logprobs(self, prompt_tokens: list[int], completion_tokens: list[int]) -> list[float]:
         """Current weights' logprob of each completion token: one forward pass, no grad."""
@@ -124,7 +203,9 @@ class LocalPolicy:
             return []
         if not prompt_tokens:
             raise ValueError("logprobs needs a non-empty prompt")
-        ids = torch.tensor([prompt_tokens + completion_tokens], dtype=torch.long, device=self.device)
+        ids = torch.tensor(
+            [prompt_tokens + completion_tokens], dtype=torch.long, device=self.device
+        )
         n = len(completion_tokens)
         with torch.inference_mode():
             # Logits of the last n + 1 positions: position P-1 predicts the first completion

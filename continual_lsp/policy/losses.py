@@ -105,7 +105,9 @@ def add_tail_bucket(log_probs: torch.Tensor) -> torch.Tensor:
     return torch.cat([log_probs, tail], dim=-1)
 
 
-def divergence(student_log_probs: torch.Tensor, teacher_log_probs: torch.Tensor, alpha: float) -> torch.Tensor:
+def divergence(
+    student_log_probs: torch.Tensor, teacher_log_probs: torch.Tensor, alpha: float
+) -> torch.Tensor:
     """Generalised JSD over the last axis, as TRL's `compute_divergence`.
 
     `alpha = 1`: reverse KL(student ‖ teacher) (mode seeking, SDPO's default);

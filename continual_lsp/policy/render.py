@@ -60,9 +60,12 @@ def compact_schema(name: str) -> str:
     return "{" + ", ".join(parts) + "}"
 
 
-def default_system_prompt() -> str:
+def default_system_prompt(tools: list[str] | tuple[str, ...] | None = None) -> str:
+    """The instruction and one line per tool (all seven, or the allowed `tools`)."""
     lines = [SYSTEM_INSTRUCTION]
     for name in TOOL_NAMES:
+        if tools is not None and name not in tools:
+            continue
         doc = (ARG_MODELS[name].__doc__ or "").strip().splitlines()[0]
         lines.append(f"- {name} {compact_schema(name)}: {doc}")
     return "\n".join(lines)
@@ -90,7 +93,9 @@ def format_result(result: ToolResult) -> str:
     """Tool output as the model sees it next turn (status line only when it matters)."""
     head = []
     if not result.ok:
-        head.append("error" if result.exit_code is None else f"failed, exit code {result.exit_code}")
+        head.append(
+            "error" if result.exit_code is None else f"failed, exit code {result.exit_code}"
+        )
     elif result.exit_code not in (None, 0):
         head.append(f"exit code {result.exit_code}")
     if result.truncated:
@@ -102,9 +107,19 @@ def format_result(result: ToolResult) -> str:
 class ChatMLRenderer:
     """Implements `policy.base.Renderer` for ChatML tokenizers (SmolLM2 and its kin)."""
 
-    def __init__(self, tokenizer: Any, system_prompt: str | None = None) -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        system_prompt: str | None = None,
+        tools: list[str] | tuple[str, ...] | None = None,
+    ) -> None:
+        """`tools`: list only these tools in the default system prompt (None = all)."""
         self.tokenizer = tokenizer
-        self.system_prompt = system_prompt if system_prompt is not None else default_system_prompt()
+        if tools is not None and set(tools) - set(TOOL_NAMES):
+            raise ValueError(f"unknown tools {sorted(set(tools) - set(TOOL_NAMES))}")
+        self.system_prompt = (
+            system_prompt if system_prompt is not None else default_system_prompt(tools)
+        )
         end = tokenizer.convert_tokens_to_ids("<|im_end|>")
         if not isinstance(end, int) or end == tokenizer.unk_token_id:
             end = tokenizer.eos_token_id
@@ -163,8 +178,17 @@ class ChatMLRenderer:
     # -- calls --------------------------------------------------------------------------
 
     def render_call(self, call: ToolCall) -> list[int]:
-        """Tokens the model writes for `call`: canonical JSON, then the end-of-turn token."""
-        return [*self.tokenize(call_text(call)), self.end_of_turn_id]
+        """Tokens the model writes for `call`: canonical JSON, then the end-of-turn token.
+
+        Raises ValueError when the arguments do not validate, or when the tokenizer cannot
+        write the text (SmolLM2's byte-level vocabulary lacks the UTF-8 lead bytes of the
+        unassigned planes 4-11, so such characters would be silently dropped).
+        """
+        text = call_text(call)
+        tokens = self.tokenize(text)
+        if self.decode(tokens) != text:
+            raise ValueError("the call contains characters this model's tokenizer cannot write")
+        return [*tokens, self.end_of_turn_id]
 
     def parse_call(self, text: str) -> ToolCall:
         """Exactly one tool call, arguments validated and canonical; else ValueError.

@@ -431,6 +431,13 @@ class Store:
             job[key] = _loads(job[key])
         return job
 
+    def has_job_for(self, proposal_id: str) -> bool:
+        rows = self._query(
+            "SELECT 1 FROM jobs WHERE json_extract(payload, '$.proposal_id') = ? LIMIT 1",
+            (proposal_id,),
+        )
+        return bool(rows)
+
     def queue_depth(self, kinds: tuple[str, ...] | None = None) -> int:
         sql, args = "SELECT COUNT(*) FROM jobs WHERE status IN ('pending','running')", ()
         if kinds:

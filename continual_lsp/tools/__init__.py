@@ -1,0 +1,48 @@
+"""The seven tools (read, write, edit, edit_lines, glob, grep, bash) and their sandbox.
+
+The agent needs only `Workspace` (alias `ToolRunner`) and `sandbox_status`; the lanes
+part runs generated guard code with `run_sandboxed`.
+"""
+
+from continual_lsp.tools.base import (
+    ARG_MODELS,
+    FILE_CHANGING_TOOLS,
+    READ_ONLY_TOOLS,
+    TOOL_NAMES,
+    PathEscapeError,
+    Preview,
+    StaleProposalError,
+    ToolCall,
+    ToolError,
+    ToolResult,
+    tool_call_schema,
+    tool_schema,
+)
+from continual_lsp.tools.bash import run_bash
+from continual_lsp.tools.jail import display, resolve
+from continual_lsp.tools.runner import ToolRunner, Workspace, sha256_of
+from continual_lsp.tools.sandbox import SandboxResult, run_sandboxed, sandbox_status
+
+__all__ = [
+    "ARG_MODELS",
+    "FILE_CHANGING_TOOLS",
+    "READ_ONLY_TOOLS",
+    "TOOL_NAMES",
+    "PathEscapeError",
+    "Preview",
+    "SandboxResult",
+    "StaleProposalError",
+    "ToolCall",
+    "ToolError",
+    "ToolResult",
+    "ToolRunner",
+    "Workspace",
+    "display",
+    "resolve",
+    "run_bash",
+    "run_sandboxed",
+    "sandbox_status",
+    "sha256_of",
+    "tool_call_schema",
+    "tool_schema",
+]

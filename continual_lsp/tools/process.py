@@ -9,6 +9,7 @@ too: nothing a tool starts outlives the call.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
 import signal
@@ -17,6 +18,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import IO
 
 from continual_lsp.tools.output import CappedBytes
 
@@ -39,22 +41,28 @@ class ProcessResult:
 
 def kill_group(pgid: int) -> None:
     """SIGKILL a whole process group; a group already gone is fine."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
-def _feed(pipe: object, data: bytes) -> None:
+def _exited(proc: subprocess.Popen[bytes]) -> bool:
+    """Has the child exited? Checked WITHOUT reaping it.
+
+    While the exited leader stays a zombie its pid, and so the process group id, cannot
+    be reused: the killpg that follows can only reach this command's own processes.
+    """
     try:
-        pipe.write(data)  # type: ignore[attr-defined]
-    except (BrokenPipeError, OSError, ValueError):
-        pass  # the child did not want (all of) its input
-    finally:
-        try:
-            pipe.close()  # type: ignore[attr-defined]
-        except (BrokenPipeError, OSError):
-            pass
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True  # already reaped
+
+
+def _feed(pipe: IO[bytes], data: bytes) -> None:
+    # A child that does not read (all of) its input is not an error.
+    with contextlib.suppress(OSError, ValueError):
+        pipe.write(data)
+    with contextlib.suppress(OSError, ValueError):
+        pipe.close()
 
 
 def run_process(
@@ -103,7 +111,7 @@ def run_process(
         while sel.get_map():
             now = time.monotonic()
             if drain_until is None:
-                if proc.poll() is not None:
+                if _exited(proc):
                     # The command is done; background children it left are not wanted.
                     kill_group(pgid)
                     drain_until = now + _DRAIN_S
@@ -129,13 +137,14 @@ def run_process(
         if drain_until is None:
             # Every pipe closed but the command still runs (it closed its output): it
             # still gets the rest of its time.
-            try:
-                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                timed_out = True
+            while not _exited(proc):
+                if time.monotonic() >= deadline:
+                    timed_out = True
+                    break
+                time.sleep(0.02)
     finally:
         sel.close()
-        kill_group(pgid)
+        kill_group(pgid)  # before reaping the leader: see _exited
         for pipe in (proc.stdout, proc.stderr):
             if pipe is not None:
                 pipe.close()

@@ -49,6 +49,7 @@ __all__ = [
     "home_dir",
     "limit_argv",
     "run_sandboxed",
+    "sandbox_env",
     "sandbox_status",
     "scrub_env",
 ]
@@ -90,6 +91,8 @@ HOST_SOCKETS: tuple[str, ...] = (
     "/run/containerd/containerd.sock",
     "/run/podman/podman.sock",
     "/run/dbus/system_bus_socket",
+    # Per-user runtime dirs hold the ssh-agent, gpg-agent and session D-Bus sockets.
+    "/run/user",
 )
 
 # Environment variables whose names suggest a credential are not passed in.
@@ -119,6 +122,25 @@ def scrub_env(env: Mapping[str, str]) -> dict[str, str]:
         for name, value in env.items()
         if name not in _SECRET_ENV_NAMES and not _SECRET_ENV.search(name)
     }
+
+
+def sandbox_env(
+    env: Mapping[str, str], writable_dirs: Sequence[str | os.PathLike[str]]
+) -> dict[str, str]:
+    """The environment inside the sandbox: credentials scrubbed, TMPDIR writable.
+
+    A TMPDIR outside every writable directory would be read-only in there, and tools
+    that need a temp file would fail: it is pointed at the private /tmp instead.
+    """
+    out = scrub_env(env)
+    tmpdir = out.get("TMPDIR")
+    if tmpdir is not None:
+        real = Path(os.path.realpath(tmpdir))
+        inside_tmp = _inside(real, Path("/tmp"))
+        writable = any(_inside(real, Path(os.path.realpath(d))) for d in writable_dirs)
+        if not (inside_tmp or writable):
+            out["TMPDIR"] = "/tmp"
+    return out
 
 
 def _inside(path: Path, parent: Path) -> bool:
@@ -317,7 +339,7 @@ def run_sandboxed(
             home=home if home is not None else home_dir(base_env),
             bwrap=bwrap,
         )
-        run_env = scrub_env(base_env)
+        run_env = sandbox_env(base_env, writable_dirs)
         sandboxed = True
     elif allow_unsandboxed:
         full, run_env, sandboxed = limited, base_env, False

@@ -1,0 +1,47 @@
+"""One module per LSP method (or family of commands); `register_all` wires them up."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import (
+    code_action,
+    decide,
+    did_change,
+    did_close,
+    did_open,
+    did_save,
+    execute_command,
+    initialize,
+    ledger,
+    note,
+    revert,
+    shutdown,
+    start_task,
+    status,
+)
+
+if TYPE_CHECKING:
+    from ..app import ContinualServer
+
+MODULES = (
+    initialize,
+    did_open,
+    did_change,
+    did_save,
+    did_close,
+    code_action,
+    execute_command,
+    start_task,
+    decide,
+    note,
+    ledger,
+    revert,
+    status,
+    shutdown,
+)
+
+
+def register_all(ls: ContinualServer) -> None:
+    for module in MODULES:
+        module.register(ls)

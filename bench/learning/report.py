@@ -1,0 +1,166 @@
+"""Markdown table, goal checks and PNG plots from the suite's points."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from bench.learning.scenarios import SCENARIOS
+from bench.learning.suite import METHODS, TRAINED, Point
+
+COLORS = {
+    "sdpo_token": "tab:blue",
+    "sdpo_topk": "tab:purple",
+    "sft": "tab:red",
+    "context": "tab:green",
+    "none": "tab:gray",
+}
+
+
+def _fmt(x: float | None, spec: str) -> str:
+    return "n/a" if x is None else format(x, spec)
+
+
+def _by_key(points: list[Point]) -> dict[tuple[str, str, int], Point]:
+    return {(p.scenario, p.method, p.k): p for p in points}
+
+
+def table(points: list[Point]) -> str:
+    """One row per (scenario, method, k), k = 0 (the base model) first."""
+    lines = [
+        "| scenario | method | k | held-out compliance | margin (nats) | Δ margin vs base "
+        "| drift KL | s / correction | context tok / call | notes-only tok / call "
+        "| train proposals already compliant |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    base = {p.scenario: p for p in points if p.k == 0 and p.method == "none"}
+    base |= {p.scenario: p for p in points if p.k == 0 and p.scenario not in base}
+    order = {m: i for i, m in enumerate(METHODS)}
+    for p in sorted(points, key=lambda p: (p.scenario, order.get(p.method, 99), p.k)):
+        if p.k == 0 and p.method != "none":
+            continue  # identical to none's k = 0 row
+        b = base.get(p.scenario)
+        delta = p.margin - b.margin if b is not None else None
+        lines.append(
+            f"| {p.scenario} | {p.method} | {p.k} | {p.compliance:.0%} | {p.margin:+.2f} "
+            f"| {_fmt(delta, '+.2f')} | {_fmt(p.drift_kl, '.5f')} "
+            f"| {p.seconds_per_correction:.2f} | {p.context_tokens} | {p.notes_only_tokens} "
+            f"| {p.train_proposals_compliant if p.method in TRAINED and p.k else '-'} |"
+        )
+    return "\n".join(lines)
+
+
+def summary_table(points: list[Point]) -> str:
+    """Compliance per scenario and method at each k (the headline grid)."""
+    ks = sorted({p.k for p in points})
+    idx = _by_key(points)
+    methods = [m for m in METHODS if any(p.method == m for p in points)]
+    head = "| scenario | method | " + " | ".join(f"k={k}" for k in ks) + " |"
+    lines = [head, "|---|---|" + "---:|" * len(ks)]
+    for sc in [s.name for s in SCENARIOS if any(p.scenario == s.name for p in points)]:
+        for m in methods:
+            cells = []
+            for k in ks:
+                p = idx.get((sc, m, k))
+                cells.append("" if p is None else f"{p.compliance:.0%}")
+            lines.append(f"| {sc} | {m} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def goals(points: list[Point]) -> dict[str, Any]:
+    """The three goals of the issue, computed, not asserted."""
+    out: dict[str, Any] = {}
+    # 1. ≥ 80 % held-out compliance after ≤ 5 corrections, weights only (no rule in context).
+    hits = sorted(
+        {(p.scenario, p.method, p.k) for p in points
+         if p.method in TRAINED and 1 <= p.k <= 5 and p.compliance >= 0.8}
+    )  # fmt: skip
+    best = max(
+        (p for p in points if p.method in TRAINED and 1 <= p.k <= 5),
+        key=lambda p: p.compliance,
+        default=None,
+    )
+    out["compliance_80_by_5"] = {
+        "met": bool(hits),
+        "hits": [f"{s}/{m}@k={k}" for s, m, k in hits],
+        "best": None
+        if best is None
+        else f"{best.scenario}/{best.method}@k={best.k}: {best.compliance:.0%}",
+    }
+    # 2. SDPO drift ≤ ½ SFT drift at equal compliance: pairs (scenario, k) where the SDPO
+    #    method is at least as compliant as SFT, so lower drift is not bought by learning less.
+    idx = _by_key(points)
+    ratios: dict[str, list[float]] = defaultdict(list)
+    pairs: dict[str, int] = defaultdict(int)
+    for p in points:
+        if p.method not in ("sdpo_token", "sdpo_topk") or p.k == 0 or p.drift_kl is None:
+            continue
+        sft = idx.get((p.scenario, "sft", p.k))
+        if sft is None or sft.drift_kl is None or sft.drift_kl <= 0:
+            continue
+        pairs[p.method] += 1
+        if p.compliance >= sft.compliance:
+            ratios[p.method].append(p.drift_kl / sft.drift_kl)
+    out["drift_half_of_sft"] = {
+        m: {
+            "pairs_at_equal_or_better_compliance": len(r),
+            "pairs_total": pairs[m],
+            "median_drift_ratio": statistics.median(r) if r else None,
+            "met": bool(r) and statistics.median(r) <= 0.5,
+        }
+        for m, r in ((m, ratios.get(m, [])) for m in ("sdpo_token", "sdpo_topk"))
+    }
+    # 3. Context tokens ≤ 40 % of notes-only, per call; the weight methods carry 0.
+    tax: dict[int, float] = {}
+    for p in points:
+        if p.method == "context" and p.k > 0 and p.notes_only_tokens:
+            tax[p.k] = max(tax.get(p.k, 0.0), p.context_tokens / p.notes_only_tokens)
+    out["context_tax"] = {
+        "context_only_ratio_by_k": {k: round(v, 3) for k, v in sorted(tax.items())},
+        "weights_methods_ratio": 0.0,
+    }
+    return out
+
+
+def plots(points: list[Point], out_dir: Path) -> list[Path]:
+    """evidence-compliance.png, evidence-margin.png, evidence-drift.png."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display on the build machines
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    scenarios = [s.name for s in SCENARIOS if any(p.scenario == s.name for p in points)]
+    methods = [m for m in METHODS if any(p.method == m for p in points)]
+    written = []
+    for metric, ylabel, fname in (
+        ("compliance", "held-out compliance", "evidence-compliance.png"),
+        ("margin", "log p(compliant) − log p(violating), nats", "evidence-margin.png"),
+        ("drift_kl", "drift: KL(adapter ‖ base) per token", "evidence-drift.png"),
+    ):
+        fig, axes = plt.subplots(
+            1, len(scenarios), figsize=(4.2 * len(scenarios), 3.6), squeeze=False
+        )
+        for ax, sc in zip(axes[0], scenarios, strict=True):
+            for m in methods:
+                pts = sorted((p for p in points if p.scenario == sc and p.method == m),
+                             key=lambda p: p.k)  # fmt: skip
+                xs = [p.k for p in pts if getattr(p, metric) is not None]
+                ys = [getattr(p, metric) for p in pts if getattr(p, metric) is not None]
+                if xs:
+                    ax.plot(xs, ys, marker="o", label=m, color=COLORS.get(m))
+            ax.set_title(sc)
+            ax.set_xlabel("corrections k")
+            if metric == "compliance":
+                ax.set_ylim(-0.05, 1.05)
+            ax.grid(alpha=0.3)
+        axes[0][0].set_ylabel(ylabel)
+        axes[0][-1].legend(fontsize=8)
+        fig.tight_layout()
+        path = out_dir / fname
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        written.append(path)
+    return written

@@ -1,0 +1,196 @@
+"""Bench: one SDPO step vs context length, prefix-cached vs full backprop (printed, not a test).
+
+For each context length (default 512, 1k, 2k, 4k prompt tokens) and a ~100-token denied
+call, runs `sdpo_step` (teacher + student scoring, grammar masks, one LoRA step with KL
+to the reference) `--reps` times per mode in one fresh spawned process per length, the
+two modes **interleaved** (cached, full, cached, full, …) so that load from other
+processes on a shared machine hits both alike. Prints p50/p90 wall time of the whole
+step, p50 of the train_step part, p50 process CPU seconds (all threads; steadier than
+wall time under contention), the peak RSS during that mode's steps (sampled every 10 ms
+from /proc), and the full/cached ratios.
+
+    python bench/sdpo_step.py [--sizes 512 1024 2048 4096] [--reps 5] [--threads N]
+
+The prompt is a realistic conversation: a task, then a long tool result (source code)
+padded to the target length. Repetitions are steps on the same situation, so from the
+second step on the reference prefix is served from the cache (its weights are frozen),
+as it is when the reviewer denies several retries of one turn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import threading
+import time
+from typing import Any
+
+CODE = '''def add(a, b):
+    """Return the sum of a and b."""
+    return a - b
+
+
+def mul(a, b):
+    return a * b
+
+'''
+
+
+def _situation(policy: Any, context: int) -> tuple[list[int], list[int]]:
+    from continual_lsp.policy.base import Message
+    from continual_lsp.tools.base import ToolCall
+
+    renderer = policy.renderer
+    body = ""
+    while True:
+        messages = [
+            Message(role="user", content="Fix add() in src/calc/ops.py: it returns a - b."),
+            Message(
+                role="assistant", content='{"tool":"read","arguments":{"path":"src/calc/ops.py"}}'
+            ),
+            Message(role="tool", content=body),
+        ]
+        prompt = renderer.render_prompt(messages)
+        if len(prompt) >= context:
+            break
+        body += CODE * max(1, (context - len(prompt)) // 60)
+    prompt = prompt[-context:] if len(prompt) > context else prompt
+    content = "def add(a, b):\n    return a + b\n"
+    while (
+        len(
+            renderer.render_call(
+                ToolCall(tool="write", arguments={"path": "src/calc/ops.py", "content": content})
+            )
+        )
+        < 100
+    ):
+        content += "# keep the other helpers unchanged\n"
+    call = renderer.render_call(
+        ToolCall(tool="write", arguments={"path": "src/calc/ops.py", "content": content})
+    )
+    return prompt, call
+
+
+class _PeakRss:
+    """Peak resident set size while the block runs, sampled from /proc/self/statm."""
+
+    def __init__(self) -> None:
+        self.peak = 0
+        self._stop = threading.Event()
+        self._page = os.sysconf("SC_PAGE_SIZE")
+
+    def _rss(self) -> int:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * self._page
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.01):
+            self.peak = max(self.peak, self._rss())
+
+    def __enter__(self) -> _PeakRss:
+        self.peak = self._rss()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self._rss())
+
+
+def _run(context: int, modes: list[str], reps: int, threads: int, out: Any) -> None:
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    import torch
+
+    from continual_lsp.config import Settings
+    from continual_lsp.learning.sdpo import SdpoJob, sdpo_step
+    from continual_lsp.policy.local import LocalPolicy
+
+    settings = Settings()
+    policy = LocalPolicy(settings)
+    torch.set_num_threads(threads)
+    prompt, call = _situation(policy, context)
+    job = SdpoJob(
+        proposal_id="bench",
+        prompt_tokens=prompt,
+        tokens=call,
+        logprobs=policy.logprobs(prompt, call),
+        correction="Do not rewrite the whole file; edit only the line that is wrong.",
+        signal="deny",
+    )
+    results: dict[str, dict[str, Any]] = {
+        m: {"totals": [], "trains": [], "cpu": [], "rss": 0} for m in modes
+    }
+    for _ in range(reps):
+        for mode in modes:
+            r = results[mode]
+            with _PeakRss() as rss:
+                start, cpu = time.perf_counter(), time.process_time()
+                metrics = sdpo_step(policy, job, settings, prefix_cache=mode == "cached")
+                r["totals"].append(time.perf_counter() - start)
+                r["cpu"].append(time.process_time() - cpu)
+            r["trains"].append(metrics.seconds)
+            r["rss"] = max(r["rss"], rss.peak / 2**20)
+    out.send({"prompt": len(prompt), "call": len(call), "modes": results})
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[512, 1024, 2048, 4096])
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument(
+        "--modes", nargs="+", default=["cached", "full"], choices=["cached", "full"]
+    )
+    args = parser.parse_args()
+    ctx = mp.get_context("spawn")
+    print(
+        f"sdpo_step bench: {args.threads} threads, {args.reps} reps, load avg {os.getloadavg()}",
+        file=sys.stderr,
+    )
+    print(
+        f"{'context':>8} {'call':>5} {'mode':>7} {'p50 step':>9} {'p90 step':>9}"
+        f" {'p50 train':>10} {'p50 CPU s':>10} {'peak RSS':>9}"
+    )
+    rows: dict[int, dict[str, Any]] = {}
+    for size in args.sizes:
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_run, args=(size, args.modes, args.reps, args.threads, child))
+        proc.start()
+        result = parent.recv()
+        proc.join()
+        rows[size] = result["modes"]
+        for mode, r in result["modes"].items():
+            print(
+                f"{result['prompt']:>8} {result['call']:>5} {mode:>7}"
+                f" {statistics.median(r['totals']):>8.2f}s {_pct(r['totals'], 0.9):>8.2f}s"
+                f" {statistics.median(r['trains']):>9.2f}s {statistics.median(r['cpu']):>9.2f}s"
+                f" {r['rss']:>7.0f}MB",
+                flush=True,
+            )
+    if {"cached", "full"} <= set(args.modes):
+        print("\nfull / cached (p50 step wall, p50 train_step wall, p50 step CPU, peak RSS):")
+        for size, modes in rows.items():
+            c, f = modes["cached"], modes["full"]
+
+            def ratio(key: str, f: dict[str, Any] = f, c: dict[str, Any] = c) -> float:
+                return statistics.median(f[key]) / statistics.median(c[key])
+
+            print(
+                f"{size:>8}: step x{ratio('totals'):.2f}, train x{ratio('trains'):.2f},"
+                f" CPU x{ratio('cpu'):.2f}, RSS x{f['rss'] / c['rss']:.2f}"
+            )
+    print(f"load avg after: {os.getloadavg()}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

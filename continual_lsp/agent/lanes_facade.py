@@ -1,0 +1,82 @@
+"""The agent's one door into the lanes: routing, guards, cued bullets, the ledger."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from continual_lsp.config import Settings
+from continual_lsp.lanes import allocator, context, guards, ledger
+from continual_lsp.protocol import LedgerResult, RoutedNotification
+from continual_lsp.store import Store
+from continual_lsp.tools.base import Preview, ToolCall
+
+if TYPE_CHECKING:
+    from continual_lsp.agent.session import Proposal
+
+log = logging.getLogger(__name__)
+
+
+class LanesFacade:
+    def __init__(
+        self, store: Store, settings: Settings, count_tokens: Callable[[str], int]
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self._count_tokens = count_tokens
+
+    def route_correction(
+        self,
+        text: str,
+        proposal: Proposal,
+        *,
+        is_denial: bool,
+        task_text: str | None = None,
+        demonstration: ToolCall | None = None,
+    ) -> RoutedNotification | None:
+        situation: dict[str, Any] = {
+            "proposal_id": proposal.id,
+            "task_text": task_text,
+            "tool": proposal.call.tool,
+            "arguments": proposal.call.arguments,
+            "demonstration": demonstration.model_dump() if demonstration else None,
+            "path": proposal.preview.path
+            if proposal.preview
+            else proposal.call.arguments.get("path"),
+        }
+        item = allocator.route_correction(
+            self.store, text, situation, self.settings, denial=is_denial, source=proposal.id
+        )
+        return self._routed(item)
+
+    def route_note(self, text: str) -> RoutedNotification | None:
+        """A note is routed only when the detector calls it a standing correction."""
+        return self._routed(allocator.route_correction(self.store, text, None, self.settings))
+
+    @staticmethod
+    def _routed(item: allocator.LaneItem | None) -> RoutedNotification | None:
+        if item is None or item.lane == "NONE":
+            return None
+        return RoutedNotification(item_id=item.id, lane=item.lane, reason=item.reason)
+
+    def check_guards(self, call: ToolCall, preview: Preview | None) -> guards.GuardVerdict:
+        return guards.check_guards(self.store, call, preview)
+
+    def bullets_for_turn(
+        self, task_text: str, recent_calls: list[ToolCall], recent_paths: list[str]
+    ) -> list[str]:
+        return context.bullets_for_turn(
+            self.store, task_text, recent_calls, recent_paths, tokenizer=self._count_tokens
+        )
+
+    def ledger(self) -> LedgerResult:
+        return ledger.build_ledger(self.store)
+
+    def revert(self, item_id: str) -> int | None:
+        """Deactivate a bullet or guard; for an adapter id, the version the caller must revert."""
+        try:
+            ledger.revert(self.store, item_id)
+        except ledger.AdapterRevertNeeded as exc:
+            return exc.version
+        return None

@@ -1,0 +1,458 @@
+"""Compile a rule's text into a declarative `GuardSpec`, or say it cannot be guaranteed.
+
+This is the CODE test of the ordered policy: a rule goes to the code lane when a
+deterministic function can guarantee it, and the most honest way to know is to try to
+build that function. The patterns are general shapes of rules, not memorised rows:
+
+- substitution: "use A, never B", "prefer `A` over `B`", "never run `B` - use `A`",
+  "B commands should be run via `A ...`"  -> command rewrite (or content deny);
+- prohibition: "never/don't/avoid <verb> X" where X is a command, a flag, a code token,
+  a path or a file type -> command deny, content deny, path deny;
+- approval gates: "before running `X`, get approval" -> deny X (the reviewer approves);
+- size limits: "files must be under N lines" -> size rule.
+
+Hedged rules ("ideally", "when in doubt", "consider") are never compiled: a guard that
+blocks what the rule allows as an exception would be wrong, so they stay judgement.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from continual_lsp.lanes.features import (
+    FILE_TYPES,
+    HEDGE,
+    KNOWN_CLI,
+    KNOWN_FILES,
+    PATHISH,
+    is_commandish,
+    strip_markup,
+)
+from continual_lsp.lanes.guards import (
+    CommandRule,
+    ContentRule,
+    GuardSpec,
+    PathRule,
+    Rule,
+    SizeRule,
+    ToolRule,
+)
+
+PACKAGE_MANAGERS = frozenset({"npm", "yarn", "pnpm", "bun"})
+
+# Verb phrases that name a shell action even without backticks ("never commit or push").
+ACTIONS: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"\bforce[- ]push\w*", re.I), r"\bgit\s+push\b[^;&|]*\s(--force\S*|-f)\b"),
+    (re.compile(r"\bcommit\b(?!\s+messages?)", re.I), r"\bgit\s+commit\b"),
+    (re.compile(r"\bpush\b", re.I), r"\bgit\s+push\b"),
+    (re.compile(r"\b(open|create)\s+(a\s+)?(pull request|pr)\b", re.I), r"\bgh\s+pr\s+create\b"),
+    (re.compile(r"\bswitch(ing)?\s+branch(es)?\b", re.I), r"\bgit\s+(checkout|switch)\b"),
+    (re.compile(r"\bgit\s+config\b", re.I), r"\bgit\s+config\b"),
+    (re.compile(r"\brebase\b", re.I), r"\bgit\s+rebase\b"),
+    (re.compile(r"\bamend\b", re.I), r"--amend\b"),
+]
+
+# Known code smells named in prose -> regex on added lines.
+SMELLS: list[tuple[re.Pattern[str], str]] = [
+    (
+        re.compile(r"\bnested\s+ternar", re.I),
+        r"(?<![?.])\?(?![.?:])[^;\n]*?(?<![?.])\?(?![.?:])[^;\n]*:",
+    ),
+    (re.compile(r"\bconsole\.log\b", re.I), r"\bconsole\.log\("),
+    (re.compile(r"\bdebug(ger)? statements?\b", re.I), r"\bdebugger\b|\bbreakpoint\(\)"),
+]
+
+NEG_WORD = re.compile(
+    r"\b(never|don'?t|do not|avoid|must not|mustn'?t|should not|shouldn'?t|no|not|"
+    r"forbidden|prohibited|refrain from|instead of|rather than|over)\b",
+    re.I,
+)
+POS_WORD = re.compile(r"\b(always|use|prefer|via|through|only)\b", re.I)
+# Words allowed between a negation and the thing it forbids ("never run bare `tsc`").
+GLUE = frozenset(
+    [
+        "use",
+        "run",
+        "call",
+        "add",
+        "write",
+        "import",
+        "include",
+        "put",
+        "emit",
+        "bare",
+        "any",
+        "the",
+        "a",
+        "an",
+        "or",
+        "and",
+        "nor",
+        "using",
+        "running",
+        "calling",
+        "adding",
+        "writing",
+        "invoke",
+        "invoking",
+        "execute",
+        "executing",
+        "manually",
+        "directly",
+    ]
+)
+EDIT_VERBS = re.compile(
+    r"\b(edit|modify|touch|change|write( to)?|create|delete|remove|overwrite|commit)\b", re.I
+)
+APPROVAL = re.compile(r"\b(approval|permission|ask|confirm|consent)\b", re.I)
+SIZE = re.compile(
+    r"\b(?:under|at most|no more than|fewer than|less than|max(?:imum)?(?: of)?|exceed|"
+    r"longer than|more than)\s+(\d+)(?:\s*[-–]\s*(\d+))?\s+lines\b",
+    re.I,
+)
+
+
+@dataclass
+class Item:
+    text: str
+    start: int
+    code: bool  # in backticks
+    polarity: str  # "pos" | "neg" | "neutral"
+
+
+def _clauses(text: str) -> list[str]:
+    # Sentence ends and em dashes separate clauses; " - " too (a hyphen inside a flag does not).
+    parts = re.split(r"(?<=[.;!?])\s+|\s+[—–]\s+|\s+-\s+|[—–]", text)
+    return [p.strip() for p in parts if p and p.strip()]
+
+
+def _items(clause: str) -> list[Item]:
+    """Code spans, CLI names and identifier-like words, with the polarity in force there."""
+    found: list[tuple[int, str, bool]] = []
+    taken: list[tuple[int, int]] = []
+    for m in re.finditer(r"`([^`]+)`", clause):
+        found.append((m.start(), m.group(1).strip(), True))
+        taken.append((m.start(), m.end()))
+    for m in re.finditer(r"(?<![\w`./-])([A-Za-z](?:[\w+-]|\.(?=\w))*(?:\(\))?)(?![\w`])", clause):
+        if any(a <= m.start() < b for a, b in taken):
+            continue
+        word = m.group(1)
+        prev = clause[: m.start()].rstrip().lower()
+        after_use = bool(re.search(r"\b(use|using)$", prev))
+        identifier = _codey(word) or (word[0].isupper() and after_use)
+        if word.lower() in KNOWN_CLI or (identifier and not word.isupper()):
+            found.append((m.start(), word, False))
+    found.sort()
+    items: list[Item] = []
+    for start, text, code in found:
+        before = clause[:start]
+        pol = "neutral"
+        last_neg = max((m.end() for m in NEG_WORD.finditer(before)), default=-1)
+        last_pos = max((m.end() for m in POS_WORD.finditer(before)), default=-1)
+        if last_neg >= 0 and last_neg >= last_pos:
+            pol = "neg"
+        elif last_pos >= 0:
+            # "never use X": a `use` right after a negation keeps it negative.
+            neg_then_use = re.search(
+                NEG_WORD.pattern + r"\s+(\w+\s+)?use\s*$", before[: last_pos + 1], re.I
+            )
+            pol = "neg" if neg_then_use else "pos"
+        if pol == "neg" and last_neg >= 0:
+            gap = re.findall(r"[\w']+", before[last_neg:])
+            # Only the words a prohibition governs: "never on `main`" forbids nothing here.
+            if any(w.lower() not in GLUE and not _is_item_word(w, items) for w in gap):
+                pol = "neutral"
+        items.append(Item(text=text, start=start, code=code, polarity=pol))
+    return items
+
+
+def _is_item_word(word: str, items: list[Item]) -> bool:
+    return any(word in it.text.split() or word == it.text for it in items)
+
+
+def _program_pattern(program: str) -> str:
+    # A program at the start of a command segment (after ;, &&, ||, |, `(` or `sudo`).
+    return r"(^|[;&|(]\s*|\bsudo\s+)" + re.escape(program) + r"(?=\s|$)"
+
+
+def _command_pattern(cmd: str) -> str:
+    cmd = cmd.strip().rstrip(".").strip()
+    if cmd.startswith("-"):
+        return r"(?<!\S)" + re.escape(cmd.split("=")[0]) + r"(?![\w-])"
+    words = cmd.replace("...", "").split()
+    body = r"\s+".join(re.escape(w) for w in words)
+    return r"(^|[;&|(]\s*|\bsudo\s+)" + body + r"(?![\w-])"
+
+
+def _content_pattern(token: str) -> str:
+    token = token.strip()
+    if token.endswith("()]") or token.endswith("()"):
+        token = token[: token.index("()") + 1]
+    if "*" in token:
+        return r"\b" + r"\w*".join(re.escape(p) for p in token.split("*"))
+    esc = re.escape(token)
+    return (r"\b" if token[0].isalnum() else "") + esc + (r"\b" if token[-1].isalnum() else "")
+
+
+def _globs_in(span: str) -> list[str]:
+    globs: list[str] = []
+    for m in PATHISH.finditer(span):
+        p = m.group(1).strip(".,")
+        if not p or p.startswith("http"):
+            continue
+        if re.search(r"<\w+>", p):
+            continue  # a template like modular_<name>.py names no concrete file
+        globs.append(p if not p.endswith("/") else p + "**")
+    for w in re.findall(r"[\w.-]+", span.lower()):
+        if w in KNOWN_FILES and w not in [g.lower() for g in globs]:
+            globs.append(w)
+    return globs
+
+
+def compile_guard(text: str, context: dict[str, Any] | None = None) -> GuardSpec | None:
+    """A guard spec that enforces `text`, or None when no deterministic check can.
+
+    `context` is the corrected call ({"tool", "arguments"}) when the text is a denial's
+    comment: "use pnpm" said of `npm install x` means "rewrite npm to pnpm".
+    """
+    t = strip_markup(text)
+    if HEDGE.search(t):
+        return None
+    rules: list[Rule] = []
+    mentioned = [it for c in _clauses(t) for it in _items(c)]
+    rules.extend(_command_rules(mentioned))
+    for clause in _clauses(t):
+        rules.extend(_clause_rules(clause))
+    m = SIZE.search(t)
+    if m and re.search(r"\b(must|should|never|always|keep|no)\b", t, re.I):
+        rules.append(SizeRule(max_lines=int(m.group(2) or m.group(1))))
+    # Tool-level prohibitions: "never use the bash tool".
+    for m in re.finditer(r"\b(?:never|don'?t|do not)\s+use\s+the\s+(\w+)\s+tool\b", t, re.I):
+        if m.group(1).lower() in {"read", "write", "edit", "edit_lines", "glob", "grep", "bash"}:
+            rules.append(ToolRule(deny=[m.group(1).lower()]))
+    if not rules and context:
+        rules.extend(_from_denied_call(mentioned, context))
+    if not rules:
+        return None
+    # Dedupe while keeping order (the same token can be found by two patterns).
+    seen: set[str] = set()
+    unique: list[Rule] = []
+    for r in rules:
+        key = r.model_dump_json()
+        if key not in seen:
+            seen.add(key)
+            unique.append(r)
+    return GuardSpec(message=text.strip(), rules=unique)
+
+
+def _from_denied_call(items: list[Item], context: dict[str, Any]) -> list[Rule]:
+    """A substitution whose "never" half is the denied command itself."""
+    if context.get("tool") != "bash":
+        return []
+    cmd = str((context.get("arguments") or {}).get("cmd", "")).strip()
+    program = cmd.split()[0] if cmd else ""
+    pos = [i for i in items if i.polarity == "pos" and is_commandish(i.text)]
+    if len(pos) != 1 or program not in PACKAGE_MANAGERS:
+        return []
+    good = pos[0].text.split()[0]
+    if good == program or good not in PACKAGE_MANAGERS:
+        return []
+    return [CommandRule(pattern=_program_pattern(program), replace=r"\g<1>" + good)]
+
+
+def _command_rules(items: list[Item]) -> list[Rule]:
+    """Command substitution / prohibition over the whole text ("never `tsc` - use `yarn x`")."""
+    rules: list[Rule] = []
+    mentioned = items
+    neg_cmd = [i for i in items if i.polarity == "neg" and is_commandish(i.text)]
+    pos_cmd = [i for i in items if i.polarity == "pos" and is_commandish(i.text)]
+    if neg_cmd:
+        single = all(len(i.text.split()) == 1 and not i.text.startswith("-") for i in neg_cmd)
+        same_family = (
+            len(pos_cmd) == 1
+            and pos_cmd[0].text.split()[0].lower() in PACKAGE_MANAGERS
+            and all(i.text.lower() in PACKAGE_MANAGERS for i in neg_cmd)
+        )
+        one_to_one = len(pos_cmd) == 1 and len(neg_cmd) == 1 and single
+        if pos_cmd and single and (same_family or one_to_one):
+            good = pos_cmd[0].text.replace("...", "").strip()
+            for i in neg_cmd:
+                rules.append(CommandRule(pattern=_program_pattern(i.text), replace=r"\g<1>" + good))
+        else:
+            for i in neg_cmd:
+                rules.append(CommandRule(pattern=_command_pattern(i.text)))
+    elif pos_cmd:
+        # "always use `yarn jest --no-watch`" while the text mentions `yarn test`, or
+        # "python commands should be run via `uv run python ...`": rewrite the other form.
+        good = pos_cmd[0].text.replace("...", "").strip()
+        gw = good.split()
+        for other in mentioned:
+            if other.polarity != "neutral" or not is_commandish(other.text):
+                continue
+            ow = other.text.split()
+            if other.text == good or other.text.startswith("-"):
+                continue
+            if len(ow) == 1 and ow[0] in gw[1:]:
+                rules.append(CommandRule(pattern=_program_pattern(ow[0]), replace=r"\g<1>" + good))
+            elif len(ow) > 1 and ow[0] == gw[0] and ow != gw:
+                rules.append(
+                    CommandRule(pattern=_command_pattern(other.text), replace=r"\g<1>" + good)
+                )
+
+    return rules
+
+
+def _clause_rules(clause: str) -> list[Rule]:
+    rules: list[Rule] = []
+    items = _items(clause)
+    neg = [i for i in items if i.polarity == "neg"]
+    neg_code = [
+        i
+        for i in neg
+        if not is_commandish(i.text)
+        and (i.code or i.text[0].isupper() or _codey(i.text))
+        and not PATHISH.fullmatch(i.text)
+    ]
+
+    # 2. code tokens that must not be written (also not inside a commit message)
+    for i in neg_code:
+        pat = _content_pattern(i.text)
+        if not i.code and not _codey(i.text):
+            stem = re.sub(r"(es|s)$", "", i.text.lower())
+            rules.append(ContentRule(pattern=r"\b" + re.escape(stem), ignore_case=True))
+            continue
+        rules.append(ContentRule(pattern=pat))
+        if re.search(r"\bcommit", clause, re.I):
+            rules.append(CommandRule(pattern=r"(?i)" + re.escape(i.text)))
+
+    # 3. negated shell actions in prose ("never commit, push, or open a pull request")
+    for m in re.finditer(NEG_WORD.pattern + r"\s+(?P<span>(?:[^.;:]|[.:](?=\S))*)", clause, re.I):
+        if m.group(1).lower() in ("over", "instead of", "rather than", "not", "no"):
+            continue
+        span = re.split(
+            r"\b(unless|when|if|without|because|except|until|with)\b", m.group("span"), flags=re.I
+        )[0]
+        if "`" in span and any(i.code and i.polarity == "neg" for i in items):
+            continue  # the backticked form already produced the rule
+        for pat, regex in ACTIONS:
+            if pat.search(span) and not re.search(r"\b(messages?|branch names?)\b", span, re.I):
+                rules.append(CommandRule(pattern=regex))
+        # path prohibitions: "never edit files under vendor/", "never edit pubspec.yaml"
+        if EDIT_VERBS.search(span):
+            globs = _globs_in(span)
+            if globs:
+                rules.append(PathRule(globs=globs))
+
+    # 4. "NO CSS files", "no new .js files"
+    for m in re.finditer(
+        r"\b(?:no|never(?: create| add)?|don'?t (?:create|add))\s+(?:new\s+)?\.?(\w+)\s+files\b",
+        clause,
+        re.I,
+    ):
+        glob = FILE_TYPES.get(m.group(1).lower())
+        if glob:
+            rules.append(PathRule(globs=[glob], tools=["write"]))
+
+    # 5. approval gates: "before running `git push`, stop and get explicit approval"
+    m = re.search(r"\bbefore\s+(?:running|using|calling|executing)\s+(.+)", clause, re.I)
+    if m and APPROVAL.search(clause):
+        for i in items:
+            if i.start >= m.start(1) and is_commandish(i.text):
+                rules.append(CommandRule(pattern=_command_pattern(i.text)))
+
+    # 6. named code smells under a prohibition
+    if re.search(r"\b(avoid|never|no|don'?t|do not)\b", clause, re.I):
+        for pat, regex in SMELLS:
+            if pat.search(clause):
+                rules.append(ContentRule(pattern=regex))
+    return rules
+
+
+def _codey(word: str) -> bool:
+    return bool(re.search(r"[._()\[\]#&|]|[a-z][A-Z]|[A-Z]\w*-[A-Z]", word))
+
+
+# Rules a deterministic check could guarantee, but not with the declarative rule kinds
+# (they need the end of a turn, a tool's result, or a lint pass): CODE with a pending guard.
+_CHECKABLE: list[tuple[str, re.Pattern[str]]] = [
+    (
+        "artefact language by script detection",
+        re.compile(
+            r"(?=.*(中文|英文|日本語|chinese|english|japanese|korean|ascii))"
+            r"(?=.*(commit|代码|字符串|错误信息|string|error message|identifier|code comment))"
+            r"(?!.*(用户|对话|user|talk|speak|reply|chat))",
+            re.I,
+        ),
+    ),
+    (
+        "a command that must run at a trigger point",
+        re.compile(
+            r"\b(always\s+)?run\s+`[^`]+`\s+(on|after|before|against)\b|"
+            r"\bafter\s+[^.]*\balways\s+run\s+`",
+            re.I,
+        ),
+    ),
+    ("a coverage threshold", re.compile(r"\b\d{2,3}\s*%\s*(test\s+)?coverage\b", re.I)),
+    (
+        "a naming prefix or suffix",
+        re.compile(r"^\s*use\s+`[^`]+`\s+(prefix|suffix)\b", re.I),
+    ),
+    (
+        "where new files must be saved",
+        re.compile(
+            r"\b(ensure|must|always|should)\b.*\b(saved|stored|written|placed|kept)\s+"
+            r"(under|in|into|to)\s+(the\s+)?`?[\w.-]+/[\w./-]*",
+            re.I,
+        ),
+    ),
+]
+
+
+def checkable_cues(text: str) -> list[str]:
+    """Names of the deterministic checks that could guarantee `text` (no spec built)."""
+    t = strip_markup(text)
+    if HEDGE.search(t):
+        return []
+    return [name for name, pat in _CHECKABLE if pat.search(t)]
+
+
+_GUARD_SYSTEM = (
+    "Write a Python guard for a coding agent's tool calls. Define exactly one function "
+    "`def check(call, preview):` where call = {'tool': str, 'arguments': dict} (tools: read, "
+    "write, edit, edit_lines, glob, grep, bash; bash has arguments.cmd; file tools have "
+    "arguments.path and content/new) and preview is None or {'path', 'old_content', "
+    "'new_content', 'diff'}. Return None to allow, or {'action': 'block', 'message': str}, "
+    "or {'action': 'rewrite', 'message': str, 'arguments': {...}}. Standard library only "
+    "(re is fine); no I/O, no network, no subprocesses. If the rule cannot be checked on a "
+    "single call, set feasible=false."
+)
+
+
+def llm_guard_spec(text: str) -> GuardSpec | None:
+    """Optional: ask the LLM for guard code, run it once in the sandbox on a harmless call.
+
+    None when the LLM is not configured, declines, or its code does not behave. The code
+    only ever runs through `lanes.sandbox` (a subprocess), never in this process.
+    """
+    from pydantic import BaseModel
+
+    from continual_lsp.lanes import llm
+    from continual_lsp.lanes.guards import PythonRule
+    from continual_lsp.lanes.sandbox import run_guard_code
+
+    class _Guard(BaseModel):
+        feasible: bool
+        code: str = ""
+
+    if not llm.available():
+        return None
+    answer = llm.parse(_GUARD_SYSTEM, text, _Guard)
+    if answer is None or not answer.feasible or "def check" not in answer.code:
+        return None
+    probe = {"call": {"tool": "read", "arguments": {"path": "README.md"}}, "preview": None}
+    result = run_guard_code(answer.code, probe)
+    if not result.ok or not (result.value is None or isinstance(result.value, dict)):
+        return None
+    return GuardSpec(message=text.strip(), rules=[PythonRule(code=answer.code)])

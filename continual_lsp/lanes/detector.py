@@ -1,0 +1,136 @@
+"""Is a message a standing correction / rule, or an ordinary request?
+
+Offline by default: a rule score from general cues (modal verbs such as always/never/
+must/prefer, generic vs deictic reference, question form, imperative request openers)
+averaged with a logistic head over MiniLM embeddings (`learned.py`) when one is shipped.
+Requests point at one concrete thing ("this file", "the login function", "my changes");
+rules speak in general ("never", "always", "any Go file") or state facts about the
+project ("Kotlin with Jetpack Compose").
+
+A denial's comment is a correction by construction (`denial=True`): the reviewer just
+rejected a call and said why.
+
+Optional: with XAI_API_KEY set and xai_sdk importable (and `use_llm` not False), an LLM
+answers with structured output; any failure falls back to the offline path.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from continual_lsp.lanes import llm
+from continual_lsp.lanes.embed import Embedder, get_embedder
+from continual_lsp.lanes.features import (
+    CJK,
+    DEICTIC,
+    HEDGE,
+    MODAL,
+    QUESTION,
+    REQUEST_OPENERS,
+    TASK_BOUND,
+    VERB_DET,
+    cjk_fraction,
+    handcrafted,
+    strip_markup,
+)
+from continual_lsp.lanes.learned import shipped_heads
+
+STANDING = re.compile(
+    r"\b(from now on|going forward|in (the )?future|next time|every time|whenever|each time|"
+    r"you need to|when asked|any (\w+ )?files?|all (\w+ )?(files|commands|messages)|"
+    r"by default|stop (doing|adding|putting|writing)|wont stop|won't stop|keeps? (adding|doing))\b",
+    re.I,
+)
+
+
+class Detection(BaseModel):
+    is_correction: bool
+    confidence: float = Field(ge=0.0, le=1.0)
+    source: str  # "denial" | "offline" | "llm"
+    rule_score: float = 0.5
+    head_score: float | None = None
+
+
+class _LLMDetection(BaseModel):
+    is_correction: bool
+    confidence: float
+
+
+_SYSTEM = (
+    "You classify one message sent to a coding agent. is_correction=true when it is a "
+    "standing rule, preference, correction of the agent's behaviour, or a fact about the "
+    "project the agent should remember; false when it is an ordinary one-off request or "
+    "question about a specific task. Answer with confidence in [0,1]."
+)
+
+
+def rule_score(text: str) -> float:
+    t = strip_markup(text)
+    score = 0.5
+    modal = bool(MODAL.search(t)) or bool(STANDING.search(t))
+    deictic = bool(DEICTIC.search(t))
+    opener = bool(REQUEST_OPENERS.match(t))
+    if modal:
+        score += 0.3
+    if STANDING.search(t):
+        score += 0.1
+    if HEDGE.search(t):
+        score += 0.05
+    if deictic:
+        # "my code" inside a "do not …" is still a standing correction; halve the penalty.
+        score -= 0.15 if modal else 0.3
+    if opener and not modal:
+        score -= 0.25
+    if QUESTION.search(t) and not modal:
+        score -= 0.2
+    if not opener and not deictic and not QUESTION.search(t):
+        # Declarative statements in a rules file are project facts worth remembering.
+        score += 0.15
+    if CJK.search(t) and not deictic:
+        score += 0.1
+    if TASK_BOUND.search(t):
+        score -= 0.2  # "do not stop until X passes" is about this task only
+    if VERB_DET.match(t) and not modal:
+        score -= 0.2  # "Write a test for …": one concrete artefact, a request
+    return float(min(max(score, 0.0), 1.0))
+
+
+def detect(
+    text: str,
+    *,
+    denial: bool = False,
+    use_llm: bool | None = None,
+    embedder: Embedder | None = None,
+) -> Detection:
+    if denial:
+        return Detection(is_correction=True, confidence=1.0, source="denial", rule_score=1.0)
+    if use_llm is not False and llm.available():
+        answer = llm.parse(_SYSTEM, text, _LLMDetection)
+        if answer is not None:
+            conf = float(min(max(answer.confidence, 0.0), 1.0))
+            return Detection(is_correction=answer.is_correction, confidence=conf, source="llm")
+    return detect_offline(text, embedder=embedder)
+
+
+def detect_offline(text: str, embedder: Embedder | None = None) -> Detection:
+    rs = rule_score(text)
+    head_p: float | None = None
+    heads = shipped_heads()
+    emb = embedder or get_embedder()
+    if heads is not None and heads.dim == emb.dim + len(handcrafted("x")):
+        x = np.concatenate([emb.embed([text])[0], handcrafted(text)])
+        head_p = float(heads.prob("correction", x[None, :])[0])
+    # MiniLM is an English model: on mostly-CJK text its vote is noise, so rules decide.
+    w = 0.0 if head_p is None or cjk_fraction(text) > 0.3 else 0.5
+    p = (1 - w) * rs + w * (head_p or 0.0)
+    is_corr = p >= 0.5
+    return Detection(
+        is_correction=is_corr,
+        confidence=float(p if is_corr else 1.0 - p),
+        source="offline",
+        rule_score=rs,
+        head_score=head_p,
+    )

@@ -1,0 +1,453 @@
+"""SDPO: what a reviewer's denial or edit does to the weights (DESIGN §4).
+
+One job = one reviewer signal about one proposal. `sdpo_step` turns it into one LoRA
+step:
+
+1. **Teacher context** (`teacher_prompt`): the student's own prompt with one extra user
+   turn spliced in before the assistant header: the reviewer's correction and, when one
+   exists, a demonstration ("A correct call here is: {…}"). The denied call is *never*
+   put in the teacher's context: the embedded 135M model copies its context, so a
+   teacher that sees the denied call assigns it high probability and SDPO would
+   reinforce it (FIELD-NOTES: teacher −4.5 vs student −63.9 on a denied call). What a
+   small teacher can do is copy a demonstration.
+2. **Scores.** Teacher logprobs of the proposal's tokens `y` (and of the demonstration's
+   tokens), and the current student's logprobs of the same tokens in the plain prompt.
+3. **Per-token advantages** `adv[t] = log π_T(y_t | teacher ctx) − log π(y_t | ctx)`:
+   negative where the teacher (who saw the fix) would not have written that token, so the
+   surrogate pushes it down; positive where it agrees.
+4. **Datums** (see `build_datums`):
+   - the sampled call `y` with `old_logprobs` = the sampling logprobs stored with the
+     proposal (the behaviour policy; the step's importance ratio π/π_old corrects for
+     any adapter change since sampling, clamped to [is_clip_low, is_clip_high]);
+   - the demonstration `d` with advantages `log π_T(d) − log π(d)` (the teacher, having
+     the demonstration in view, rates it near certain, so this raises the student's
+     logprob of `d` token by token where it is low) and `old_logprobs` = the current
+     student (the demonstration was not sampled: on-policy weight 1).
+   Both sides are scored under the decoding grammar's mask (`grammar_masks`): forced
+   tokens get advantage 0 and decisions are compared among valid alternatives, as the
+   sampler sees them; the raw gap is mostly about JSON framing, not the reviewer's point.
+5. **Loss**: `loss_mode="token"` → the clamped-IS surrogate (`importance_sampling`),
+   `loss_mode="topk"` → top-k + tail distillation to the teacher's distribution at each
+   position (`topk_distill`, local backend only); both + `kl_coef · KL(π‖π_ref)`.
+
+Signals: `deny` — the sampled call and, if the reviewer gave one, the demonstration;
+`edit` — the edited call is the demonstration, the proposal's tokens are the student's
+sample (same two datums); `approved_retry` — after a denial, the retry the reviewer
+approved is the demonstration for the denied turn's prompt (demonstration datum only: the
+denial already had its own step).
+
+Teachers (`settings.teacher`): `current` — the student's own weights (shares the prompt's
+KV prefix with the student); `ema` — a second peft adapter `ema` holding an exponential
+moving average of the trained adapter (`θ_T ← (1−ρ)θ_T + ρθ`, ρ = teacher_update_rate,
+after every step; initialised to the weights the worker starts from, not to zero as TRL's
+`PEFTAdapterEMACallback` does, so a restarted worker's teacher is not the base model);
+`trust_region` — the current teacher mixed with the frozen reference in probability
+space, `q = (1−ρ)·π_T + ρ·π_ref` (both on the teacher context), ρ = `trust_region_rate`
+(default `teacher_update_rate`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from pydantic import BaseModel, Field
+
+from continual_lsp.config import Settings
+from continual_lsp.policy import training
+from continual_lsp.policy.base import Datum, LossName, TrainMetrics
+from continual_lsp.tools.base import ToolCall
+
+log = logging.getLogger(__name__)
+
+JOB_KIND = "sdpo"
+EMA_ADAPTER = "ema"
+
+Signal = Literal["deny", "edit", "approved_retry"]
+
+
+class SdpoJob(BaseModel):
+    """The training job the agent enqueues: `store.enqueue_job("sdpo", job.model_dump())`.
+
+    `prompt_tokens`, `tokens`, `logprobs` are the proposal's as stored (the prompt the
+    student saw, the call it sampled, the sampling logprobs). `demonstration` is a
+    `ToolCall.model_dump()` (`{"tool": …, "arguments": {…}}`): the edited call, or the
+    approved retry. For `approved_retry`, `tokens`/`logprobs` may be empty.
+    """
+
+    proposal_id: str
+    prompt_tokens: list[int] = Field(min_length=1)
+    tokens: list[int] = Field(default_factory=list)
+    logprobs: list[float] = Field(default_factory=list)
+    correction: str | None = None
+    demonstration: dict[str, Any] | None = None
+    signal: Signal = "deny"
+
+    def demonstration_call(self) -> ToolCall | None:
+        return None if self.demonstration is None else ToolCall.model_validate(self.demonstration)
+
+
+class NothingToLearn(ValueError):
+    """The job carries no signal a step could use (no correction and no demonstration)."""
+
+
+# -- teacher context --------------------------------------------------------------------------
+
+
+def feedback_text(correction: str | None, demonstration_text: str | None) -> str:
+    """The user turn the teacher sees. Never contains the denied call."""
+    parts = []
+    if correction and correction.strip():
+        parts.append(f"The reviewer says: {correction.strip()}")
+    if demonstration_text:
+        parts.append(f"A correct call here is:\n{demonstration_text}")
+    return "\n".join(parts)
+
+
+@dataclass(frozen=True)
+class _TurnFormat:
+    turn_prefix: str  # text before a user turn's content (ChatML: "<|im_start|>user\n")
+    turn_suffix: str  # text after it ("<|im_end|>\n")
+    header: str  # the assistant generation header ("<|im_start|>assistant\n")
+
+
+def _turn_format(tokenizer: Any) -> _TurnFormat | None:
+    """Derive the user-turn framing and assistant header from the chat template itself."""
+    if not getattr(tokenizer, "chat_template", None):
+        return None
+    marker = "\x00FEEDBACK\x00"
+    base = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
+
+    def render(messages: list[dict[str, str]], generation: bool) -> str:
+        return str(
+            tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=generation
+            )
+        )
+
+    try:
+        plain = render(base, False)
+        with_turn = render([*base, {"role": "user", "content": marker}], False)
+        with_header = render(base, True)
+    except Exception:  # a template that rejects two user turns in a row, say
+        return None
+    if (
+        not with_turn.startswith(plain)
+        or not with_header.startswith(plain)
+        or marker not in with_turn
+    ):
+        return None
+    turn = with_turn[len(plain) :]
+    prefix, suffix = turn.split(marker, 1)
+    return _TurnFormat(turn_prefix=prefix, turn_suffix=suffix, header=with_header[len(plain) :])
+
+
+def _encode(tokenizer: Any, text: str) -> list[int]:
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+def teacher_prompt(policy: Any, prompt_tokens: list[int], feedback: str) -> list[int]:
+    """The student's prompt with a user turn holding `feedback` before the assistant header.
+
+    Works in token space so the teacher context starts with exactly the student's tokens
+    (the KV prefix is shared with the student): the trailing assistant header is cut
+    off, the feedback turn and the header appended. Without a chat template the feedback
+    is appended as plain text.
+    """
+    tokenizer = policy.tokenizer
+    fmt = _turn_format(tokenizer)
+    if fmt is None:
+        return [*prompt_tokens, *_encode(tokenizer, f"\n\n{feedback}\n\n")]
+    header = _encode(tokenizer, fmt.header)
+    base = list(prompt_tokens)
+    if header and base[-len(header) :] == header:
+        base = base[: -len(header)]
+    turn = _encode(tokenizer, fmt.turn_prefix + feedback + fmt.turn_suffix)
+    return [*base, *turn, *header]
+
+
+def demonstration_tokens(policy: Any, call: ToolCall) -> list[int]:
+    """Tokens of `call` exactly as the student would write it (ends with end-of-turn)."""
+    return list(policy.renderer.render_call(call))
+
+
+def _demonstration_text(policy: Any, tokens: list[int]) -> str:
+    eos = {policy.tokenizer.eos_token_id, getattr(policy.renderer, "end_of_turn_id", None)}
+    body = [t for t in tokens if t not in eos]
+    return str(policy.tokenizer.decode(body, clean_up_tokenization_spaces=False)).strip()
+
+
+# -- teacher scoring --------------------------------------------------------------------------
+
+
+@dataclass
+class TeacherScores:
+    logprobs: list[float]  # of each scored token
+    topk_ids: list[list[int]] | None = None
+    topk_logprobs: list[list[float]] | None = None
+
+
+def ensure_ema_teacher(policy: Any) -> None:
+    """Create the `ema` adapter as a copy of the trained adapter (once per process)."""
+    model = policy.model
+    if EMA_ADAPTER in model.peft_config:
+        return
+    model.add_adapter(EMA_ADAPTER, model.peft_config[training.TRAINED_ADAPTER])
+    # add_adapter may mark the new adapter trainable; set_adapter(default) freezes it again.
+    model.set_adapter(training.TRAINED_ADAPTER)
+    with torch.no_grad():
+        training.set_adapter_state(policy, training.adapter_state(policy), adapter=EMA_ADAPTER)
+    training.invalidate_prefix_cache(policy)
+
+
+@torch.no_grad()
+def update_ema_teacher(policy: Any, rate: float) -> None:
+    """θ_ema ← (1 − rate)·θ_ema + rate·θ, tensor by tensor, in place."""
+    ensure_ema_teacher(policy)
+    student = dict(policy.model.named_parameters())
+    for name, param in policy.model.named_parameters():
+        if f".{EMA_ADAPTER}." not in name:
+            continue
+        source = student.get(name.replace(f".{EMA_ADAPTER}.", f".{training.TRAINED_ADAPTER}."))
+        if source is not None:
+            param.lerp_(source.detach(), rate)
+    training.invalidate_prefix_cache(policy)
+
+
+def grammar_masks(policy: Any, tokens: list[int]) -> list[torch.Tensor | None]:
+    """The decoding grammar's allowed-token mask at each position of `tokens`.
+
+    Why: the sampler only ever chooses among the tokens the grammar allows, and the raw
+    distribution of a 135M model at a constrained position is mostly junk (its raw
+    logprob of `{"` is ~−10; only the grammar makes it write JSON). A teacher with a call
+    in view is much surer of the JSON framing than the student, so raw teacher − student
+    gaps are dominated by format, not by the reviewer's point: on a denied `read` call
+    the forced `tool` token had advantage +7.9 and the denied call's logprob *rose* after
+    a step. Comparing both under the grammar's mask (renormalised over the allowed
+    tokens, as the sampler sees them) removes that bias: forced tokens score 0 for both
+    (advantage 0), and at a real decision the comparison is among valid alternatives.
+
+    Replays the grammar over `tokens` (fast-forward tokens count as forced: one-hot
+    masks). None where no mask applies: no grammar (a remote backend), past the point
+    where the grammar stopped, or a token it rejects.
+    """
+    grammar = getattr(policy, "grammar", None)
+    if grammar is None or not tokens:
+        return [None] * len(tokens)
+    try:
+        from continual_lsp.policy.grammar import allowed_mask
+
+        vocab = int(policy.model.get_output_embeddings().weight.shape[0])
+        matcher = grammar.matcher()
+        out: list[torch.Tensor | None] = []
+        while len(out) < len(tokens) and not matcher.is_error():
+            i = len(out)
+            ff = list(matcher.compute_ff_tokens())
+            if ff and tokens[i : i + len(ff)] == ff:
+                for token in ff:
+                    one = torch.zeros(vocab, dtype=torch.bool)
+                    one[token] = True
+                    out.append(one)
+                matcher.consume_tokens(ff)
+                continue
+            mask = allowed_mask(matcher, vocab)
+            if not bool(mask[tokens[i]]) or not matcher.consume_token(tokens[i]):
+                break
+            out.append(mask)
+        return out + [None] * (len(tokens) - len(out))
+    except Exception as exc:  # a grammar change must not stop learning: score unmasked
+        log.warning("could not replay the grammar over the call (%s); scoring unmasked", exc)
+        return [None] * len(tokens)
+
+
+def _renormalise(log_probs: torch.Tensor, masks: list[torch.Tensor | None] | None) -> torch.Tensor:
+    """Each row's log-distribution restricted to its mask and renormalised (None: as is)."""
+    if not masks or all(m is None for m in masks):
+        return log_probs
+    rows = []
+    for row, mask in zip(log_probs, masks, strict=True):
+        if mask is None:
+            rows.append(row)
+        else:
+            kept = row.masked_fill(~mask.to(row.device), float("-inf"))
+            rows.append(kept - torch.logsumexp(kept, dim=-1))
+    return torch.stack(rows)
+
+
+def _teacher_log_probs(
+    policy: Any, prompt: list[int], tokens: list[int], teacher: str, trust_region_rate: float
+) -> torch.Tensor:
+    """Teacher log-distribution `(T, V)` at each position of `tokens` after `prompt`."""
+    weights = EMA_ADAPTER if teacher == "ema" else training.TRAINED_ADAPTER
+    if teacher == "ema":
+        ensure_ema_teacher(policy)
+    logits = training.completion_logits(policy, prompt, tokens, weights)
+    current = torch.log_softmax(logits.float(), -1)
+    if teacher != "trust_region" or trust_region_rate <= 0:
+        return current
+    reference = torch.log_softmax(
+        training.completion_logits(policy, prompt, tokens, training.REFERENCE).float(), -1
+    )
+    rho = min(max(trust_region_rate, 0.0), 1.0)
+    if rho >= 1.0:
+        return reference
+    return torch.logaddexp(current + math.log1p(-rho), reference + math.log(rho))
+
+
+def _pick(log_probs: torch.Tensor, tokens: list[int]) -> list[float]:
+    ids = torch.tensor(tokens, dtype=torch.long, device=log_probs.device)
+    return [float(x) for x in log_probs.gather(1, ids[:, None])[:, 0].tolist()]
+
+
+def teacher_scores(
+    policy: Any,
+    prompt: list[int],
+    tokens: list[int],
+    *,
+    teacher: str = "current",
+    topk: int = 0,
+    trust_region_rate: float = 0.0,
+    masks: list[torch.Tensor | None] | None = None,
+) -> TeacherScores:
+    """Teacher logprobs of `tokens` (grammar-renormalised where `masks` apply) and, when
+    `topk`, the teacher's raw top-k support per position (for `topk_distill`)."""
+    if not tokens:
+        return TeacherScores([], [] if topk else None, [] if topk else None)
+    if not hasattr(policy, "model"):
+        # A remote backend: scalar logprobs of the current weights only.
+        if topk or teacher != "current":
+            raise ValueError(f"teacher={teacher!r}, topk={topk} need the local backend")
+        return TeacherScores(logprobs=list(policy.logprobs(prompt, tokens)))
+    log_probs = _teacher_log_probs(policy, prompt, tokens, teacher, trust_region_rate)
+    scores = TeacherScores(logprobs=_pick(_renormalise(log_probs, masks), tokens))
+    if topk:
+        values, indices = torch.topk(log_probs, k=min(topk, log_probs.shape[-1]), dim=-1)
+        scores.topk_ids = indices.tolist()
+        scores.topk_logprobs = values.tolist()
+    return scores
+
+
+def student_logprobs(
+    policy: Any,
+    prompt: list[int],
+    tokens: list[int],
+    masks: list[torch.Tensor | None] | None = None,
+) -> list[float]:
+    """Current weights' logprobs of `tokens` (grammar-renormalised where `masks` apply)."""
+    if not tokens:
+        return []
+    if not hasattr(policy, "model"):
+        return list(policy.logprobs(prompt, tokens))
+    # Prefix-cached: the KV of `prompt` is reused by the training step that follows.
+    logits = training.completion_logits(policy, prompt, tokens)
+    return _pick(_renormalise(torch.log_softmax(logits.float(), -1), masks), tokens)
+
+
+def sampler_logprobs(policy: Any, prompt: list[int], tokens: list[int]) -> list[float]:
+    """Logprobs as the grammar-constrained sampler sees them (what decides a proposal)."""
+    return student_logprobs(policy, prompt, tokens, grammar_masks(policy, tokens))
+
+
+# -- datums and the step ----------------------------------------------------------------------
+
+
+def build_datums(policy: Any, job: SdpoJob, settings: Settings, **options: Any) -> list[Datum]:
+    """The step's training examples (see the module docstring); raises NothingToLearn.
+
+    `options["grammar_mask"]` (default True): score advantages under the grammar's mask
+    (`grammar_masks`). `old_logprobs` stay raw (the IS ratio compares raw model
+    probabilities, which is what the loss differentiates).
+    """
+    demo_call = job.demonstration_call()
+    demo = demonstration_tokens(policy, demo_call) if demo_call is not None else []
+    has_correction = bool(job.correction and job.correction.strip())
+    if not demo and not has_correction:
+        raise NothingToLearn(f"proposal {job.proposal_id}: no correction and no demonstration")
+    if job.signal == "approved_retry" and not demo:
+        raise NothingToLearn(f"proposal {job.proposal_id}: approved_retry without a demonstration")
+    feedback = feedback_text(job.correction, _demonstration_text(policy, demo) if demo else None)
+    t_prompt = teacher_prompt(policy, job.prompt_tokens, feedback)
+    topk = settings.topk if settings.loss_mode == "topk" else 0
+    use_masks = bool(options.get("grammar_mask", True))
+    trust_region_rate = float(options.get("trust_region_rate", settings.teacher_update_rate))
+
+    targets: list[tuple[list[int], list[float] | None]] = []
+    if job.signal != "approved_retry" and job.tokens:
+        behaviour = job.logprobs if len(job.logprobs) == len(job.tokens) else None
+        targets.append((job.tokens, behaviour))
+    if demo:
+        targets.append((demo, None))
+
+    datums = []
+    for tokens, behaviour in targets:
+        masks = grammar_masks(policy, tokens) if use_masks else None
+        if hasattr(policy, "model"):
+            raw = torch.log_softmax(
+                training.completion_logits(policy, job.prompt_tokens, tokens).float(), -1
+            )
+            raw_student = _pick(raw, tokens)
+            student = _pick(_renormalise(raw, masks), tokens)
+        else:
+            raw_student = student = student_logprobs(policy, job.prompt_tokens, tokens)
+        scores = teacher_scores(
+            policy,
+            t_prompt,
+            tokens,
+            teacher=settings.teacher,
+            topk=topk,
+            trust_region_rate=trust_region_rate,
+            masks=masks,
+        )
+        datums.append(
+            Datum(
+                prompt_tokens=job.prompt_tokens,
+                completion_tokens=tokens,
+                advantages=[t - s for t, s in zip(scores.logprobs, student, strict=True)],
+                old_logprobs=behaviour if behaviour is not None else raw_student,
+                teacher_topk_ids=scores.topk_ids,
+                teacher_topk_logprobs=scores.topk_logprobs,
+            )
+        )
+    return datums
+
+
+def loss_name(settings: Settings) -> LossName:
+    return "topk_distill" if settings.loss_mode == "topk" else "importance_sampling"
+
+
+def sdpo_step(
+    policy: Any, job_payload: SdpoJob | dict[str, Any], settings: Settings, **options: Any
+) -> TrainMetrics:
+    """One SDPO step for one reviewer signal; returns the step's metrics.
+
+    `options`: `lr` (default settings.learning_rate), `trust_region_rate`, `grammar_mask`
+    (default True: advantages under the grammar's mask), and anything
+    `training.train_step` takes (`prefix_cache`, `max_grad_norm`, `alpha`). Raises
+    `NothingToLearn` when the job has neither a correction nor a demonstration.
+    """
+    job = job_payload if isinstance(job_payload, SdpoJob) else SdpoJob.model_validate(job_payload)
+    datums = build_datums(policy, job, settings, **options)
+    step_options = {
+        k: v for k, v in options.items() if k not in ("lr", "trust_region_rate", "grammar_mask")
+    }
+    step_options.setdefault("kl_coef", settings.kl_coef)
+    step_options.setdefault("clip_low", settings.is_clip_low)
+    step_options.setdefault("clip_high", settings.is_clip_high)
+    lr = float(options.get("lr", settings.learning_rate))
+    metrics = policy.train_step(datums, loss_name(settings), lr, **step_options)
+    if settings.teacher == "ema":
+        update_ema_teacher(policy, settings.teacher_update_rate)
+    log.info(
+        "sdpo step on %s (%s): loss %.4f kl %.4f adv %.3f ratio %.3f in %.2fs",
+        job.proposal_id,
+        job.signal,
+        metrics.loss,
+        metrics.kl,
+        metrics.mean_advantage,
+        metrics.mean_ratio,
+        metrics.seconds,
+    )
+    return metrics

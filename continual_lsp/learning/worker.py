@@ -1,0 +1,448 @@
+"""The training worker: its own process, fed from the store's job queue (DESIGN §2, §4).
+
+Why a process: a step takes seconds of CPU; in the server's process it would stall the
+LSP event loop (and the GIL). Why **spawn**, never fork: the server holds threads (pygls,
+executors) and a forked child can deadlock on a lock one of them held at fork time
+(FIELD-NOTES: a fork pool deadlocks under stdio).
+
+Child process (`worker_main`):
+
+- first thing, points fd 1 at fd 2 (stdout may be the LSP stdio channel: one stray byte
+  breaks the framing) and fd 0 at /dev/null; asks the kernel to kill it when its parent
+  dies (`prctl(PR_SET_PDEATHSIG, SIGKILL)` on Linux, plus a parent-pid check for the race
+  where the parent died before the prctl); lowers its own priority (`os.nice`) so the
+  server and the sampler stay responsive while it trains;
+- loads the model and the store's current active adapter (so it continues from the
+  weights the reviewer is using), removes `.partial-*` leftovers of a save that died;
+- loops: `store.claim_job(("sdpo",))` (a job left `running` by a crash comes back first,
+  so it is replayed) → `sdpo_step` → `save_adapter` as the next version `v0001, v0002…`
+  under the adapters directory, atomically → `store.add_adapter(...)` with the metrics →
+  `store.finish_job(job, {adapterVersion, name, path, sha256, step, loss, kl, seconds})`
+  (every key always present; `step`, `loss`, `kl`, `seconds` are numbers; a job with
+  nothing to learn finishes with `skipped` set and the current version).
+  When the queue is empty it sleeps on the wake event (`TrainingWorker.notify()`), with a
+  poll every `poll_s` seconds as a fallback (a job enqueued by another process).
+
+Crash safety: the adapter directory only ever holds complete versions (atomic rename);
+a crash between the save and `add_adapter` leaves an unregistered directory, which the
+replay overwrites (`_save_version`); a crash after `add_adapter` but before `finish_job`
+is detected on replay by the job id recorded in the adapter's metrics, and the job is
+finished with that version instead of training twice.
+
+Parent side (`TrainingWorker`): `start()`, `notify()`, `wait_job()` (blocking, for a
+thread) / `wait_job_async()` (asyncio), `alive`, `ensure_running()` (restarts a dead
+worker; the running job it held is replayed), `stop()`. The agent loads the new version
+into its sampling policy with `policy.load_adapter(result["path"])` once `wait_job`
+returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import multiprocessing as mp
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from continual_lsp.config import Settings
+
+log = logging.getLogger(__name__)
+
+JOB_KINDS = ("sdpo",)
+STEP_COUNTER = "sdpo_steps"  # store counter: SDPO steps taken, across worker restarts
+PR_SET_PDEATHSIG = 1
+
+
+class WorkerError(RuntimeError):
+    """The worker failed a job, or could not be kept running; the message says why."""
+
+
+def adapters_dir(settings: Settings, store_path: str | Path) -> Path:
+    """`settings.adapters_dir`, else `adapters/<user>` beside the store file."""
+    if settings.adapters_dir:
+        return Path(settings.adapters_dir).expanduser()
+    return Path(store_path).expanduser().parent / "adapters" / settings.user
+
+
+# -- child side -------------------------------------------------------------------------------
+
+
+def _isolate_stdio() -> None:
+    """fd 1 → fd 2 and fd 0 → /dev/null, at the OS level, before anything can print."""
+    with contextlib.suppress(OSError):
+        sys.stdout.flush()
+    os.dup2(2, 1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    sys.stdout = sys.stderr
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """SIGKILL this process when the parent dies (Linux), closing the fork-exec race."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent_pid:
+        os._exit(0)  # the parent is already gone
+
+
+def _watch_parent(parent_pid: int, stop: Any) -> None:
+    """Fallback for platforms without PDEATHSIG: exit when the parent pid goes away."""
+
+    def watch() -> None:
+        while not stop.is_set():
+            if os.getppid() != parent_pid:
+                os._exit(0)
+            time.sleep(1.0)
+
+    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
+
+
+def _load_policy(settings: Settings, store: Any, directory: Path) -> Any:
+    from continual_lsp.policy import training
+    from continual_lsp.policy.local import LocalPolicy
+
+    policy = LocalPolicy(settings)
+    current = store.current_adapter()
+    if current is not None:
+        training.load_adapter(policy, current["path"], current["sha256"])
+        policy.adapter_version = current["name"]
+        log.info("worker continues from adapter %s (v%s)", current["name"], current["version"])
+    return policy
+
+
+def _save_version(
+    policy: Any, store: Any, directory: Path, job: dict[str, Any], metrics: Any, step: int
+) -> dict[str, Any]:
+    """Save the adapter as the next version, register it, return the job's result."""
+    import shutil
+
+    from continual_lsp.policy import training
+
+    known = store.adapters()
+    version = (max((a["version"] for a in known), default=0)) + 1
+    name = f"v{version:04d}"
+    target = directory / name
+    if target.exists() and not any(a["name"] == name for a in known):
+        # Left by a crash between the save and add_adapter; this replay supersedes it.
+        shutil.rmtree(target)
+    current = store.current_adapter()
+    info = training.save_adapter(policy, name, directory)
+    recorded = {
+        "loss": metrics.loss,
+        "kl": metrics.kl,
+        "meanAdvantage": metrics.mean_advantage,
+        "meanRatio": metrics.mean_ratio,
+        "clippedFraction": metrics.clipped_fraction,
+        "seconds": metrics.seconds,
+        "tokens": metrics.tokens,
+        "step": step,
+        "jobId": job["id"],
+        "proposalId": job["payload"].get("proposal_id"),
+    }
+    version = store.add_adapter(
+        name,
+        info.path,
+        info.sha256,
+        current["version"] if current else None,
+        recorded,
+        source="sdpo",
+    )
+    policy.adapter_version = name
+    return {
+        "adapterVersion": version,
+        "name": name,
+        "path": info.path,
+        "sha256": info.sha256,
+        "step": step,
+        "loss": metrics.loss,
+        "kl": metrics.kl,
+        "seconds": metrics.seconds,
+    }
+
+
+def _already_done(store: Any, job: dict[str, Any]) -> dict[str, Any] | None:
+    """A replayed job whose adapter was registered before the crash: reuse that version."""
+    for adapter in reversed(store.adapters()):
+        if adapter["metrics"].get("jobId") == job["id"]:
+            return {
+                "adapterVersion": adapter["version"],
+                "name": adapter["name"],
+                "path": adapter["path"],
+                "sha256": adapter["sha256"],
+                "step": int(adapter["metrics"].get("step") or 0),
+                "loss": float(adapter["metrics"].get("loss") or 0.0),
+                "kl": float(adapter["metrics"].get("kl") or 0.0),
+                "seconds": float(adapter["metrics"].get("seconds") or 0.0),
+                "replayed": True,
+            }
+    return None
+
+
+def run_job(
+    policy: Any, store: Any, directory: Path, settings: Settings, job: dict[str, Any]
+) -> dict[str, Any]:
+    """One claimed job → one step (+ a saved version every `save_every` steps) → result."""
+    from continual_lsp.learning.sdpo import NothingToLearn, SdpoJob, sdpo_step
+    from continual_lsp.policy import training
+
+    done = _already_done(store, job)
+    if done is not None:
+        return done
+    payload = SdpoJob.model_validate(job["payload"])
+    try:
+        metrics = sdpo_step(policy, payload, settings)
+    except NothingToLearn as exc:
+        current = store.current_adapter()
+        return {
+            "skipped": str(exc),
+            "adapterVersion": current["version"] if current else None,
+            "name": current["name"] if current else None,
+            "path": current["path"] if current else None,
+            "step": int(store.counter(STEP_COUNTER)),
+            "loss": 0.0,
+            "kl": 0.0,
+            "seconds": 0.0,
+        }
+    # A store counter, not the process's own count: step numbers survive worker restarts.
+    store.bump(STEP_COUNTER)
+    steps = int(store.counter(STEP_COUNTER))
+    if settings.save_every <= 1 or training.train_state(policy).steps % settings.save_every == 0:
+        return _save_version(policy, store, directory, job, metrics, steps)
+    current = store.current_adapter()
+    return {
+        "adapterVersion": current["version"] if current else None,
+        "name": current["name"] if current else None,
+        "path": current["path"] if current else None,
+        "step": steps,
+        "loss": metrics.loss,
+        "kl": metrics.kl,
+        "seconds": metrics.seconds,
+        "saved": False,
+    }
+
+
+def worker_main(
+    settings_data: dict[str, Any],
+    store_path: str,
+    parent_pid: int,
+    wake: Any,
+    stop: Any,
+    ready: Any,
+    poll_s: float = 1.0,
+    nice: int = 5,
+) -> None:
+    """Entry point of the spawned worker process (see the module docstring)."""
+    _isolate_stdio()
+    _die_with_parent(parent_pid)
+    _watch_parent(parent_pid, stop)
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="[worker] %(message)s")
+    with contextlib.suppress(OSError):
+        os.nice(nice)
+    from continual_lsp.policy import training
+    from continual_lsp.store import Store
+
+    settings = Settings.model_validate(settings_data)
+    store = Store(store_path)
+    directory = adapters_dir(settings, store_path)
+    directory.mkdir(parents=True, exist_ok=True)
+    training.clean_partial(directory)
+    policy = _load_policy(settings, store, directory)
+    ready.set()
+    try:
+        while not stop.is_set():
+            job = store.claim_job(JOB_KINDS)
+            if job is None:
+                wake.wait(poll_s)
+                wake.clear()
+                continue
+            try:
+                result = run_job(policy, store, directory, settings, job)
+            except Exception as exc:
+                log.error("job %s failed: %s", job["id"], traceback.format_exc())
+                store.finish_job(job["id"], error=f"{type(exc).__name__}: {exc}")
+                continue
+            store.finish_job(job["id"], result)
+    finally:
+        store.close()
+
+
+# -- parent side ------------------------------------------------------------------------------
+
+
+class TrainingWorker:
+    """Handle on the worker process, owned by the agent/server process.
+
+    Thread-safe. The worker talks to the parent only through the store (jobs, adapters)
+    and three events (wake, stop, ready); nothing big crosses the process boundary.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        store_path: str | Path,
+        *,
+        poll_s: float = 1.0,
+        nice: int = 5,
+        max_restarts: int = 5,
+    ) -> None:
+        self.settings = settings
+        self.store_path = str(store_path)
+        self.poll_s = poll_s
+        self.nice = nice
+        self.max_restarts = max_restarts
+        self.restarts = 0
+        self._ctx = mp.get_context("spawn")
+        self._wake = self._ctx.Event()
+        self._stop = self._ctx.Event()
+        self._ready = self._ctx.Event()
+        self._process: Any = None
+        self._lock = threading.RLock()
+        self._store: Any = None
+
+    @property
+    def adapters_dir(self) -> Path:
+        return adapters_dir(self.settings, self.store_path)
+
+    @property
+    def alive(self) -> bool:
+        return self._process is not None and self._process.is_alive()
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
+    @property
+    def ready(self) -> bool:
+        """True once the worker has loaded its model and is taking jobs."""
+        return self.alive and self._ready.is_set()
+
+    def start(self) -> None:
+        """Spawn the worker (no-op if it runs). Returns at once; the model loads in the child."""
+        with self._lock:
+            if self.alive:
+                return
+            self._stop.clear()
+            self._ready.clear()
+            self._process = self._ctx.Process(
+                target=worker_main,
+                args=(
+                    self.settings.model_dump(),
+                    self.store_path,
+                    os.getpid(),
+                    self._wake,
+                    self._stop,
+                    self._ready,
+                    self.poll_s,
+                    self.nice,
+                ),
+                name="continual-lsp-trainer",
+                daemon=True,
+            )
+            self._process.start()
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Block until the worker has loaded its model (or `timeout`, or it died)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._ready.wait(0.1):
+            if not self.alive or (deadline is not None and time.monotonic() > deadline):
+                return False
+        return True
+
+    def ensure_running(self) -> None:
+        """Restart a worker that died (the job it held is replayed by `claim_job`)."""
+        with self._lock:
+            if self.alive or self._stop.is_set():
+                return
+            if self._process is not None:
+                if self.restarts >= self.max_restarts:
+                    raise WorkerError(
+                        f"the training worker died {self.restarts + 1} times; not restarting"
+                    )
+                self.restarts += 1
+                log.warning("training worker exited (code %s); restarting", self._process.exitcode)
+            self.start()
+
+    def notify(self) -> None:
+        """A job was queued: wake the worker now instead of at its next poll."""
+        self.ensure_running()
+        self._wake.set()
+
+    def _job(self, job_id: int) -> dict[str, Any] | None:
+        if self._store is None:
+            from continual_lsp.store import Store
+
+            self._store = Store(self.store_path)
+        return self._store.job(job_id)
+
+    def _check(self, job_id: int) -> dict[str, Any] | None:
+        job = self._job(job_id)
+        if job is None:
+            raise WorkerError(f"unknown job {job_id}")
+        if job["status"] == "done":
+            return job["result"] or {}
+        if job["status"] == "failed":
+            raise WorkerError(f"training job {job_id} failed: {job['error']}")
+        if not self._stop.is_set():
+            self.ensure_running()
+        return None
+
+    def wait_job(
+        self, job_id: int, timeout: float | None = None, interval: float = 0.05
+    ) -> dict[str, Any]:
+        """Block until job `job_id` is done; its result. Raises WorkerError / TimeoutError.
+
+        Restarts the worker if it died meanwhile. Call from a thread, not an event loop.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            result = self._check(job_id)
+            if result is not None:
+                return result
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"training job {job_id} not done after {timeout} s")
+            time.sleep(interval)
+
+    async def wait_job_async(
+        self, job_id: int, timeout: float | None = None, interval: float = 0.05
+    ) -> dict[str, Any]:
+        """`wait_job` for an asyncio loop: polls the store between `asyncio.sleep`s."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            result = self._check(job_id)
+            if result is not None:
+                return result
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"training job {job_id} not done after {timeout} s")
+            await asyncio.sleep(interval)
+
+    def kill(self) -> None:
+        """SIGKILL the worker (tests: a crash mid-step)."""
+        if self._process is not None and self._process.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._process.pid, signal.SIGKILL)
+            self._process.join(5)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Ask the worker to finish its current step and exit; kill it after `timeout`."""
+        with self._lock:
+            self._stop.set()
+            self._wake.set()
+            if self._process is not None:
+                self._process.join(timeout)
+                if self._process.is_alive():
+                    self._process.kill()
+                    self._process.join(5)
+            if self._store is not None:
+                self._store.close()
+                self._store = None

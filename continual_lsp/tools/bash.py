@@ -1,0 +1,90 @@
+"""The bash tool: one shell command in the workspace, sandboxed unless told otherwise."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+
+from continual_lsp.config import Settings
+from continual_lsp.tools.base import ToolError, ToolResult
+from continual_lsp.tools.process import run_process
+from continual_lsp.tools.sandbox import (
+    bwrap_argv,
+    home_dir,
+    sandbox_env,
+    sandbox_status,
+)
+
+__all__ = ["TIMEOUT_EXIT_CODE", "run_bash"]
+
+TIMEOUT_EXIT_CODE = 124  # what coreutils `timeout` reports, so the model knows the sign
+
+
+def _shell() -> str:
+    return shutil.which("bash") or "/bin/sh"
+
+
+def run_bash(
+    cmd: str,
+    workspace: str | os.PathLike[str],
+    settings: Settings,
+    *,
+    timeout: float | None = None,
+    env: Mapping[str, str] | None = None,
+    home: str | os.PathLike[str] | None = None,
+) -> ToolResult:
+    """Run `cmd` with bash in `workspace`; stdout and stderr merged, capped, never inherited.
+
+    Sandboxed under bwrap when `sandbox_status(settings)` says so; without a sandbox
+    it runs only if the settings allow it (sandbox = "none" or allow_unsandboxed),
+    else ToolError. `env` defaults to this process's environment; `home` (default
+    $HOME of `env`) is the home directory whose secrets the sandbox hides. The whole
+    process group is SIGKILLed at the timeout (default settings.bash_timeout).
+    """
+    root = Path(os.path.realpath(workspace))
+    if not root.is_dir():
+        raise ToolError(f"workspace {os.fspath(workspace)!r} is not a directory")
+    sandboxed, note = sandbox_status(settings)
+    if not sandboxed and settings.sandbox != "none" and not settings.allow_unsandboxed:
+        raise ToolError(note or "bash cannot run without a sandbox")
+    limit = float(timeout if timeout is not None else settings.bash_timeout)
+    base_env = dict(os.environ if env is None else env)
+    argv = [_shell(), "-c", cmd]
+    if sandboxed:
+        argv = bwrap_argv(
+            argv,
+            workdir=root,
+            writable_dirs=[root],
+            allow_network=settings.allow_network,
+            home=home if home is not None else home_dir(base_env),
+            bwrap=shutil.which("bwrap") or "bwrap",
+        )
+        base_env = sandbox_env(base_env, [root])
+    try:
+        result = run_process(
+            argv, cwd=root, timeout=limit, output_cap=settings.output_cap, env=base_env
+        )
+    except OSError as exc:
+        raise ToolError(f"cannot start the shell: {exc}") from exc
+
+    output = result.output
+    if result.timed_out:
+        secs = f"{limit:g}"
+        output += (
+            f"\n[timed out after {secs} s: the command and every process it started were killed]"
+        )
+        exit_code: int | None = TIMEOUT_EXIT_CODE
+    else:
+        exit_code = result.exit_code
+        if exit_code is not None and exit_code < 0:
+            output += f"\n[killed by signal {-exit_code}]"
+    if not output.strip():
+        output = "(no output)"
+    return ToolResult(
+        ok=exit_code == 0,
+        output=output,
+        truncated=result.truncated,
+        exit_code=exit_code,
+    )

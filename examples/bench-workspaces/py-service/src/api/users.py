@@ -1,0 +1,7 @@
+import logging
+
+logger = logging.getLogger(__name__)
+
+
+def create_user(db, name):
+    return db.insert("users", name=name)

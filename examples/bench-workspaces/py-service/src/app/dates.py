@@ -1,0 +1,5 @@
+from vendor.dateparse.core import parse
+
+
+def parse_date(text):
+    return parse(text)

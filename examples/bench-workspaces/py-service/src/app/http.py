@@ -1,0 +1,5 @@
+from vendor.httpkit.client import get
+
+
+def fetch(url):
+    return get(url)

@@ -1,0 +1,5 @@
+from vendor.jwtmini.decode import claims
+
+
+def user_claims(token):
+    return claims(token)

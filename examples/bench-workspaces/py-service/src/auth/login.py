@@ -1,0 +1,7 @@
+import logging
+
+logger = logging.getLogger(__name__)
+
+
+def login(session, user):
+    session["user"] = user.id

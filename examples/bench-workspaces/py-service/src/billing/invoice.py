@@ -1,0 +1,7 @@
+import logging
+
+logger = logging.getLogger(__name__)
+
+
+def issue_invoice(ledger, amount):
+    ledger.append(amount)

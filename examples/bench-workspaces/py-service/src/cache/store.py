@@ -1,0 +1,7 @@
+import logging
+
+logger = logging.getLogger(__name__)
+
+
+def evict(cache, key):
+    cache.pop(key, None)

@@ -1,0 +1,2 @@
+def miles_to_km(miles):
+    return miles * 1.6

@@ -1,0 +1,8 @@
+import logging
+
+logger = logging.getLogger(__name__)
+
+
+def sync_all(accounts):
+    for account in accounts:
+        account.sync()

@@ -1,0 +1,2 @@
+def header_row(columns):
+    return "|".join(columns)

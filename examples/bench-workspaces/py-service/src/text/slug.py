@@ -1,0 +1,6 @@
+def slugify(title):
+    return title.replace(" ", "-")
+
+
+def is_slug(text):
+    return " " not in text

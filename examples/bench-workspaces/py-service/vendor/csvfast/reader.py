@@ -1,0 +1,2 @@
+def rows(text):
+    return [line.split(",") for line in text.splitlines()]

@@ -1,0 +1,3 @@
+def parse(text):
+    day, month, year = text.split("/")
+    return int(year), int(month), int(day)

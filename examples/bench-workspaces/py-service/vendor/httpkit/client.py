@@ -1,0 +1,2 @@
+def get(url, timeout=None):
+    return _request("GET", url, timeout)

@@ -1,0 +1,156 @@
+"""Agents shared across connections, and the listener that turns agent events into
+per-connection events.
+
+One Agent per (user, workspace) in a process: a TCP bot that reconnects finds its
+pending proposal and loaded model again, and two editors of the same user on the same
+workspace see the same proposals. Agent callbacks come from executor threads; the
+fan-out listener only hands them to each session's thread-safe `post`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from continual_lsp.config import Settings
+from continual_lsp.protocol import LearnedNotification, RoutedNotification, TaskDoneNotification
+
+if TYPE_CHECKING:
+    from continual_lsp.agent.session import Agent, AgentListener, Proposal
+
+log = logging.getLogger(__name__)
+
+AgentFactory = Callable[[Settings, Path, "AgentListener"], "Agent"]
+
+
+def default_agent_factory(settings: Settings, workspace: Path, listener: AgentListener) -> Agent:
+    # Imported here so `continual-lsp --help` and the tests that never start an agent do
+    # not pay for torch/transformers at import time.
+    from continual_lsp.agent.session import Agent
+
+    return Agent(settings, workspace, listener=listener)
+
+
+class EventSink(Protocol):
+    """What a connection offers the listener: a thread-safe way to queue one event."""
+
+    def post(self, kind: str, payload: Any) -> None: ...
+
+
+class FanOutListener:
+    """AgentListener that forwards every event to each attached connection."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sinks: list[EventSink] = []
+
+    def attach(self, sink: EventSink) -> None:
+        with self._lock:
+            self._sinks.append(sink)
+
+    def detach(self, sink: EventSink) -> None:
+        with self._lock:
+            if sink in self._sinks:
+                self._sinks.remove(sink)
+
+    def _post(self, kind: str, payload: Any) -> None:
+        with self._lock:
+            sinks = list(self._sinks)
+        for sink in sinks:
+            sink.post(kind, payload)
+
+    def on_proposal(self, proposal: Proposal) -> None:
+        self._post("proposal", proposal)
+
+    def on_learned(self, note: LearnedNotification) -> None:
+        self._post("learned", note)
+
+    def on_routed(self, note: RoutedNotification) -> None:
+        self._post("routed", note)
+
+    def on_task_done(self, note: TaskDoneNotification) -> None:
+        self._post("taskDone", note)
+
+    def on_progress(
+        self, token: str, title: str, message: str, percentage: int | None, done: bool
+    ) -> None:
+        self._post("progress", (token, title, message, percentage, done))
+
+
+@dataclass
+class AgentHandle:
+    key: tuple[str, str]
+    settings: Settings
+    workspace: Path
+    listener: FanOutListener
+    created: Future[Agent]  # the Agent object (store open, crash recovery done)
+    ready: Future[Agent]  # … and its model loaded, so the first proposal is not a cold start
+    users: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    async def agent(self) -> Agent:
+        return await asyncio.wrap_future(self.created)
+
+    async def ready_agent(self) -> Agent:
+        return await asyncio.wrap_future(self.ready)
+
+
+class AgentPool:
+    def __init__(self, factory: AgentFactory, executor: Executor) -> None:
+        self._factory = factory
+        self._executor = executor
+        self._handles: dict[tuple[str, str], AgentHandle] = {}
+
+    def acquire(self, settings: Settings, workspace: Path, sink: EventSink) -> AgentHandle:
+        """Called on the event loop only (initialize), so the dict needs no lock."""
+        key = (settings.user, str(workspace))
+        handle = self._handles.get(key)
+        if handle is None or (handle.created.done() and handle.created.exception() is not None):
+            listener = FanOutListener()
+            created: Future[Agent] = self._executor.submit(
+                self._factory, settings, workspace, listener
+            )
+            ready: Future[Agent] = Future()
+            created.add_done_callback(lambda fut: self._warm(fut, ready))
+            handle = AgentHandle(key, settings, workspace, listener, created, ready)
+            self._handles[key] = handle
+        handle.listener.attach(sink)
+        handle.users += 1
+        return handle
+
+    def _warm(self, created: Future[Agent], ready: Future[Agent]) -> None:
+        exc = created.exception()
+        if exc is not None:
+            ready.set_exception(exc)
+            return
+        agent = created.result()
+
+        def load() -> None:
+            try:
+                # The real Agent builds its policy lazily; touching it here loads the model
+                # while the reviewer is still typing the task.
+                getattr(agent, "policy", None)
+            except Exception as err:  # the error resurfaces, with its message, on use
+                log.warning("loading the model failed: %s", err)
+            ready.set_result(agent)
+
+        self._executor.submit(load)
+
+    def release(self, handle: AgentHandle, sink: EventSink) -> None:
+        handle.listener.detach(sink)
+        handle.users -= 1
+
+    def close_all(self) -> None:
+        for handle in self._handles.values():
+            if handle.created.done() and handle.created.exception() is None:
+                try:
+                    handle.created.result().close()
+                except Exception as exc:
+                    log.warning("closing the agent for %s failed: %s", handle.key, exc)
+        self._handles.clear()

@@ -1,0 +1,77 @@
+"""textDocument/codeAction: on the lines a pending proposal changes, offer *Approve*
+(carrying the WorkspaceEdit and the command that records the decision), *Deny with
+correction…*, *Edit proposal…* and *Show diff*. Pure in-memory work: no agent call, so
+it stays fast while the agent samples or trains."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lsprotocol import types as lsp
+
+from ..session import normalize_uri
+from ..text import describe_call
+
+if TYPE_CHECKING:
+    from continual_lsp.agent.session import Proposal
+
+    from ..app import ContinualServer
+    from ..session import Session
+
+APPROVE, DENY, EDIT, DIFF = (
+    "continual.approve",
+    "continual.deny",
+    "continual.edit",
+    "continual.showDiff",
+)
+
+
+def actions_for(session: Session, uri: str, proposal: Proposal) -> list[lsp.CodeAction]:
+    pid = proposal.id
+    diagnostics = [d for d in session.diagnostics_for(uri) if d.code == pid]
+    summary = describe_call(proposal.call.tool, proposal.call.arguments)
+    edit = None
+    buffer = session.buffer_text(uri)
+    preview = proposal.preview
+    if preview is not None and buffer is not None and buffer == (preview.old_content or ""):
+        # Only when the buffer still holds what the proposal was computed against; with
+        # unsaved changes the command alone answers with a clear error instead.
+        edit = session.workspace_edit(uri, buffer, preview.new_content, session.doc_version(uri))
+
+    def action(title: str, command: str, *, preferred: bool = False) -> lsp.CodeAction:
+        return lsp.CodeAction(
+            title=title,
+            kind=lsp.CodeActionKind.QuickFix,
+            diagnostics=diagnostics or None,
+            is_preferred=preferred or None,
+            edit=edit if command == APPROVE else None,
+            command=lsp.Command(
+                title=title,
+                command=command,
+                # Tells continual.approve the client applies this action's edit itself.
+                arguments=[pid, {"editIncluded": True}] if command == APPROVE and edit else [pid],
+            ),
+        )
+
+    return [
+        action(f"Approve: {summary}", APPROVE, preferred=True),
+        action("Deny with correction…", DENY),
+        action("Edit proposal…", EDIT),
+        action("Show diff", DIFF),
+    ]
+
+
+def register(ls: ContinualServer) -> None:
+    @ls.feature(
+        lsp.TEXT_DOCUMENT_CODE_ACTION,
+        lsp.CodeActionOptions(code_action_kinds=[lsp.CodeActionKind.QuickFix]),
+    )
+    def code_action(
+        ls: ContinualServer, params: lsp.CodeActionParams
+    ) -> list[lsp.CodeAction] | None:
+        session = ls.session
+        uri = normalize_uri(params.text_document.uri)
+        actions: list[lsp.CodeAction] = []
+        for proposal in session.proposals_at(uri, params.range):
+            actions.extend(actions_for(session, uri, proposal))
+        return actions or None

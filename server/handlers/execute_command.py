@@ -1,0 +1,64 @@
+"""workspace/executeCommand for the four proposal commands.
+
+    continual.approve  [proposalId, {editIncluded?}]   the Approve code action sets
+                       editIncluded: its edit is applied by the client, not again here
+    continual.deny     [proposalId, correction?]   no correction: open a correction file
+    continual.edit     [proposalId, editedArguments?]   none: open the proposal as a file
+    continual.showDiff [proposalId]
+
+Results are plain objects: the decide result for decisions, `{ok, uri}` when a file was
+opened for the reviewer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pygls.exceptions import JsonRpcInvalidParams
+
+# A runtime import, not a TYPE_CHECKING one: pygls resolves command handlers' type hints
+# (typing.get_type_hints) to find their parameters.
+from ..app import ContinualServer
+from .code_action import APPROVE, DENY, DIFF, EDIT
+
+
+def _args(command: str, args: tuple[Any, ...], usage: str, max_args: int) -> tuple[str, Any]:
+    if not args or not isinstance(args[0], str) or not args[0] or len(args) > max_args:
+        raise JsonRpcInvalidParams(message=f"{command} expects {usage}, got {list(args)!r}")
+    return args[0], args[1] if len(args) > 1 else None
+
+
+def register(ls: ContinualServer) -> None:
+    @ls.command(APPROVE)
+    async def approve(ls: ContinualServer, *args: Any) -> dict[str, Any]:
+        pid, options = _args(APPROVE, args, "[proposalId, {editIncluded?}]", 2)
+        if options is not None and not isinstance(options, dict):
+            raise JsonRpcInvalidParams(message=f"{APPROVE}: the second argument must be an object")
+        included = bool((options or {}).get("editIncluded"))
+        return (await ls.session.decide(pid, "approve", edit_included=included)).dump()
+
+    @ls.command(DENY)
+    async def deny(ls: ContinualServer, *args: Any) -> dict[str, Any]:
+        pid, correction = _args(DENY, args, "[proposalId, correction?]", 2)
+        if correction is not None and not isinstance(correction, str):
+            raise JsonRpcInvalidParams(message=f"{DENY}: the correction must be a string")
+        if correction and correction.strip():
+            return (await ls.session.decide(pid, "deny", correction=correction)).dump()
+        proposal = await ls.session.lookup(pid)
+        return {"ok": True, "uri": await ls.session.open_correction(proposal)}
+
+    @ls.command(EDIT)
+    async def edit(ls: ContinualServer, *args: Any) -> dict[str, Any]:
+        pid, edited = _args(EDIT, args, "[proposalId, editedArguments?]", 2)
+        if edited is not None:
+            if not isinstance(edited, dict):
+                raise JsonRpcInvalidParams(message=f"{EDIT}: editedArguments must be an object")
+            return (await ls.session.decide(pid, "edit", edited_arguments=edited)).dump()
+        proposal = await ls.session.lookup(pid)
+        return {"ok": True, "uri": await ls.session.open_edit(proposal)}
+
+    @ls.command(DIFF)
+    async def show_diff(ls: ContinualServer, *args: Any) -> dict[str, Any]:
+        pid, _ = _args(DIFF, args, "[proposalId]", 1)
+        proposal = await ls.session.lookup(pid)
+        return {"ok": True, "uri": await ls.session.open_diff(proposal)}

@@ -1,0 +1,27 @@
+"""continual/startTask {text} → {taskId}; the first proposal follows as a notification."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from continual_lsp.protocol import METHOD_START_TASK, StartTaskParams, StartTaskResult
+
+from ..errors import validate
+
+if TYPE_CHECKING:
+    from ..app import ContinualServer
+
+
+async def start_task(ls: ContinualServer, params: Any) -> dict[str, Any]:
+    args = validate(StartTaskParams, METHOD_START_TASK, params)
+    session = ls.session
+    agent = await session.ready_agent()
+    with session.holding():
+        task_id, proposal = await session.call(agent.start_task, args.text)
+        if proposal is not None:
+            session.announce(proposal)
+    return StartTaskResult(task_id=task_id).dump()
+
+
+def register(ls: ContinualServer) -> None:
+    ls.feature(METHOD_START_TASK)(start_task)

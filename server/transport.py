@@ -1,0 +1,162 @@
+"""The message loop of one connection, over stdio or a TCP socket.
+
+pygls' own loop is not used because (1) it drops a request whose params fail to
+structure without answering it, so a client with a typo waits forever; (2) its
+`start_tcp` serves one connection and stops; (3) TCP needs a token check before the
+first message reaches a server. This loop answers every request, gates the first
+message, and hands the rest to a fresh pygls protocol per connection.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from cattrs import transform_error
+from pygls.exceptions import JsonRpcException
+
+from .app import ContinualServer
+
+log = logging.getLogger(__name__)
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+INVALID_PARAMS = -32602
+SERVER_NOT_INITIALIZED = -32002
+UNAUTHORIZED = -32001  # JSON-RPC server-error range: "unknown error code" in LSP terms
+
+
+class AsyncReader(Protocol):
+    def readline(self) -> Awaitable[bytes]: ...
+    def readexactly(self, n: int) -> Awaitable[bytes]: ...
+
+
+async def read_message(reader: AsyncReader) -> bytes | None:
+    """One framed body, or None at end of stream. Headers other than Content-Length
+    (Content-Type) are accepted and ignored."""
+    length: int | None = None
+    while True:
+        line = await reader.readline()
+        if not line:
+            return None
+        line = line.strip()
+        if not line:
+            if length is None:
+                continue  # stray blank line between messages
+            break
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            try:
+                length = int(value.strip())
+            except ValueError:
+                length = None
+    try:
+        body = await reader.readexactly(length)
+    except Exception:  # asyncio.IncompleteReadError: the peer went away mid-message
+        return None
+    return body if len(body) == length else None
+
+
+def frame(payload: dict[str, Any]) -> bytes:
+    body = json.dumps(payload).encode("utf-8")
+    return b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+
+def error_response(msg_id: Any, code: int, message: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": msg_id, "error": {"code": code, "message": message}}
+
+
+def authenticate(data: dict[str, Any], tokens: dict[str, str]) -> tuple[str | None, str]:
+    """(user, "") for an initialize request carrying a known token, else (None, why)."""
+    if data.get("method") != "initialize" or "id" not in data:
+        return None, (
+            "the first request on a TCP connection must be initialize with "
+            "initializationOptions.token"
+        )
+    params = data.get("params") if isinstance(data.get("params"), dict) else {}
+    options = params.get("initializationOptions")
+    given = options.get("token") if isinstance(options, dict) else None
+    if not isinstance(given, str) or not given:
+        return None, "unauthorized: initializationOptions.token is required"
+    user = None
+    for token, who in tokens.items():
+        # Compare against every token, so timing does not reveal which prefix matched.
+        if hmac.compare_digest(token.encode(), given.encode()):
+            user = who
+    if user is None:
+        return None, "unauthorized: unknown token"
+    return user, ""
+
+
+async def serve_connection(
+    reader: AsyncReader,
+    write: Callable[[bytes], Any],
+    make_server: Callable[[str | None], ContinualServer],
+    *,
+    tokens: dict[str, str] | None = None,
+) -> ContinualServer | None:
+    """Run one connection to its end (EOF or `exit`); returns its server, if one started.
+
+    With `tokens`, the first message must be `initialize` carrying a known token, else
+    an error is answered and the connection ends; `make_server(user)` is called once
+    the user is known. Without, `make_server(None)` is called at once.
+    """
+    ls = make_server(None) if tokens is None else None
+    while True:
+        body = await read_message(reader)
+        if body is None:
+            break
+        try:
+            data = json.loads(body)
+        except ValueError as exc:
+            write(frame(error_response(None, PARSE_ERROR, f"Parse error: {exc}")))
+            continue
+        if not isinstance(data, dict):
+            write(frame(error_response(None, INVALID_REQUEST, "a message must be a JSON object")))
+            continue
+        if ls is None:
+            assert tokens is not None
+            user, why = authenticate(data, tokens)
+            if user is None:
+                log.warning("refused a connection: %s", why)
+                if "id" in data:
+                    write(frame(error_response(data["id"], UNAUTHORIZED, why)))
+                return None
+            ls = make_server(user)
+        if data.get("method") == "exit":
+            break
+        try:
+            message = ls.protocol.structure_message(data)
+        except JsonRpcException as exc:
+            if "id" in data and "method" in data:
+                write(frame(error_response(data["id"], exc.code, _explain(data, exc))))
+            else:
+                log.warning("dropped a malformed notification: %s", _explain(data, exc))
+            continue
+        try:
+            ls.protocol.handle_message(message)
+        except SystemExit:
+            break
+        except Exception:
+            # pygls answers handler errors itself; this is a bug in dispatch. Keep serving.
+            log.exception("handling %s failed", data.get("method"))
+            if "id" in data and "method" in data:
+                write(frame(error_response(data["id"], -32603, "internal error; see server log")))
+    return ls
+
+
+def _explain(data: dict[str, Any], exc: JsonRpcException) -> str:
+    """`invalid params for textDocument/codeAction: required field missing @ $.range`."""
+    cause = exc.__cause__
+    method = data.get("method", "?")
+    if cause is not None:
+        try:
+            details = "; ".join(transform_error(cause, path="$"))
+        except Exception:
+            details = str(cause)
+        details = details.replace("$.params.", "$.").replace("$.params", "$")
+        return f"invalid params for {method}: {details}"
+    return f"invalid message for {method}: {exc.message}"

@@ -1,0 +1,178 @@
+from __future__ import annotations
+
+from continual_lsp.lanes.compile import compile_guard
+from continual_lsp.lanes.guards import (
+    CommandRule,
+    ContentRule,
+    Guard,
+    GuardSet,
+    GuardSpec,
+    PathRule,
+    PythonRule,
+    SizeRule,
+    ToolRule,
+    check_guards,
+    path_matches,
+)
+from continual_lsp.tools.base import Preview, ToolCall
+
+
+def bash(cmd: str) -> ToolCall:
+    return ToolCall(tool="bash", arguments={"cmd": cmd})
+
+
+def test_npm_to_pnpm_rewrite_from_text() -> None:
+    spec = compile_guard("Use pnpm, never npm.")
+    assert spec is not None
+    guard = Guard("g1", spec)
+    v = guard.check(bash("npm install lodash && npm run build"), None)
+    assert v.action == "rewrite"
+    assert v.rewritten_call is not None
+    assert v.rewritten_call.arguments["cmd"] == "pnpm install lodash && pnpm run build"
+    assert v.guard_id == "g1"
+    # Already compliant, and words that merely contain "npm" are left alone.
+    assert guard.check(bash("pnpm install"), None).action == "allow"
+    assert guard.check(bash("echo npmrc"), None).action == "allow"
+
+
+def test_command_deny_flag() -> None:
+    spec = compile_guard("Use debug builds (not `--release`) when developing.")
+    assert spec is not None
+    guard = Guard("g", spec)
+    assert guard.check(bash("cargo build --release"), None).action == "block"
+    assert guard.check(bash("cargo build"), None).action == "allow"
+    assert guard.check(ToolCall(tool="read", arguments={"path": "a"}), None).action == "allow"
+
+
+def test_path_deny_vendor() -> None:
+    spec = compile_guard("Never edit files under vendor/.")
+    assert spec is not None
+    guard = Guard("g", spec)
+    write = ToolCall(tool="write", arguments={"path": "vendor/lib.py", "content": "x"})
+    v = guard.check(write, None)
+    assert v.action == "block" and "vendor" in v.message
+    ok = ToolCall(tool="write", arguments={"path": "src/lib.py", "content": "x"})
+    assert guard.check(ok, None).action == "allow"
+    read = ToolCall(tool="read", arguments={"path": "vendor/lib.py"})
+    assert guard.check(read, None).action == "allow"  # reading is fine
+    assert guard.check(bash("rm -rf vendor/lib.py"), None).action == "block"
+
+
+def test_content_regex_on_added_lines_only() -> None:
+    spec = compile_guard("Use Timber for logging, never `println` or `Log.*`")
+    assert spec is not None
+    guard = Guard("g", spec)
+    bad = ToolCall(tool="edit", arguments={"path": "A.kt", "old": "x", "new": 'println("hi")'})
+    assert guard.check(bad, None).action == "block"
+    log_d = ToolCall(tool="write", arguments={"path": "A.kt", "content": 'Log.d("t", "m")'})
+    assert guard.check(log_d, None).action == "block"
+    # An edit that keeps an old println but adds a clean line is not blamed for it.
+    preview = Preview(
+        path="A.kt",
+        old_content='println("old")\n',
+        new_content='println("old")\nTimber.d("new")\n',
+        diff='--- a/A.kt\n+++ b/A.kt\n@@ -1 +1,2 @@\n println("old")\n+Timber.d("new")\n',
+        old_sha256=None,
+    )
+    call = ToolCall(tool="edit", arguments={"path": "A.kt", "old": "x", "new": "y"})
+    assert guard.check(call, preview).action == "allow"
+
+
+def test_size_tool_and_allow_rules() -> None:
+    size = Guard("s", GuardSpec(message="Files stay under 3 lines.", rules=[SizeRule(max_lines=3)]))
+    long = ToolCall(tool="write", arguments={"path": "a.py", "content": "1\n2\n3\n4\n"})
+    assert size.check(long, None).action == "block"
+    short = ToolCall(tool="write", arguments={"path": "a.py", "content": "1\n"})
+    assert size.check(short, None).action == "allow"
+    tool = Guard("t", GuardSpec(message="No bash.", rules=[ToolRule(deny=["bash"])]))
+    assert tool.check(bash("ls"), None).action == "block"
+    only = Guard("o", GuardSpec(message="Read only.", rules=[ToolRule(allow=["read", "grep"])]))
+    assert only.check(short, None).action == "block"
+    inside = Guard(
+        "i", GuardSpec(message="Only src/.", rules=[PathRule(globs=["src/**"], mode="allow")])
+    )
+    assert inside.check(short, None).action == "block"
+    ok = ToolCall(tool="write", arguments={"path": "src/a.py", "content": "1"})
+    assert inside.check(ok, None).action == "allow"
+
+
+def test_globs() -> None:
+    assert path_matches("src/x/a.css", ["*.css"])
+    assert path_matches("vendor/a/b.py", ["vendor/**"])
+    assert not path_matches("src/vendor.py", ["vendor/**"])
+    assert path_matches("pubspec.yaml", ["pubspec.yaml"])
+    assert path_matches("app/pubspec.yaml", ["pubspec.yaml"])
+
+
+def test_guardset_from_store_chains_and_blocks(store) -> None:
+    rewrite = GuardSpec(
+        message="pnpm", rules=[CommandRule(pattern=r"(^|\s)npm(?=\s)", replace=r"\1pnpm")]
+    )
+    deny = GuardSpec(message="no lodash", rules=[CommandRule(pattern=r"lodash")])
+    store.add_lane_item(
+        {"text": "pnpm", "lane": "CODE", "reason": "r", "spec": rewrite.model_dump()}
+    )
+    store.add_lane_item(
+        {"text": "pending", "lane": "CODE", "reason": "r", "spec": {"pending": True}}
+    )
+    v = check_guards(store, bash("npm test"))
+    assert v.action == "rewrite" and v.rewritten_call.arguments["cmd"] == "pnpm test"
+    store.add_lane_item(
+        {"text": "no lodash", "lane": "CODE", "reason": "r", "spec": deny.model_dump()}
+    )
+    v = check_guards(store, bash("npm i lodash"))
+    assert v.action == "block" and v.message == "no lodash"
+    content = GuardSpec(
+        message="no print", rules=[ContentRule(pattern=r"\bprint\(", path_globs=["*.py"])]
+    )
+    store.add_lane_item(
+        {"text": "no print", "lane": "CODE", "reason": "r", "spec": content.model_dump()}
+    )
+    w = ToolCall(tool="write", arguments={"path": "a.py", "content": "print(1)"})
+    assert check_guards(store, w).action == "block"
+    w_md = ToolCall(tool="write", arguments={"path": "a.md", "content": "print(1)"})
+    assert check_guards(store, w_md).action == "allow"
+
+
+def test_python_guard_runs_sandboxed_and_can_rewrite(store) -> None:
+    code = (
+        "def check(call, preview):\n"
+        "    if call['tool'] == 'bash' and 'yarn' in call['arguments']['cmd']:\n"
+        "        return {'action': 'rewrite', 'message': 'pnpm',\n"
+        "                'arguments': {'cmd': call['arguments']['cmd'].replace('yarn', 'pnpm')}}\n"
+        "    return None\n"
+    )
+    spec = GuardSpec(message="use pnpm", rules=[PythonRule(code=code)])
+    guard = Guard("py", spec)
+    v = guard.check(bash("yarn add x"), None)
+    assert v.action == "rewrite" and v.rewritten_call.arguments["cmd"] == "pnpm add x"
+
+
+def test_failing_python_guard_fails_open_then_is_disabled(store, caplog) -> None:
+    spec = GuardSpec(
+        message="broken", rules=[PythonRule(code="def check(call, preview):\n    1/0\n")]
+    )
+    item_id = store.add_lane_item(
+        {"text": "broken", "lane": "CODE", "reason": "r", "spec": spec.model_dump()}
+    )
+    for _ in range(3):
+        v = check_guards(store, bash("ls"))
+        assert v.action == "allow"  # fail open: the reviewer still sees the proposal
+    assert "failed open" in caplog.text
+    assert store.lane_item(item_id)["active"] == 0
+    assert store.counter(f"guard_failures:{item_id}") == 3
+
+
+def test_invalid_regex_in_spec_fails_open(store) -> None:
+    spec = GuardSpec(message="bad", rules=[CommandRule(pattern="(")])
+    guards = GuardSet([Guard("bad", spec)], store=None)
+    assert guards.check(bash("ls")).action == "allow"
+
+
+def test_a_denial_comment_uses_the_denied_call() -> None:
+    assert compile_guard("use pnpm") is None  # alone, nothing says what to replace
+    ctx = {"tool": "bash", "arguments": {"cmd": "npm install lodash"}}
+    spec = compile_guard("use pnpm", ctx)
+    assert spec is not None
+    v = Guard("g", spec).check(bash("npm install lodash"), None)
+    assert v.action == "rewrite" and v.rewritten_call.arguments["cmd"] == "pnpm install lodash"

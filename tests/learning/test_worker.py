@@ -1,0 +1,145 @@
+"""The training worker process: jobs from the store, responsiveness, crashes, parent death."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from continual_lsp.config import Settings
+from continual_lsp.learning import SdpoJob, TrainingWorker
+from continual_lsp.policy import training
+from continual_lsp.policy.local import LocalPolicy
+from continual_lsp.store import Store
+
+from .conftest import CORRECTION, DEMO, make_situation
+
+pytestmark = pytest.mark.model
+
+
+def payload(policy: LocalPolicy, proposal_id: str) -> dict[str, Any]:
+    s = make_situation(policy)
+    return SdpoJob(
+        proposal_id=proposal_id,
+        prompt_tokens=s.prompt,
+        tokens=s.denied,
+        logprobs=s.denied_logprobs,
+        correction=CORRECTION,
+        demonstration=DEMO.model_dump(),
+        signal="edit",
+    ).model_dump()
+
+
+def assert_only_complete_versions(directory: Path, store: Store) -> None:
+    names = sorted(p.name for p in directory.iterdir())
+    assert names == sorted(a["name"] for a in store.adapters())  # no partial, no stray
+    for adapter in store.adapters():
+        assert (
+            training.sha256_file(Path(adapter["path"]) / training.ADAPTER_FILE) == adapter["sha256"]
+        )
+
+
+def test_worker_trains_replays_a_killed_job_and_keeps_the_loop_responsive(
+    policy: LocalPolicy, tmp_path: Path
+) -> None:
+    store_path = tmp_path / "store.sqlite3"
+    settings = Settings(store_path=str(store_path), adapters_dir=str(tmp_path / "adapters"))
+    store = Store(store_path)
+    worker = TrainingWorker(settings, store_path, poll_s=0.5)
+    try:
+        worker.start()
+        assert worker.wait_ready(300), "worker did not load its model"
+        first = store.enqueue_job("sdpo", payload(policy, "prop-1"))
+
+        async def ping_while_training() -> tuple[dict[str, Any], list[float]]:
+            lags: list[float] = []
+            task = asyncio.create_task(worker.wait_job_async(first, timeout=600))
+            worker.notify()
+            while not task.done():
+                start = time.perf_counter()
+                await asyncio.sleep(0.005)  # a ping the loop must answer promptly
+                lag = time.perf_counter() - start - 0.005
+                if store.job(first)["status"] == "running":
+                    lags.append(lag)
+            return await task, lags
+
+        result, lags = asyncio.run(ping_while_training())
+        assert result["adapterVersion"] == 1 and result["name"] == "v0001"
+        assert result["loss"] is not None and result["seconds"] > 0
+        assert len(lags) > 20
+        lags.sort()
+        p99 = lags[int(0.99 * (len(lags) - 1))]
+        assert p99 < 0.050, f"event loop p99 lag {p99 * 1000:.1f} ms while the worker trained"
+        adapter = store.current_adapter()
+        assert adapter["metrics"]["jobId"] == first and "meanAdvantage" in adapter["metrics"]
+
+        # SIGKILL mid-step: the job stays 'running', a restarted worker replays it.
+        second = store.enqueue_job("sdpo", payload(policy, "prop-2"))
+        worker.notify()
+        deadline = time.monotonic() + 120
+        while store.job(second)["status"] != "running":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(0.5)
+        old_pid = worker.pid
+        worker.kill()
+        assert not worker.alive and store.job(second)["status"] == "running"
+        assert_only_complete_versions(Path(settings.adapters_dir or ""), store)
+        result = worker.wait_job(second, timeout=600)  # restarts the dead worker
+        assert worker.pid != old_pid and worker.restarts == 1
+        job = store.job(second)
+        assert job["status"] == "done" and job["attempts"] == 2
+        assert result["name"] == "v0002"
+        # The restarted worker continued from v0001 (the store's active adapter).
+        assert store.adapters()[-1]["parent"] == 1
+        assert_only_complete_versions(Path(settings.adapters_dir or ""), store)
+        # The parent loads the new version into its sampler; it matches the saved file.
+        policy.load_adapter(result["path"])
+        assert policy.adapter_version == "v0002"
+    finally:
+        worker.stop()
+        store.close()
+    assert not worker.alive
+
+
+def test_worker_dies_with_its_parent(tmp_path: Path) -> None:
+    script = textwrap.dedent(
+        f"""
+        import sys, time
+        from continual_lsp.config import Settings
+        from continual_lsp.learning.worker import TrainingWorker
+        w = TrainingWorker(Settings(store_path={str(tmp_path / "s.sqlite3")!r}), {str(tmp_path / "s.sqlite3")!r})
+        w.start()
+        print(w.pid, flush=True)
+        time.sleep(600)
+        """
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline())  # type: ignore[union-attr]
+        time.sleep(8)  # let the child get past its imports and the prctl
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(10)
+        deadline = time.monotonic() + 20
+        while _running(child):
+            assert time.monotonic() < deadline, "the worker outlived its parent"
+            time.sleep(0.2)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False

@@ -1,0 +1,140 @@
+"""The tool-call grammar: its schema, what it accepts, and that it agrees with the renderer.
+
+Tokenizer only; decoding with the real model is in test_local_sampling.py.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from continual_lsp.policy.grammar import (
+    ToolCallGrammar,
+    allowed_mask,
+    check_tools,
+    decoding_schema,
+)
+from continual_lsp.policy.render import ChatMLRenderer, call_text
+from continual_lsp.tools.base import TOOL_NAMES, ToolCall
+from tests.policy.test_render import load_tokenizer, tool_calls
+
+
+@pytest.fixture(scope="module")
+def grammar() -> ToolCallGrammar:
+    return ToolCallGrammar(load_tokenizer())
+
+
+@pytest.fixture(scope="module")
+def renderer() -> ChatMLRenderer:
+    return ChatMLRenderer(load_tokenizer())
+
+
+def _tokens(grammar: ToolCallGrammar, text: str) -> list[int]:
+    return [*grammar.tokenizer.encode(text, add_special_tokens=False), *grammar.eos_tokens[:1]]
+
+
+def test_decoding_schema_has_no_nulls_or_docs() -> None:
+    text = json.dumps(decoding_schema())
+    assert '"null"' not in text
+    assert '"title"' not in text
+    assert '"description"' not in text
+    branches = decoding_schema()["oneOf"]
+    assert [b["properties"]["tool"]["const"] for b in branches] == list(TOOL_NAMES)
+    read_args = branches[0]["properties"]["arguments"]
+    assert read_args["properties"]["offset"] == {
+        "type": "integer",
+        "minimum": 1,
+        "maximum": 1000000,
+    }
+    assert read_args["additionalProperties"] is False
+
+
+def test_grammar_forces_the_opening(grammar: ToolCallGrammar) -> None:
+    matcher = grammar.matcher()
+    assert matcher.compute_ff_bytes() == b'{"tool":"'
+    matcher.consume_tokens(grammar.tokenizer.encode('{"tool":"read', add_special_tokens=False))
+    # After the tool name, the key `arguments` and the first required key are forced too.
+    assert matcher.compute_ff_bytes() == b'","arguments":{"path":"'
+
+
+def test_mask_allows_exactly_the_tool_names(grammar: ToolCallGrammar) -> None:
+    matcher = grammar.matcher()
+    matcher.consume_tokens(matcher.compute_ff_tokens())
+    mask = allowed_mask(matcher, grammar.vocab_size)
+    allowed = {grammar.tokenizer.decode([int(i)]) for i in mask.nonzero()[:, 0]}
+    assert allowed
+    assert all(any(name.startswith(piece) for name in TOOL_NAMES) for piece in allowed)
+    assert not mask[grammar.eos_tokens[0]]
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(call=tool_calls())
+def test_grammar_accepts_every_rendered_call(
+    grammar: ToolCallGrammar, renderer: ChatMLRenderer, call: ToolCall
+) -> None:
+    # The demonstration tokens used in training are a completion the sampler could write.
+    assert grammar.accepts(renderer.render_call(call))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"tool": "read", "arguments": {"path": "a"}}',  # whitespace
+        '{"tool":"read","arguments":{"path":"a","offset":null}}',  # null for optional
+        '{"tool":"read","arguments":{"limit":1,"path":"a"}}',  # keys out of schema order
+        '{"arguments":{"path":"a"},"tool":"read"}',  # arguments before tool
+        '{"tool":"read","arguments":{"path":""}}',  # minLength
+        '{"tool":"read","arguments":{"path":"a","offset":0}}',  # minimum
+        '{"tool":"read","arguments":{"path":"a","mode":"r"}}',  # extra key
+        '{"tool":"remove","arguments":{"path":"a"}}',  # unknown tool
+        '{"tool":"glob","arguments":{"pat":"' + "x" * 201 + '"}}',  # maxLength
+        '{"tool":"read","arguments":{"path":"a"}}\n',  # text after the call
+    ],
+)
+def test_grammar_rejects_non_canonical_or_invalid_calls(
+    grammar: ToolCallGrammar, text: str
+) -> None:
+    tokens = _tokens(grammar, text)
+    assert grammar.accepted_prefix(tokens) < len(tokens)
+    assert not grammar.accepts(tokens)
+
+
+def test_grammar_requires_end_of_turn(grammar: ToolCallGrammar) -> None:
+    text = call_text(ToolCall(tool="bash", arguments={"cmd": "pytest -q"}))
+    body = grammar.tokenizer.encode(text, add_special_tokens=False)
+    assert grammar.accepted_prefix(body) == len(body)
+    assert not grammar.accepts(body)  # complete JSON, but the turn has not ended
+    assert grammar.accepts([*body, grammar.eos_tokens[0]])
+
+
+def test_strings_at_max_length_are_accepted(grammar: ToolCallGrammar) -> None:
+    for tool, arguments in [
+        ("glob", {"pat": "é" * 200}),
+        ("bash", {"cmd": "x" * 1000, "timeout": 600}),
+        ("edit", {"path": "a", "old": '"' * 2000, "new": "", "all": False}),
+    ]:
+        text = call_text(ToolCall(tool=tool, arguments=arguments))
+        assert grammar.accepts(_tokens(grammar, text)), tool
+
+
+def test_bad_schema_is_reported() -> None:
+    with pytest.raises(ValueError, match="does not compile"):
+        ToolCallGrammar(load_tokenizer(), schema={"type": "object", "properties": 5})
+
+
+def test_allowed_tools_restrict_the_grammar(grammar: ToolCallGrammar) -> None:
+    schema = decoding_schema(["grep", "read"])
+    assert [b["properties"]["tool"]["const"] for b in schema["oneOf"]] == ["read", "grep"]
+    narrow = ToolCallGrammar(grammar.tokenizer, schema, ll_tokenizer=grammar.ll_tokenizer)
+    read = call_text(ToolCall(tool="read", arguments={"path": "a"}))
+    bash = call_text(ToolCall(tool="bash", arguments={"cmd": "ls"}))
+    assert narrow.accepts(_tokens(grammar, read))
+    assert not narrow.accepts(_tokens(grammar, bash))
+    assert grammar.accepts(_tokens(grammar, bash))
+    assert check_tools(None) == TOOL_NAMES
+    with pytest.raises(ValueError, match="unknown tools"):
+        check_tools(["read", "rm"])
+    with pytest.raises(ValueError, match="empty"):
+        check_tools([])

@@ -1,0 +1,71 @@
+// Approve / Deny… / Edit… as CodeLens above the changed hunk: on the workspace file a
+// proposal targets, and on the proposed side of its diff.
+
+import * as vscode from "vscode";
+import type { PendingProposals } from "./core/pendingProposals";
+import { parseProposalDocPath, PROPOSAL_SCHEME } from "./core/proposalUri";
+import { parseUnifiedDiff } from "./core/unifiedDiff";
+import type { ProposalNotification } from "./core/protocol";
+
+function firstChangedLine(proposal: ProposalNotification, side: "old" | "new"): number {
+  if (side === "old" && proposal.range) return proposal.range.start.line;
+  try {
+    const hunk = parseUnifiedDiff(proposal.diff ?? "")[0]?.hunks[0];
+    if (hunk) {
+      const offset = hunk.lines.findIndex((l) => l.kind !== " ");
+      const start = side === "old" ? hunk.oldStart : hunk.newStart;
+      return Math.max(0, start - 1 + Math.max(offset, 0));
+    }
+  } catch {
+    // An unreadable diff: put the lenses at the top.
+  }
+  return 0;
+}
+
+export class ProposalCodeLens implements vscode.CodeLensProvider {
+  private readonly changed = new vscode.EventEmitter<void>();
+  readonly onDidChangeCodeLenses = this.changed.event;
+
+  constructor(
+    private readonly pending: PendingProposals,
+    private readonly targetUri: (proposal: ProposalNotification) => vscode.Uri | undefined,
+  ) {}
+
+  refresh(): void {
+    this.changed.fire();
+  }
+
+  provideCodeLenses(document: vscode.TextDocument): vscode.CodeLens[] {
+    const lenses: vscode.CodeLens[] = [];
+    if (document.uri.scheme === PROPOSAL_SCHEME) {
+      const ref = parseProposalDocPath(document.uri.path, document.uri.query);
+      const proposal = ref && ref.side === "proposed" ? this.pending.get(ref.proposalId) : undefined;
+      if (proposal) lenses.push(...this.lenses(proposal, firstChangedLine(proposal, "new"), document, false));
+      return lenses;
+    }
+    for (const proposal of this.pending.all()) {
+      if (this.targetUri(proposal)?.toString() === document.uri.toString()) {
+        lenses.push(...this.lenses(proposal, firstChangedLine(proposal, "old"), document, true));
+      }
+    }
+    return lenses;
+  }
+
+  private lenses(proposal: ProposalNotification, line: number, document: vscode.TextDocument, withDiff: boolean): vscode.CodeLens[] {
+    const at = Math.min(line, Math.max(document.lineCount - 1, 0));
+    const range = new vscode.Range(at, 0, at, 0);
+    const id = proposal.proposalId;
+    const lens = (title: string, command: string, tooltip: string) =>
+      new vscode.CodeLens(range, { title, command, arguments: [id], tooltip });
+    return [
+      lens(`$(check) Approve ${proposal.tool}`, "continual.approveProposal", "Run the proposed call"),
+      lens("$(close) Deny…", "continual.denyProposal", "Deny with a correction; the agent learns from it and retries"),
+      lens("$(edit) Edit…", "continual.editProposal", "Change the proposal yourself, then submit it"),
+      ...(withDiff ? [lens("$(diff) Show diff", "continual.showProposal", "Open the proposal in the diff view")] : []),
+    ];
+  }
+
+  dispose(): void {
+    this.changed.dispose();
+  }
+}

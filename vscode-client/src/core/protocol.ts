@@ -1,0 +1,234 @@
+// Wire payloads of DESIGN §7, mirrored from continual_lsp/protocol.py (camelCase on the wire).
+// Names are stable: extend, never rename. No `vscode` import here.
+
+export const METHOD_START_TASK = "continual/startTask";
+export const METHOD_DECIDE = "continual/decide";
+export const METHOD_NOTE = "continual/note";
+export const METHOD_LEDGER = "continual/ledger";
+export const METHOD_REVERT = "continual/revert";
+export const METHOD_STATUS = "continual/status";
+export const NOTIFY_PROPOSAL = "continual/proposal";
+export const NOTIFY_LEARNED = "continual/learned";
+export const NOTIFY_ROUTED = "continual/routed";
+export const NOTIFY_TASK_DONE = "continual/taskDone";
+
+export type Decision = "approve" | "deny" | "edit";
+export type Lane = "CODE" | "WEIGHTS" | "CONTEXT" | "NONE";
+export const LANES: readonly Lane[] = ["CODE", "WEIGHTS", "CONTEXT", "NONE"];
+
+export interface Position {
+  line: number;
+  character: number;
+}
+
+export interface Range {
+  start: Position;
+  end: Position;
+}
+
+export interface StartTaskParams {
+  text: string;
+}
+
+export interface StartTaskResult {
+  taskId: string;
+}
+
+export interface DecideParams {
+  proposalId: string;
+  decision: Decision;
+  correction?: string;
+  editedArguments?: Record<string, unknown>;
+}
+
+export interface Learned {
+  step: number;
+  loss: number;
+  seconds: number;
+}
+
+export interface DecideResult {
+  ok: boolean;
+  learned?: Learned;
+  nextProposalId?: string;
+}
+
+export interface NoteParams {
+  text: string;
+}
+
+export interface OkResult {
+  ok: boolean;
+}
+
+export interface LedgerItem {
+  id: string;
+  text: string;
+  lane: Lane;
+  reason: string;
+  recurrence: number;
+  createdAt: number;
+  active: boolean;
+}
+
+export interface LedgerResult {
+  items: LedgerItem[];
+  contextTokens: number;
+  notesOnlyTokens: number;
+}
+
+export interface RevertParams {
+  itemId: string;
+}
+
+export interface StatusResult {
+  backend: string;
+  model: string;
+  adapterVersion?: string;
+  trainingSteps: number;
+  queueDepth: number;
+  pendingProposalId?: string;
+}
+
+export interface ProposalNotification {
+  proposalId: string;
+  taskId: string;
+  tool: string;
+  arguments: Record<string, unknown>;
+  readOnly: boolean;
+  uri?: string;
+  range?: Range;
+  diff?: string;
+  /** Extension: why a guard rewrote the call, or an "unsandboxed" warning. */
+  note?: string;
+}
+
+export interface LearnedNotification {
+  proposalId: string;
+  step: number;
+  loss: number;
+  adapterVersion?: string;
+  seconds: number;
+}
+
+export interface RoutedNotification {
+  itemId: string;
+  lane: Lane;
+  reason: string;
+}
+
+export interface TaskDoneNotification {
+  taskId: string;
+  summary: string;
+}
+
+export const FILE_CHANGING_TOOLS: ReadonlySet<string> = new Set(["write", "edit", "edit_lines"]);
+
+export function isFileChanging(tool: string): boolean {
+  return FILE_CHANGING_TOOLS.has(tool);
+}
+
+// -- validation of what arrives from the server (a malformed notification must not crash the UI) --
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+function isPosition(value: unknown): value is Position {
+  return isRecord(value) && typeof value.line === "number" && typeof value.character === "number";
+}
+
+function isRange(value: unknown): value is Range {
+  return isRecord(value) && isPosition(value.start) && isPosition(value.end);
+}
+
+export function parseProposal(value: unknown): ProposalNotification | undefined {
+  if (!isRecord(value)) return undefined;
+  const { proposalId, taskId, tool, readOnly, uri, range, diff, note } = value;
+  const args = value.arguments;
+  if (typeof proposalId !== "string" || typeof taskId !== "string" || typeof tool !== "string") {
+    return undefined;
+  }
+  if (!isRecord(args) || typeof readOnly !== "boolean") return undefined;
+  const proposal: ProposalNotification = { proposalId, taskId, tool, arguments: args, readOnly };
+  if (typeof uri === "string") proposal.uri = uri;
+  if (isRange(range)) proposal.range = range;
+  if (typeof diff === "string") proposal.diff = diff;
+  if (typeof note === "string") proposal.note = note;
+  return proposal;
+}
+
+export function parseLearned(value: unknown): LearnedNotification | undefined {
+  if (!isRecord(value)) return undefined;
+  const { proposalId, step, loss, seconds, adapterVersion } = value;
+  if (typeof proposalId !== "string" || typeof step !== "number") return undefined;
+  if (typeof loss !== "number" || typeof seconds !== "number") return undefined;
+  const learned: LearnedNotification = { proposalId, step, loss, seconds };
+  if (typeof adapterVersion === "string") learned.adapterVersion = adapterVersion;
+  return learned;
+}
+
+export function parseRouted(value: unknown): RoutedNotification | undefined {
+  if (!isRecord(value)) return undefined;
+  const { itemId, lane, reason } = value;
+  if (typeof itemId !== "string" || typeof reason !== "string") return undefined;
+  if (typeof lane !== "string" || !(LANES as readonly string[]).includes(lane)) return undefined;
+  return { itemId, lane: lane as Lane, reason };
+}
+
+export function parseTaskDone(value: unknown): TaskDoneNotification | undefined {
+  if (!isRecord(value)) return undefined;
+  const { taskId, summary } = value;
+  if (typeof taskId !== "string" || typeof summary !== "string") return undefined;
+  return { taskId, summary };
+}
+
+export function parseLedger(value: unknown): LedgerResult {
+  const empty: LedgerResult = { items: [], contextTokens: 0, notesOnlyTokens: 0 };
+  if (!isRecord(value)) return empty;
+  const items: LedgerItem[] = [];
+  for (const raw of Array.isArray(value.items) ? value.items : []) {
+    if (!isRecord(raw) || typeof raw.id !== "string") continue;
+    const lane = typeof raw.lane === "string" && (LANES as readonly string[]).includes(raw.lane) ? (raw.lane as Lane) : "NONE";
+    items.push({
+      id: raw.id,
+      text: typeof raw.text === "string" ? raw.text : "",
+      lane,
+      reason: typeof raw.reason === "string" ? raw.reason : "",
+      recurrence: typeof raw.recurrence === "number" ? raw.recurrence : 1,
+      createdAt: typeof raw.createdAt === "number" ? raw.createdAt : 0,
+      active: raw.active !== false,
+    });
+  }
+  return {
+    items,
+    contextTokens: typeof value.contextTokens === "number" ? value.contextTokens : 0,
+    notesOnlyTokens: typeof value.notesOnlyTokens === "number" ? value.notesOnlyTokens : 0,
+  };
+}
+
+export function parseStatus(value: unknown): StatusResult | undefined {
+  if (!isRecord(value)) return undefined;
+  const { backend, model, adapterVersion, trainingSteps, queueDepth, pendingProposalId } = value;
+  if (typeof backend !== "string" || typeof model !== "string") return undefined;
+  const status: StatusResult = {
+    backend,
+    model,
+    trainingSteps: typeof trainingSteps === "number" ? trainingSteps : 0,
+    queueDepth: typeof queueDepth === "number" ? queueDepth : 0,
+  };
+  if (typeof adapterVersion === "string") status.adapterVersion = adapterVersion;
+  if (typeof pendingProposalId === "string") status.pendingProposalId = pendingProposalId;
+  return status;
+}
+
+export function parseDecideResult(value: unknown): DecideResult {
+  if (!isRecord(value)) return { ok: false };
+  const result: DecideResult = { ok: value.ok === true };
+  const learned = value.learned;
+  if (isRecord(learned) && typeof learned.step === "number" && typeof learned.loss === "number" && typeof learned.seconds === "number") {
+    result.learned = { step: learned.step, loss: learned.loss, seconds: learned.seconds };
+  }
+  if (typeof value.nextProposalId === "string") result.nextProposalId = value.nextProposalId;
+  return result;
+}

@@ -1,0 +1,88 @@
+import { describe, expect, it } from "vitest";
+import {
+  isFileChanging,
+  parseDecideResult,
+  parseLearned,
+  parseLedger,
+  parseProposal,
+  parseRouted,
+  parseStatus,
+  parseTaskDone,
+} from "../src/core/protocol";
+
+describe("payload parsing", () => {
+  it("accepts a full proposal and drops unknown or malformed optional fields", () => {
+    const proposal = parseProposal({
+      proposalId: "p1",
+      taskId: "t1",
+      tool: "edit_lines",
+      arguments: { path: "a.py", start: 1, end: 1, content: "x" },
+      readOnly: false,
+      uri: "file:///w/a.py",
+      range: { start: { line: 0, character: 0 }, end: { line: 1, character: 0 } },
+      diff: "--- a/a.py",
+      note: "rewritten by a guard",
+      extra: 1,
+    });
+    expect(proposal).toEqual({
+      proposalId: "p1",
+      taskId: "t1",
+      tool: "edit_lines",
+      arguments: { path: "a.py", start: 1, end: 1, content: "x" },
+      readOnly: false,
+      uri: "file:///w/a.py",
+      range: { start: { line: 0, character: 0 }, end: { line: 1, character: 0 } },
+      diff: "--- a/a.py",
+      note: "rewritten by a guard",
+    });
+    expect(parseProposal({ proposalId: "p", taskId: "t", tool: "x", arguments: {}, readOnly: true, range: { start: 1 } })).not.toHaveProperty("range");
+  });
+
+  it("rejects proposals missing required fields", () => {
+    expect(parseProposal(null)).toBeUndefined();
+    expect(parseProposal({ proposalId: "p", taskId: "t", tool: "x", arguments: [], readOnly: false })).toBeUndefined();
+    expect(parseProposal({ proposalId: "p", taskId: "t", tool: "x", arguments: {} })).toBeUndefined();
+  });
+
+  it("parses the other notifications", () => {
+    expect(parseLearned({ proposalId: "p", step: 1, loss: 0.5, seconds: 2, adapterVersion: "v1" })).toEqual({
+      proposalId: "p",
+      step: 1,
+      loss: 0.5,
+      seconds: 2,
+      adapterVersion: "v1",
+    });
+    expect(parseLearned({ proposalId: "p", step: 1 })).toBeUndefined();
+    expect(parseRouted({ itemId: "i", lane: "CODE", reason: "r" })).toEqual({ itemId: "i", lane: "CODE", reason: "r" });
+    expect(parseRouted({ itemId: "i", lane: "ELSEWHERE", reason: "r" })).toBeUndefined();
+    expect(parseTaskDone({ taskId: "t", summary: "s" })).toEqual({ taskId: "t", summary: "s" });
+    expect(parseTaskDone({ taskId: "t" })).toBeUndefined();
+  });
+
+  it("parses results leniently", () => {
+    expect(parseLedger({ items: [{ id: "i", text: "t", lane: "WEIGHTS", reason: "r", recurrence: 3, createdAt: 5, active: false }, { nope: 1 }], contextTokens: 4, notesOnlyTokens: 9 })).toEqual({
+      items: [{ id: "i", text: "t", lane: "WEIGHTS", reason: "r", recurrence: 3, createdAt: 5, active: false }],
+      contextTokens: 4,
+      notesOnlyTokens: 9,
+    });
+    expect(parseLedger(undefined)).toEqual({ items: [], contextTokens: 0, notesOnlyTokens: 0 });
+    expect(parseStatus({ backend: "local", model: "m", trainingSteps: 2, queueDepth: 0, pendingProposalId: "p" })).toEqual({
+      backend: "local",
+      model: "m",
+      trainingSteps: 2,
+      queueDepth: 0,
+      pendingProposalId: "p",
+    });
+    expect(parseStatus({})).toBeUndefined();
+    expect(parseDecideResult({ ok: true, learned: { step: 1, loss: 0.1, seconds: 1 }, nextProposalId: "n" })).toEqual({
+      ok: true,
+      learned: { step: 1, loss: 0.1, seconds: 1 },
+      nextProposalId: "n",
+    });
+    expect(parseDecideResult("x")).toEqual({ ok: false });
+  });
+
+  it("knows the file-changing tools", () => {
+    expect(["write", "edit", "edit_lines", "bash", "read"].filter(isFileChanging)).toEqual(["write", "edit", "edit_lines"]);
+  });
+});
