@@ -62,7 +62,8 @@ def _say(text: str = "") -> None:
 
 
 def _show_proposal(p: dict[str, Any]) -> None:
-    _say(f"\n▶ proposal {p['proposalId']}  tool={p['tool']}  readOnly={p['readOnly']}")
+    weights = p.get("adapterVersion") or "base model"
+    _say(f"\n▶ proposal {p['proposalId']}  tool={p['tool']}  (sampled from {weights})")
     _say("  arguments: " + json.dumps(p["arguments"])[:400])
     if p.get("note"):
         _say(f"  note: {p['note']}")
@@ -101,6 +102,17 @@ async def _demo(settings: Settings, task: str, workspace: Path, store: Path) -> 
     def _on_done(params: Any) -> None:
         _say(f"\n■ task done: {_plain(params)['summary']}")
         done.set()
+
+    @client.feature(lsp.WINDOW_WORK_DONE_PROGRESS_CREATE)
+    def _on_progress_create(params: lsp.WorkDoneProgressCreateParams) -> None:
+        return None
+
+    @client.feature(lsp.PROGRESS)
+    def _on_progress(params: lsp.ProgressParams) -> None:
+        value = _plain(params.value)
+        if isinstance(value, dict) and value.get("kind") in ("begin", "end"):
+            text = value.get("title") or value.get("message") or ""
+            _say(f"  … {value['kind']}: {text}")
 
     @client.feature(lsp.WINDOW_LOG_MESSAGE)
     def _on_log(params: lsp.LogMessageParams) -> None:

@@ -121,9 +121,10 @@ class ProposalNotification(Wire):
     uri: str | None = None
     range: Range | None = None
     diff: str | None = None
-    # Extensions (DESIGN: extend, don't rename): why a guard rewrote the call, and a
-    # warning when bash would run without the OS sandbox.
+    # Extensions (DESIGN: extend, don't rename): why a guard rewrote the call, a warning
+    # when bash would run without the OS sandbox, and the adapter that sampled the call.
     note: str | None = None
+    adapter_version: str | None = None
 
 
 class LearnedNotification(Wire):

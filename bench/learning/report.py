@@ -27,6 +27,19 @@ def _by_key(points: list[Point]) -> dict[tuple[str, str, int], Point]:
     return {(p.scenario, p.method, p.k): p for p in points}
 
 
+def missing(points: list[Point], ks: list[int]) -> list[str]:
+    """(scenario/method) runs that did not reach the last k (an interrupted run)."""
+    if not ks:
+        return []
+    have = {(p.scenario, p.method, p.k) for p in points}
+    out = []
+    for sc in [s.name for s in SCENARIOS]:
+        for m in TRAINED:
+            if (sc, m, 0) in have and (sc, m, max(ks)) not in have:
+                out.append(f"{sc}/{m}")
+    return out
+
+
 def table(points: list[Point]) -> str:
     """One row per (scenario, method, k), k = 0 (the base model) first."""
     lines = [
@@ -125,7 +138,7 @@ def goals(points: list[Point]) -> dict[str, Any]:
 
 
 def plots(points: list[Point], out_dir: Path) -> list[Path]:
-    """evidence-compliance.png, evidence-margin.png, evidence-drift.png."""
+    """evidence-{compliance,margin,drift,tradeoff}.png under `out_dir`."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display on the build machines
@@ -149,8 +162,12 @@ def plots(points: list[Point], out_dir: Path) -> list[Path]:
                              key=lambda p: p.k)  # fmt: skip
                 xs = [p.k for p in pts if getattr(p, metric) is not None]
                 ys = [getattr(p, metric) for p in pts if getattr(p, metric) is not None]
+                if metric == "compliance":
+                    # Methods often tie (0 % or 100 %): nudge each so no line hides another.
+                    nudge = (methods.index(m) - (len(methods) - 1) / 2) * 0.015
+                    ys = [y + nudge for y in ys]
                 if xs:
-                    ax.plot(xs, ys, marker="o", label=m, color=COLORS.get(m))
+                    ax.plot(xs, ys, marker="o", ms=4, label=m, color=COLORS.get(m), alpha=0.85)
             ax.set_title(sc)
             ax.set_xlabel("corrections k")
             if metric == "compliance":
@@ -163,4 +180,21 @@ def plots(points: list[Point], out_dir: Path) -> list[Path]:
         fig.savefig(path, dpi=90)
         plt.close(fig)
         written.append(path)
+    # Trade-off: each trained point's compliance against its drift (lower right is best).
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    for m in methods:
+        pts = [p for p in points if p.method == m and p.k > 0 and p.drift_kl is not None]
+        if m in TRAINED and pts:
+            ax.scatter([p.drift_kl for p in pts], [p.compliance for p in pts], label=m,
+                       color=COLORS.get(m), alpha=0.6, s=[12 + 6 * p.k for p in pts])  # fmt: skip
+    ax.set_xlabel("drift: KL(adapter ‖ base) per token")
+    ax.set_ylabel("held-out compliance")
+    ax.set_title("compliance vs drift (all scenarios; size = k)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = out_dir / "evidence-tradeoff.png"
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    written.append(path)
     return written

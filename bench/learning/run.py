@@ -169,11 +169,18 @@ def main(argv: list[str] | None = None) -> int:
             notes = {p.k: p.notes_only_tokens for p in points if p.method == "none"}
             for p in extra_points:
                 p.notes_only_tokens = notes.get(p.k, p.notes_only_tokens)
-            points += extra_points
+            # The part's scenarios replace whatever the main run had begun of them.
+            taken = {p.scenario for p in extra_points}
+            points = [p for p in points if p.scenario not in taken] + extra_points
             meta["wall_s"] = int(meta.get("wall_s", 0)) + int(extra_meta.get("wall_s", 0))
             meta["parts"] = int(meta.get("parts", 1)) + 1
             if extra_meta.get("incomplete"):
                 meta["incomplete"] = f"part {extra} {extra_meta['incomplete']}"
+        missing = report.missing(points, [int(k) for k in meta.get("ks", [])])
+        if missing:
+            meta["incomplete"] = "missing " + ", ".join(missing)
+        else:
+            meta.pop("incomplete", None)
     else:
         problems = check_disjoint()
         if problems:

@@ -264,11 +264,14 @@ class Bench:
             tok = self.policy.tokenizer
             self._drift_inputs = []
             for question, answer in DRIFT_PROMPTS[: self.config.drift_prompts]:
-                text = tok.apply_chat_template(
-                    [{"role": "user", "content": question}],
-                    tokenize=False,
-                    add_generation_prompt=True,
-                )
+                if getattr(tok, "chat_template", None):
+                    text = tok.apply_chat_template(
+                        [{"role": "user", "content": question}],
+                        tokenize=False,
+                        add_generation_prompt=True,
+                    )
+                else:  # a base model given with --model: plain text works the same way
+                    text = f"Question: {question}\nAnswer: "
                 prompt = self.policy.renderer.tokenize(str(text))
                 answer_ids = self.policy.renderer.tokenize(answer)
                 answer_ids.append(self.policy.renderer.end_of_turn_id)

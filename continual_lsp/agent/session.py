@@ -75,6 +75,7 @@ class Proposal(BaseModel):
             range=rng,
             diff=self.preview.diff if self.preview else None,
             note=self.note,
+            adapter_version=self.adapter_version,
         )
 
 

@@ -7,6 +7,7 @@ only talks to the store's queue and tells the sampler which adapter version to u
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from continual_lsp.config import Settings
@@ -21,6 +22,23 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 WAIT_SECONDS = 300.0
+
+
+def _integrity_problem(adapter: dict[str, Any]) -> str | None:
+    """Why a local adapter file cannot be trusted, or None. Remote (tinker://) versions
+    are checked by their service."""
+    from continual_lsp.policy.training import ADAPTER_FILE, sha256_file
+
+    path = Path(adapter["path"])
+    if "://" in adapter["path"]:
+        return None
+    file = path / ADAPTER_FILE if path.is_dir() else path
+    if not file.is_file():
+        return f"{file} is missing"
+    actual = sha256_file(file)
+    if actual != adapter["sha256"]:
+        return f"{file} has sha256 {actual[:12]}…, recorded {adapter['sha256'][:12]}…"
+    return None
 
 
 def adapter_item_id(version: int) -> str:
@@ -132,16 +150,33 @@ class TrainingBridge:
         )
 
     def sync_sampler(self, policy: Policy) -> None:
-        """Make the sampler serve the newest active adapter (or the base model)."""
-        current = self.store.current_adapter()
-        version = current["version"] if current else None
-        if version == self._loaded:
-            return
-        if current is None:
+        """Make the sampler serve the newest active adapter whose file is intact.
+
+        A version whose file no longer matches the sha256 recorded when it was written
+        (truncated, corrupted) is set inactive with a logged reason, and the version
+        before it is served instead: the reviewer keeps a working agent.
+        """
+        for adapter in reversed(self.store.adapters()):
+            if not adapter["active"]:
+                continue
+            problem = _integrity_problem(adapter)
+            if problem is None:
+                if adapter["version"] != self._loaded:
+                    policy.load_adapter(adapter["path"])
+                    self._loaded = adapter["version"]
+                return
+            log.error(
+                "adapter %s is damaged (%s); serving the previous version",
+                adapter_item_id(adapter["version"]),
+                problem,
+            )
+            self.store.append_event(
+                "adapter_corrupt", {"version": adapter["version"], "problem": problem}
+            )
+            self.store.set_adapter_active(adapter["version"], False)
+        if self._loaded is not None or self.store.adapters():
             policy.load_adapter("")  # "" = no adapter: the base weights
-        else:
-            policy.load_adapter(current["path"])
-        self._loaded = version
+        self._loaded = None
 
     def current_version_name(self) -> str | None:
         current = self.store.current_adapter()

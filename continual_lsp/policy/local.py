@@ -231,9 +231,13 @@ class LocalPolicy:
         return training.save_adapter(self, name, self.adapters_dir)
 
     def load_adapter(self, name: str) -> None:
-        """Load an adapter by file/directory path, or by name inside `adapters_dir`."""
+        """Load an adapter by file/directory path, or by name inside `adapters_dir`;
+        "" means the base weights (the adapter zeroed)."""
         from continual_lsp.policy import training
 
+        if not name:
+            training.reset_adapter(self)
+            return
         path = Path(name).expanduser()
         if not path.is_absolute() and not path.exists():
             path = self.adapters_dir / name

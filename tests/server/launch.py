@@ -1,6 +1,7 @@
 """Start the server for a test: `python -m tests.server.launch [--script NAME] [--tcp …]`.
 
-With `--script`, the real Agent runs on a ScriptedPolicy; without, on the embedded model.
+With `--script`, the real Agent runs on the embedded model forced to a scripted list of calls
+(see scripted.py); without, on the embedded model's own choices.
 """
 
 from __future__ import annotations
@@ -47,12 +48,14 @@ def main() -> None:
 
         # Protocol tests: lexical clustering instead of loading MiniLM in every server.
         set_embedder(HashingEmbedder())
-        from tests.server.scripted import SCRIPTS, ScriptedPolicy
+        from tests.server.scripted import SCRIPTS, ForcedCallPolicy
 
         calls = SCRIPTS[args.script]
 
         def factory(settings: Settings, workspace: Path, listener: Any) -> Agent:
-            return Agent(settings, workspace, listener=listener, policy=ScriptedPolicy(calls))
+            return Agent(
+                settings, workspace, listener=listener, policy=ForcedCallPolicy(settings, calls)
+            )
 
     if args.review:
         from continual_lsp.server.review import run_review

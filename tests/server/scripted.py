@@ -1,73 +1,39 @@
-"""A Policy that proposes a fixed list of calls: the real Agent, without a model.
+"""The real embedded model, made to propose a fixed list of calls (teacher forcing).
 
-The server tests that check protocol behaviour (errors, commands, TCP auth) use it so
-they run in seconds; the model-backed tests cover the same paths with SmolLM2.
+Protocol tests (errors, commands, TCP auth, Neovim) need to know which call comes next.
+Instead of a fake model, the real SmolLM2 policy scores each scripted call: the tokens
+are exactly what the renderer writes for it and the logprobs are the model's own, so
+every decision downstream (the store, the SDPO step, the adapters) sees real numbers.
+Only the choice of call is scripted; the model-choice paths are covered by
+test_lsp_model.py.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from continual_lsp.policy.base import (
-    AdapterInfo,
-    Completion,
-    Datum,
-    Message,
-    SampleParams,
-    TrainMetrics,
-)
+from continual_lsp.config import Settings
+from continual_lsp.policy.base import Completion, SampleParams
+from continual_lsp.policy.local import LocalPolicy
 from continual_lsp.tools.base import ToolCall
 
 
-class ScriptedRenderer:
-    def tokenize(self, text: str) -> list[int]:
-        return list(range(max(1, len(text) // 4)))
-
-    def render_prompt(self, messages: list[Message]) -> list[int]:
-        return [1, 2, 3]
-
-    def render_call(self, call: ToolCall) -> list[int]:
-        return [4, 5]
-
-    def parse_call(self, text: str) -> ToolCall:
-        data = json.loads(text)
-        return ToolCall(tool=data["tool"], arguments=data["arguments"])
-
-
-class ScriptedPolicy:
-    backend = "scripted"
-    model_name = "scripted"
-
-    def __init__(self, calls: list[dict[str, Any]]) -> None:
+class ForcedCallPolicy(LocalPolicy):
+    def __init__(self, settings: Settings, calls: list[dict[str, Any]]) -> None:
+        super().__init__(settings)
         self.calls = calls
         self.index = 0
-        self._renderer = ScriptedRenderer()
-
-    @property
-    def renderer(self) -> ScriptedRenderer:
-        return self._renderer
-
-    @property
-    def adapter_version(self) -> str | None:
-        return None
 
     def sample(self, prompt_tokens: list[int], params: SampleParams) -> Completion:
-        call = self.calls[min(self.index, len(self.calls) - 1)]
+        call = ToolCall.model_validate(self.calls[min(self.index, len(self.calls) - 1)])
         self.index += 1
-        return Completion(tokens=[7, 8, 9], logprobs=[-0.1, -0.2, -0.3], text=json.dumps(call))
-
-    def logprobs(self, prompt_tokens: list[int], completion_tokens: list[int]) -> list[float]:
-        return [-0.5] * len(completion_tokens)
-
-    def train_step(self, batch: list[Datum], loss: Any, lr: float, **options: Any) -> TrainMetrics:
-        return TrainMetrics(loss=0.0)
-
-    def save_adapter(self, name: str) -> AdapterInfo:
-        return AdapterInfo(name=name, path="", sha256="")
-
-    def load_adapter(self, name: str) -> None:
-        return None
+        tokens = self.renderer.render_call(call)
+        return Completion(
+            tokens=tokens,
+            logprobs=self.logprobs(prompt_tokens, tokens),
+            text=self.renderer.decode(tokens[:-1]),
+            forced=len(tokens),
+        )
 
 
 # The sample workspace's bug: integer division in mean().

@@ -1,4 +1,4 @@
-"""End-to-end over stdio and TCP with the real Agent on a scripted policy (no model).
+"""End-to-end over stdio and TCP with the real Agent on the embedded model forced to scripted calls.
 
 These check the protocol: notifications, diagnostics, code actions, commands, files
 opened for the reviewer, errors for bad input, TCP tokens and user isolation, and the

@@ -1,0 +1,77 @@
+"""The sampler side of learning: which adapter version is served, and when not to trust one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from continual_lsp.agent.training import TrainingBridge
+from continual_lsp.config import Settings
+from continual_lsp.policy import training
+from continual_lsp.store import Store
+
+pytestmark = pytest.mark.model
+
+
+def _register(store: Store, info: Any, parent: int | None) -> int:
+    return store.add_adapter(info.name, info.path, info.sha256, parent, {"loss": 0.0})
+
+
+def test_a_corrupt_adapter_is_skipped_for_the_previous_version(
+    tmp_path: Path, store: Store, model_and_tokenizer: tuple[Any, Any]
+) -> None:
+    from continual_lsp.policy.local import LocalPolicy
+
+    settings = Settings(adapters_dir=str(tmp_path / "adapters"))
+    policy = LocalPolicy(settings, model_and_tokenizer)
+    prompt = policy.renderer.render_prompt([])
+    completion = policy.renderer.tokenize('{"tool":"read"')
+    v1 = _register(store, policy.save_adapter("v0001"), None)
+    base = policy.logprobs(prompt, completion)
+    with torch.no_grad():
+        for name, param in policy.model.named_parameters():
+            if "lora_B" in name:
+                param.add_(0.01)
+    info2 = policy.save_adapter("v0002")
+    _register(store, info2, v1)
+    changed = policy.logprobs(prompt, completion)
+    assert changed != base
+
+    bridge = TrainingBridge(store, settings)
+    bridge.sync_sampler(policy)
+    assert policy.logprobs(prompt, completion) == changed  # v2 intact: served
+
+    file = Path(info2.path) / training.ADAPTER_FILE
+    file.write_bytes(file.read_bytes()[: file.stat().st_size // 2])  # truncated on disk
+    bridge._loaded = None  # as after a restart
+    bridge.sync_sampler(policy)
+    assert policy.logprobs(prompt, completion) == base  # v1 served instead
+    assert bridge.current_version_name() == f"adapter-{v1}"
+    events = store.events(kind="adapter_corrupt")
+    assert len(events) == 1 and "sha256" in events[0]["payload"]["problem"]
+
+
+def test_reverting_every_version_serves_the_base_model(
+    tmp_path: Path, store: Store, model_and_tokenizer: tuple[Any, Any]
+) -> None:
+    from continual_lsp.policy.local import LocalPolicy
+
+    settings = Settings(adapters_dir=str(tmp_path / "adapters"))
+    policy = LocalPolicy(settings, model_and_tokenizer)
+    prompt = policy.renderer.render_prompt([])
+    completion = policy.renderer.tokenize('{"tool":"glob"')
+    base = policy.logprobs(prompt, completion)
+    with torch.no_grad():
+        for name, param in policy.model.named_parameters():
+            if "lora_B" in name:
+                param.add_(0.01)
+    v1 = _register(store, policy.save_adapter("v0001"), None)
+    bridge = TrainingBridge(store, settings)
+    bridge.sync_sampler(policy)
+    assert policy.logprobs(prompt, completion) != base
+    bridge.revert_adapter(v1, policy)
+    assert bridge.current_version_name() is None
+    assert policy.logprobs(prompt, completion) == base
