@@ -2,14 +2,20 @@
 
 For each context length (default 512, 1k, 2k, 4k prompt tokens) and a ~100-token denied
 call, runs `sdpo_step` (teacher + student scoring, grammar masks, one LoRA step with KL
-to the reference) `--reps` times per mode in one fresh spawned process per length, the
-two modes **interleaved** (cached, full, cached, full, …) so that load from other
-processes on a shared machine hits both alike. Prints p50/p90 wall time of the whole
-step, p50 of the train_step part, p50 process CPU seconds (all threads; steadier than
-wall time under contention), the peak RSS during that mode's steps (sampled every 10 ms
-from /proc), and the full/cached ratios.
+to the reference) `--reps` times per mode in one fresh spawned process per length.
+Prints p50/p90 wall time of the whole step, p50 of the train_step part, p50 process CPU
+seconds (all threads), the peak RSS during that mode's steps (sampled every 10 ms from
+/proc), and the full/cached ratios.
 
     python bench/sdpo_step.py [--sizes 512 1024 2048 4096] [--reps 5] [--threads N]
+                              [--interleave]
+
+Default order: every cached step, then every full step, so the cached peak RSS is clean
+(the allocator keeps memory a full-backprop step took). `--interleave` alternates the
+modes (cached, full, cached, …) so that load from other processes on a shared machine
+hits both alike; the cached RSS then includes what the full steps left. On a shared,
+oversubscribed machine prefer `--threads 1` and the CPU-seconds column: a single
+thread does not spin-wait, so its CPU time is close to the work itself.
 
 The prompt is a realistic conversation: a task, then a long tool result (source code)
 padded to the target length. Repetitions are steps on the same situation, so from the
@@ -102,7 +108,9 @@ class _PeakRss:
         self.peak = max(self.peak, self._rss())
 
 
-def _run(context: int, modes: list[str], reps: int, threads: int, out: Any) -> None:
+def _run(
+    context: int, modes: list[str], reps: int, threads: int, interleave: bool, out: Any
+) -> None:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     import torch
 
@@ -125,16 +133,22 @@ def _run(context: int, modes: list[str], reps: int, threads: int, out: Any) -> N
     results: dict[str, dict[str, Any]] = {
         m: {"totals": [], "trains": [], "cpu": [], "rss": 0} for m in modes
     }
-    for _ in range(reps):
-        for mode in modes:
-            r = results[mode]
-            with _PeakRss() as rss:
-                start, cpu = time.perf_counter(), time.process_time()
-                metrics = sdpo_step(policy, job, settings, prefix_cache=mode == "cached")
-                r["totals"].append(time.perf_counter() - start)
-                r["cpu"].append(time.process_time() - cpu)
-            r["trains"].append(metrics.seconds)
-            r["rss"] = max(r["rss"], rss.peak / 2**20)
+    # One untimed step first: the first backward of a process pays one-off kernel and
+    # allocator set-up (~2x a steady step), which would land on whichever mode runs first.
+    sdpo_step(policy, job, settings)
+    if interleave:
+        order = [m for _ in range(reps) for m in modes]
+    else:
+        order = [m for m in modes for _ in range(reps)]
+    for mode in order:
+        r = results[mode]
+        with _PeakRss() as rss:
+            start, cpu = time.perf_counter(), time.process_time()
+            metrics = sdpo_step(policy, job, settings, prefix_cache=mode == "cached")
+            r["totals"].append(time.perf_counter() - start)
+            r["cpu"].append(time.process_time() - cpu)
+        r["trains"].append(metrics.seconds)
+        r["rss"] = max(r["rss"], rss.peak / 2**20)
     out.send({"prompt": len(prompt), "call": len(call), "modes": results})
 
 
@@ -151,6 +165,7 @@ def main() -> None:
     parser.add_argument(
         "--modes", nargs="+", default=["cached", "full"], choices=["cached", "full"]
     )
+    parser.add_argument("--interleave", action="store_true", help="alternate the modes per rep")
     args = parser.parse_args()
     ctx = mp.get_context("spawn")
     print(
@@ -164,7 +179,9 @@ def main() -> None:
     rows: dict[int, dict[str, Any]] = {}
     for size in args.sizes:
         parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_run, args=(size, args.modes, args.reps, args.threads, child))
+        proc = ctx.Process(
+            target=_run, args=(size, args.modes, args.reps, args.threads, args.interleave, child)
+        )
         proc.start()
         result = parent.recv()
         proc.join()

@@ -34,6 +34,9 @@ class AsyncReader(Protocol):
     def readexactly(self, n: int) -> Awaitable[bytes]: ...
 
 
+MAX_MESSAGE_BYTES = 64 << 20
+
+
 async def read_message(reader: AsyncReader) -> bytes | None:
     """One framed body, or None at end of stream. Headers other than Content-Length
     (Content-Type) are accepted and ignored."""
@@ -53,6 +56,11 @@ async def read_message(reader: AsyncReader) -> bytes | None:
                 length = int(value.strip())
             except ValueError:
                 length = None
+    if not 0 <= length <= MAX_MESSAGE_BYTES:
+        # A negative length would read to end of stream and a huge one would allocate
+        # it: neither can be resynchronised, so the connection ends cleanly.
+        log.error("Content-Length %s is out of range; closing the connection", length)
+        return None
     try:
         body = await reader.readexactly(length)
     except Exception:  # asyncio.IncompleteReadError: the peer went away mid-message

@@ -107,6 +107,7 @@ def goals(points: list[Point]) -> dict[str, Any]:
     idx = _by_key(points)
     ratios: dict[str, list[float]] = defaultdict(list)
     pairs: dict[str, int] = defaultdict(int)
+    by_scenario: dict[tuple[str, str], list[float]] = defaultdict(list)
     for p in points:
         if p.method not in ("sdpo_token", "sdpo_topk") or p.k == 0 or p.drift_kl is None:
             continue
@@ -116,12 +117,16 @@ def goals(points: list[Point]) -> dict[str, Any]:
         pairs[p.method] += 1
         if p.compliance >= sft.compliance:
             ratios[p.method].append(p.drift_kl / sft.drift_kl)
+            by_scenario[(p.method, p.scenario)].append(p.drift_kl / sft.drift_kl)
     out["drift_half_of_sft"] = {
         m: {
             "pairs_at_equal_or_better_compliance": len(r),
             "pairs_total": pairs[m],
             "median_drift_ratio": statistics.median(r) if r else None,
             "met": bool(r) and statistics.median(r) <= 0.5,
+            "median_by_scenario": {
+                sc: round(statistics.median(v), 2) for (mm, sc), v in by_scenario.items() if mm == m
+            },
         }
         for m, r in ((m, ratios.get(m, [])) for m in ("sdpo_token", "sdpo_topk"))
     }

@@ -126,7 +126,10 @@ def results_block(meta: dict[str, object], points: list[Point], images: list[Pat
             f"- {m} drift ≤ ½ SFT drift at equal-or-better compliance: "
             f"**{'met' if d['met'] else 'not met'}** (median ratio "
             f"{'n/a' if ratio is None else f'{ratio:.2f}'} over "
-            f"{d['pairs_at_equal_or_better_compliance']} of {d['pairs_total']} (scenario, k) pairs)"
+            f"{d['pairs_at_equal_or_better_compliance']} of {d['pairs_total']} (scenario, k) pairs; "
+            "per scenario: "
+            + (", ".join(f"{sc} {v:.2f}" for sc, v in d["median_by_scenario"].items()) or "none")
+            + ")"
         )
     tax = g["context_tax"]["context_only_ratio_by_k"]
     lines.append(

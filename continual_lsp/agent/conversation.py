@@ -42,14 +42,15 @@ class Conversation:
         paths = [c.arguments.get("path") for c, _ in self.calls[-KEEP_CALLS:]]
         return [p for p in paths if isinstance(p, str)]
 
-    def messages(self, bullets: list[str] | None = None) -> list[Message]:
+    def messages(self, bullets: list[str] | None = None, keep: int = KEEP_CALLS) -> list[Message]:
         user = [f"Task: {self.task_text}"]
         if bullets:
             user.append("Rules from the reviewer:\n" + "\n".join(f"- {b}" for b in bullets))
         if self.notes:
             user.append("Notes:\n" + "\n".join(f"- {n}" for n in self.notes))
         msgs = [Message(role="user", content="\n\n".join(user))]
-        older, recent = self.calls[:-KEEP_CALLS], self.calls[-KEEP_CALLS:]
+        cut = len(self.calls) - keep
+        older, recent = self.calls[:cut], self.calls[cut:]
         if older:
             summary = ", ".join(f"{c.tool} {c.arguments.get('path', '')}".strip() for c, _ in older)
             msgs.append(

@@ -15,7 +15,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ValidationError
 
-from continual_lsp.agent.conversation import Conversation
+from continual_lsp.agent.conversation import KEEP_CALLS, Conversation
 from continual_lsp.agent.lanes_facade import LanesFacade
 from continual_lsp.agent.training import TrainingBridge
 from continual_lsp.config import Settings
@@ -125,6 +125,7 @@ class _Task:
         self.conversation = conversation
         self.turn = 0
         self.retries = 0
+        self.invalid_streak = 0
         self.denied: list[str] = []  # proposal ids denied in the current turn
         self.executed: set[str] = set()  # canonical JSON of calls already run
         self.pending: str | None = None
@@ -496,7 +497,14 @@ class Agent:
                 # A call that cannot run (no such file, a range past the end) is not worth
                 # the reviewer's time: it fails like an executed call, and the model sees why.
                 self._record_invalid(task, call, completion, prompt_tokens, str(exc))
+                task.invalid_streak += 1
+                if task.invalid_streak > self.settings.max_retries:
+                    self._finish(
+                        task, f"stopped: {task.invalid_streak} calls in a row could not run ({exc})"
+                    )
+                    break
                 continue
+            task.invalid_streak = 0
             sandbox_note = self.tools.sandbox_note(call)
             note = "; ".join(n for n in (note, sandbox_note) if n) or None
             auto = call.read_only and self.settings.auto_approve_read_only
@@ -564,11 +572,13 @@ class Agent:
 
     def _sample(self, task: _Task) -> tuple[ToolCall | None, Completion, list[int]]:
         policy = self.policy
+        # A step may have landed in the background (a resumed job, a timed-out wait):
+        # sample from the version the proposal will be labelled with.
+        self.training.sync_sampler(policy)
         bullets = self.lanes.bullets_for_turn(
             task.text, task.conversation.recent_calls(), task.conversation.recent_paths()
         )
-        messages = task.conversation.messages(bullets)
-        prompt_tokens = policy.renderer.render_prompt(messages)
+        prompt_tokens = self._fit_prompt(task, bullets)
         denied = {_canonical(c) for c in self._denied_calls(task)}
         completion = Completion(tokens=[], logprobs=[], text="")
         for attempt in range(3):
@@ -592,6 +602,24 @@ class Agent:
                 continue
             return call, completion, prompt_tokens
         return None, completion, prompt_tokens
+
+    def _fit_prompt(self, task: _Task, bullets: list[str]) -> list[int]:
+        """The turn's prompt, dropping the oldest calls (summarised in one line) until it
+        and the call fit the model's context window."""
+        renderer = self.policy.renderer
+        window = int(getattr(self.policy, "context_window", 8192))
+        room = window - self.settings.max_new_tokens
+        keep = KEEP_CALLS
+        while True:
+            tokens = renderer.render_prompt(task.conversation.messages(bullets, keep=keep))
+            if len(tokens) <= room:
+                return tokens
+            if keep == 0:
+                raise AgentError(
+                    f"the task and its rules need {len(tokens)} tokens, more than the "
+                    f"model's window leaves for a prompt ({room}); shorten the task text"
+                )
+            keep -= 1
 
     def _denied_calls(self, task: _Task) -> list[ToolCall]:
         calls = []
@@ -639,6 +667,7 @@ class Agent:
             if decision["decision"] in ("approve", "edit"):
                 outcome.update(self._recover_execution(row, decision))
             self.store.mark_applied(pid, outcome)
+        self.training.resume()
 
     def _recover_execution(self, row: dict[str, Any], decision: dict[str, Any]) -> dict[str, Any]:
         args = decision["edited_arguments"] or {"tool": row["tool"], **row["arguments"]}

@@ -99,6 +99,12 @@ class TrainingBridge:
         self._ensure_worker().notify()
         return job_id
 
+    def resume(self) -> None:
+        """Jobs left queued or running by a crash start again without waiting for the
+        next decision."""
+        if self.settings.enable_training and self.store.queue_depth(("sdpo",)) > 0:
+            self._ensure_worker().notify()
+
     def has_job(self, proposal_id: str) -> bool:
         return self.store.has_job_for(proposal_id)
 
@@ -156,9 +162,10 @@ class TrainingBridge:
         (truncated, corrupted) is set inactive with a logged reason, and the version
         before it is served instead: the reviewer keeps a working agent.
         """
-        for adapter in reversed(self.store.adapters()):
-            if not adapter["active"]:
-                continue
+        active = [a for a in reversed(self.store.adapters()) if a["active"]]
+        if (active[0]["version"] if active else None) == self._loaded:
+            return  # already serving it: no need to hash the file on every turn
+        for adapter in active:
             problem = _integrity_problem(adapter)
             if problem is None:
                 if adapter["version"] != self._loaded:

@@ -13,7 +13,8 @@ Child process (`worker_main`):
   where the parent died before the prctl); lowers its own priority (`os.nice`) so the
   server and the sampler stay responsive while it trains;
 - loads the model and the store's current active adapter (so it continues from the
-  weights the reviewer is using), removes `.partial-*` leftovers of a save that died;
+  weights the reviewer is using; re-checked before every job, so a revert is honoured:
+  `sync_weights`), removes `.partial-*` leftovers of a save that died;
 - loops: `store.claim_job(("sdpo",))` (a job left `running` by a crash comes back first,
   so it is replayed) → `sdpo_step` → `save_adapter` as the next version `v0001, v0002…`
   under the adapters directory, atomically → `store.add_adapter(...)` with the metrics →
@@ -56,7 +57,7 @@ from continual_lsp.config import Settings
 
 log = logging.getLogger(__name__)
 
-JOB_KINDS = ("sdpo",)
+JOB_KINDS = ("sdpo", "consolidate")
 STEP_COUNTER = "sdpo_steps"  # store counter: SDPO steps taken, across worker restarts
 PR_SET_PDEATHSIG = 1
 
@@ -108,17 +109,43 @@ def _watch_parent(parent_pid: int, stop: Any) -> None:
     threading.Thread(target=watch, daemon=True, name="parent-watch").start()
 
 
-def _load_policy(settings: Settings, store: Any, directory: Path) -> Any:
-    from continual_lsp.policy import training
+def _load_policy(settings: Settings, store: Any) -> Any:
+    """A LocalPolicy at the store's current weights (see `sync_weights`)."""
     from continual_lsp.policy.local import LocalPolicy
 
     policy = LocalPolicy(settings)
-    current = store.current_adapter()
-    if current is not None:
-        training.load_adapter(policy, current["path"], current["sha256"])
-        policy.adapter_version = current["name"]
-        log.info("worker continues from adapter %s (v%s)", current["name"], current["version"])
+    sync_weights(policy, store)
     return policy
+
+
+def sync_weights(policy: Any, store: Any) -> None:
+    """Make the worker's weights the newest active adapter whose file matches its sha256.
+
+    Called at start and before every job: the reviewer may have reverted a version
+    (`set_adapter_active(v, False)`) or consolidation may have added one since the last
+    step, and the next step must build on what the sampler serves, not on the worker's
+    in-memory weights. A version that fails the check (edited, truncated, missing) is
+    skipped with an error in the log, as the agent's sampler does, so the worker does not
+    crash-loop on it. No usable version = the base model.
+    """
+    from continual_lsp.policy import training
+
+    for adapter in reversed(store.adapters()):
+        if not adapter["active"]:
+            continue
+        if policy.adapter_version == adapter["name"]:
+            return
+        try:
+            training.load_adapter(policy, adapter["path"], adapter["sha256"])
+        except (OSError, training.AdapterIntegrityError) as exc:
+            log.error("adapter %s is unusable (%s); trying the one before", adapter["name"], exc)
+            continue
+        policy.adapter_version = adapter["name"]
+        log.info("worker continues from adapter %s (v%s)", adapter["name"], adapter["version"])
+        return
+    if policy.adapter_version is not None:
+        training.reset_adapter(policy)
+        log.info("worker continues from the base model")
 
 
 def _save_version(
@@ -135,8 +162,11 @@ def _save_version(
     target = directory / name
     if target.exists() and not any(a["name"] == name for a in known):
         # Left by a crash between the save and add_adapter; this replay supersedes it.
-        shutil.rmtree(target)
-    current = store.current_adapter()
+        # Renamed away first (atomic) so a kill mid-delete never leaves a half version.
+        doomed = directory / f"{training.PARTIAL_PREFIX}stale-{name}"
+        os.replace(target, doomed)
+        shutil.rmtree(doomed)
+    parent = next((a["version"] for a in known if a["name"] == policy.adapter_version), None)
     info = training.save_adapter(policy, name, directory)
     recorded = {
         "loss": metrics.loss,
@@ -154,7 +184,7 @@ def _save_version(
         name,
         info.path,
         info.sha256,
-        current["version"] if current else None,
+        parent,
         recorded,
         source="sdpo",
     )
@@ -200,6 +230,7 @@ def run_job(
     if done is not None:
         return done
     payload = SdpoJob.model_validate(job["payload"])
+    sync_weights(policy, store)
     try:
         metrics = sdpo_step(policy, payload, settings)
     except NothingToLearn as exc:
@@ -240,7 +271,7 @@ def worker_main(
     stop: Any,
     ready: Any,
     poll_s: float = 1.0,
-    nice: int = 5,
+    nice: int = 10,
 ) -> None:
     """Entry point of the spawned worker process (see the module docstring)."""
     _isolate_stdio()
@@ -257,7 +288,7 @@ def worker_main(
     directory = adapters_dir(settings, store_path)
     directory.mkdir(parents=True, exist_ok=True)
     training.clean_partial(directory)
-    policy = _load_policy(settings, store, directory)
+    policy = _load_policy(settings, store)
     ready.set()
     try:
         while not stop.is_set():
@@ -267,7 +298,13 @@ def worker_main(
                 wake.clear()
                 continue
             try:
-                result = run_job(policy, store, directory, settings, job)
+                if job["kind"] == "consolidate":
+                    from continual_lsp.lanes.weights import run_consolidation_job
+
+                    sync_weights(policy, store)
+                    result = run_consolidation_job(policy, store, job, settings).model_dump()
+                else:
+                    result = run_job(policy, store, directory, settings, job)
             except Exception as exc:
                 log.error("job %s failed: %s", job["id"], traceback.format_exc())
                 store.finish_job(job["id"], error=f"{type(exc).__name__}: {exc}")
@@ -293,7 +330,7 @@ class TrainingWorker:
         store_path: str | Path,
         *,
         poll_s: float = 1.0,
-        nice: int = 5,
+        nice: int = 10,
         max_restarts: int = 5,
     ) -> None:
         self.settings = settings

@@ -230,6 +230,10 @@ class LocalPolicy:
 
         return training.save_adapter(self, name, self.adapters_dir)
 
+    @property
+    def context_window(self) -> int:
+        return int(getattr(self.model.config, "max_position_embeddings", 8192))
+
     def load_adapter(self, name: str) -> None:
         """Load an adapter by file/directory path, or by name inside `adapters_dir`;
         "" means the base weights (the adapter zeroed)."""

@@ -159,8 +159,18 @@ class Store:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
+            except sqlite3.OperationalError as exc:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                if "full" in str(exc):
+                    raise StoreError(
+                        f"the disk holding {self.path} is full: nothing was recorded; "
+                        "free some space and try again"
+                    ) from exc
+                raise
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
                 raise
             else:
                 try:

@@ -143,3 +143,28 @@ def _running(pid: int) -> bool:
             return fh.read().split()[2] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_a_revert_is_honoured_by_the_next_step(policy: LocalPolicy, tmp_path: Path) -> None:
+    """In process (run_job): after v2 is reverted, the next version builds on v1."""
+    from continual_lsp.learning.worker import run_job
+
+    store = Store(tmp_path / "store.sqlite3")
+    settings = Settings(adapters_dir=str(tmp_path / "adapters"))
+    directory = tmp_path / "adapters"
+    try:
+        for n in (1, 2):
+            job_id = store.enqueue_job("sdpo", payload(policy, f"prop-{n}"))
+            job = store.claim_job(("sdpo",))
+            assert job is not None and job["id"] == job_id
+            store.finish_job(job_id, run_job(policy, store, directory, settings, job))
+        store.set_adapter_active(2, False)  # the reviewer reverts v2
+        job_id = store.enqueue_job("sdpo", payload(policy, "prop-3"))
+        job = store.claim_job(("sdpo",))
+        result = run_job(policy, store, directory, settings, job)
+        assert result["name"] == "v0003"
+        assert store.adapters()[-1]["parent"] == 1
+        assert [a["step"] for a in (store.adapters()[i]["metrics"] for i in range(3))] == [1, 2, 3]
+        assert_only_complete_versions(directory, store)
+    finally:
+        store.close()

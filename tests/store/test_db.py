@@ -115,3 +115,17 @@ def test_sigkill_between_commit_and_action_loses_nothing(tmp_path: Path) -> None
     assert [d["proposal_id"] for d in pending] == [pid]
     assert len(store.events(kind="decision", proposal_id=pid)) == 1
     store.close()
+
+
+def test_a_full_disk_is_a_clear_error_and_loses_nothing_committed(store: Store) -> None:
+    pid = _proposal(store)
+    store.record_decision(pid, "approve")
+    # SQLite's own page cap behaves exactly like a full disk (SQLITE_FULL).
+    pages = store._db.execute("PRAGMA page_count").fetchone()[0]
+    store._db.execute(f"PRAGMA max_page_count={pages}")
+    with pytest.raises(StoreError, match="is full: nothing was recorded"):
+        for _ in range(200):
+            store.append_event("note", {"text": "x" * 4000})
+    assert store.decision(pid) is not None
+    store._db.execute("PRAGMA max_page_count=1073741823")
+    store.append_event("note", {"text": "after"})  # usable again once there is room

@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+from continual_lsp.agent.conversation import KEEP_CALLS, RESULT_CHARS, Conversation
+from continual_lsp.tools.base import ToolCall, ToolResult
+
+
+def _call(i: int) -> ToolCall:
+    return ToolCall(tool="read", arguments={"path": f"f{i}.py"})
+
+
+def test_old_calls_are_summarised_and_results_clipped() -> None:
+    conv = Conversation("do it")
+    for i in range(KEEP_CALLS + 3):
+        conv.add_call(_call(i), ToolResult(ok=True, output="x" * (RESULT_CHARS + 50)))
+    msgs = conv.messages()
+    assert "3 earlier calls omitted" in msgs[1].content and "f0.py" in msgs[1].content
+    assert sum(m.role == "assistant" for m in msgs) == KEEP_CALLS
+    tool_outputs = [m.content for m in msgs if m.role == "tool"]
+    assert all("50 chars cut" in t for t in tool_outputs)
+    # A tighter budget keeps fewer calls and says so.
+    assert sum(m.role == "assistant" for m in conv.messages(keep=1)) == 1
+    assert f"{KEEP_CALLS + 2} earlier calls omitted" in conv.messages(keep=1)[1].content
+
+
+def test_feedback_is_shown_until_a_call_runs_and_never_the_denied_call() -> None:
+    conv = Conversation("fix mean")
+    conv.add_feedback("use edit_lines")
+    last = conv.messages()[-1]
+    assert last.role == "user" and "use edit_lines" in last.content
+    conv.add_call(_call(1), ToolResult(ok=True, output="ok"))
+    assert all("use edit_lines" not in m.content for m in conv.messages())
+
+
+def test_bullets_and_notes_are_in_the_first_turn() -> None:
+    conv = Conversation("fix mean")
+    conv.add_note("tests live in tests/")
+    first = conv.messages(["use pnpm"])[0].content
+    assert "use pnpm" in first and "tests live in tests/" in first and "fix mean" in first
