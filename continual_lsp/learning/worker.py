@@ -111,9 +111,9 @@ def _watch_parent(parent_pid: int, stop: Any) -> None:
 
 def _load_policy(settings: Settings, store: Any) -> Any:
     """A LocalPolicy at the store's current weights (see `sync_weights`)."""
-    from continual_lsp.policy.local import LocalPolicy
+    from continual_lsp.policy import make_policy
 
-    policy = LocalPolicy(settings)
+    policy = make_policy(settings)
     sync_weights(policy, store)
     return policy
 
@@ -134,6 +134,10 @@ def sync_weights(policy: Any, store: Any) -> None:
         if not adapter["active"]:
             continue
         if policy.adapter_version == adapter["name"]:
+            return
+        if getattr(policy, "backend", "local") != "local":
+            # A remote backend's versions live on its service, which checks them.
+            policy.load_adapter(adapter["name"])
             return
         try:
             training.load_adapter(policy, adapter["path"], adapter["sha256"])
@@ -167,7 +171,10 @@ def _save_version(
         os.replace(target, doomed)
         shutil.rmtree(doomed)
     parent = next((a["version"] for a in known if a["name"] == policy.adapter_version), None)
-    info = training.save_adapter(policy, name, directory)
+    if getattr(policy, "backend", "local") == "local":
+        info = training.save_adapter(policy, name, directory)
+    else:
+        info = policy.save_adapter(name)
     recorded = {
         "loss": metrics.loss,
         "kl": metrics.kl,
@@ -306,6 +313,12 @@ def worker_main(
                 else:
                     result = run_job(policy, store, directory, settings, job)
             except Exception as exc:
+                if type(exc).__name__ == "BackendUnavailable":
+                    # The remote service is down: the decision's job waits, it is not lost.
+                    log.error("backend unavailable (%s); job %s stays queued", exc, job["id"])
+                    store.release_job(job["id"], str(exc))
+                    stop.wait(min(300.0, 5.0 * 2 ** min(job["attempts"], 6)))
+                    continue
                 log.error("job %s failed: %s", job["id"], traceback.format_exc())
                 store.finish_job(job["id"], error=f"{type(exc).__name__}: {exc}")
                 continue

@@ -432,6 +432,15 @@ class Store:
             )
             self._event(db, "job_" + status, {"jobId": job_id, "result": result, "error": error})
 
+    def release_job(self, job_id: int, reason: str) -> None:
+        """Put a claimed job back in the queue (its backend is unavailable): kept, not failed."""
+        with self.transaction() as db:
+            db.execute(
+                "UPDATE jobs SET status='pending', error=?, updated_at=? WHERE id=?",
+                (reason, time.time(), job_id),
+            )
+            self._event(db, "job_released", {"jobId": job_id, "reason": reason})
+
     def job(self, job_id: int) -> dict[str, Any] | None:
         rows = self._query("SELECT * FROM jobs WHERE id=?", (job_id,))
         if not rows:

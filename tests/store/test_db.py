@@ -129,3 +129,11 @@ def test_a_full_disk_is_a_clear_error_and_loses_nothing_committed(store: Store) 
     assert store.decision(pid) is not None
     store._db.execute("PRAGMA max_page_count=1073741823")
     store.append_event("note", {"text": "after"})  # usable again once there is room
+
+
+def test_a_released_job_waits_in_the_queue(store: Store) -> None:
+    job = store.enqueue_job("sdpo", {"proposal_id": "p"})
+    assert store.claim_job(("sdpo",)) is not None
+    store.release_job(job, "service unreachable")
+    assert store.job(job)["status"] == "pending"  # type: ignore[index]
+    assert store.has_job_for("p") and store.queue_depth(("sdpo",)) == 1
