@@ -22,9 +22,13 @@ pytestmark = [
 ]
 
 
-def test_neovim_approve_deny_with_comment_and_edit(workspace: Path, tmp_path: Path) -> None:
-    store = tmp_path / "store.sqlite3"
-    report = tmp_path / "report.json"
+def _env(
+    workspace: Path, tmp_path: Path, store: Path, report: Path, **extra: str
+) -> dict[str, str]:
+    """Neovim and the server it starts get a private HOME, but the model cache is shared:
+    without it every server would dequantise the GGUF again (~20 s)."""
+    from continual_lsp.policy.model_files import cache_dir
+
     server = [
         sys.executable,
         "-m",
@@ -34,7 +38,7 @@ def test_neovim_approve_deny_with_comment_and_edit(workspace: Path, tmp_path: Pa
         "--script",
         "flow",
     ]
-    env = {
+    return {
         **os.environ,
         "CONTINUAL_WS": str(workspace),
         "CONTINUAL_OUT": str(report),
@@ -43,7 +47,14 @@ def test_neovim_approve_deny_with_comment_and_edit(workspace: Path, tmp_path: Pa
         "HOME": str(tmp_path),
         "XDG_STATE_HOME": str(tmp_path / "state"),
         "XDG_DATA_HOME": str(tmp_path / "data"),
+        "CONTINUAL_LSP_CACHE": str(cache_dir().parent),
+        **extra,
     }
+
+
+def test_neovim_approve_deny_with_comment_and_edit(workspace: Path, tmp_path: Path) -> None:
+    store, report = tmp_path / "store.sqlite3", tmp_path / "report.json"
+    env = _env(workspace, tmp_path, store, report)
     proc = subprocess.run(
         [
             "nvim",
@@ -89,28 +100,14 @@ def test_neovim_approve_deny_with_comment_and_edit(workspace: Path, tmp_path: Pa
 def test_neovim_module_commands(workspace: Path, tmp_path: Path) -> None:
     """The shipped module: setup() starts the server; :ContinualStart, :ContinualDiff,
     :ContinualApprove, :ContinualDeny (vim.ui.input), :ContinualLedger, :ContinualStatus."""
-    store = tmp_path / "store.sqlite3"
-    report = tmp_path / "report.json"
-    server = [
-        sys.executable,
-        "-m",
-        "tests.server.launch",
-        "--store",
-        str(store),
-        "--script",
-        "flow",
-    ]
-    env = {
-        **os.environ,
-        "CONTINUAL_WS": str(workspace),
-        "CONTINUAL_OUT": str(report),
-        "CONTINUAL_CMD": json.dumps(server),
-        "CONTINUAL_MODULE": str(REPO / "server" / "nvim" / "continual.lua"),
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-        "HOME": str(tmp_path),
-        "XDG_STATE_HOME": str(tmp_path / "state"),
-        "XDG_DATA_HOME": str(tmp_path / "data"),
-    }
+    store, report = tmp_path / "store.sqlite3", tmp_path / "report.json"
+    env = _env(
+        workspace,
+        tmp_path,
+        store,
+        report,
+        CONTINUAL_MODULE=str(REPO / "server" / "nvim" / "continual.lua"),
+    )
     script = str(Path(__file__).parent / "nvim_module.lua")
     proc = subprocess.run(
         ["nvim", "--headless", "-u", "NONE", "-i", "NONE", "-c", "luafile " + script],
