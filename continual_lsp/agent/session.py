@@ -487,20 +487,21 @@ class Agent:
             if _canonical(call) in task.executed:
                 self._finish(task, f"done: the agent repeated an executed call ({call.tool})")
                 break
-            verdict = self.lanes.check_guards(call, self._safe_preview(call))
+            preview, error = self._preview(call)
+            verdict = self.lanes.check_guards(call, preview)
             note: str | None = None
             if verdict.action == "rewrite" and verdict.rewritten_call is not None:
                 call, note = verdict.rewritten_call, f"rewritten by a guard: {verdict.message}"
-            try:
-                preview = self.tools.preview(call)
-            except ToolError as exc:
+                preview, error = self._preview(call)
+            if error is not None:
                 # A call that cannot run (no such file, a range past the end) is not worth
                 # the reviewer's time: it fails like an executed call, and the model sees why.
-                self._record_invalid(task, call, completion, prompt_tokens, str(exc))
+                self._record_invalid(task, call, completion, prompt_tokens, str(error))
                 task.invalid_streak += 1
                 if task.invalid_streak > self.settings.max_retries:
                     self._finish(
-                        task, f"stopped: {task.invalid_streak} calls in a row could not run ({exc})"
+                        task,
+                        f"stopped: {task.invalid_streak} calls in a row could not run ({error})",
                     )
                     break
                 continue
@@ -564,11 +565,12 @@ class Agent:
         task.conversation.add_call(call, ToolResult(ok=False, output=f"error: {error}"))
         task.turn += 1
 
-    def _safe_preview(self, call: ToolCall) -> Preview | None:
+    def _preview(self, call: ToolCall) -> tuple[Preview | None, ToolError | None]:
+        """The call's preview (computed once per proposal), or why it cannot run."""
         try:
-            return self.tools.preview(call)
-        except ToolError:
-            return None
+            return self.tools.preview(call), None
+        except ToolError as exc:
+            return None, exc
 
     def _sample(self, task: _Task) -> tuple[ToolCall | None, Completion, list[int]]:
         policy = self.policy
