@@ -25,18 +25,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-TASKS = [
-    "fix the failing test in tests/test_ops.py",
-    "list every Python file in the repository",
-    "find where the function add is defined",
-    "run the test suite with pytest",
-    "create hello.txt containing the word hi",
-    "show me README.md",
-    "replace 'a - b' with 'a + b' in src/calc/ops.py",
-    "search for TODO comments under src",
-    "replace lines 3 to 5 of notes.md with an empty line",
-    "how many lines does package.json have?",
-]
+from bench.tasks import SAMPLE_TASKS
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -93,7 +82,7 @@ def main() -> int:
         f"{'tokens':>6} {'forced':>6} {'decoded':>7}"
     )
     for repeat in range(args.repeats):
-        for i, task in enumerate(TASKS):
+        for i, task in enumerate(SAMPLE_TASKS):
             seconds, cpu, prompt_len, completion, tool = propose(task, seed=i + 100 * repeat)
             tokens, forced = len(completion.tokens), completion.forced
             rows.append((seconds, cpu, tokens, forced))

@@ -46,3 +46,19 @@ def store(tmp_path: Path) -> Iterator[Any]:
     s = Store(tmp_path / "store.sqlite3")
     yield s
     s.close()
+
+
+@pytest.fixture(scope="session")
+def chatml_renderer() -> Any:
+    """The embedded model's chat template as a Tinker-style renderer (tokenizer only)."""
+    from transformers import AutoTokenizer
+
+    from continual_lsp.config import EMBEDDED_MODEL
+    from continual_lsp.policy.model_files import ModelNotFoundError, resolve_model
+    from continual_lsp.policy.tinker_render import ChatTemplateRenderer
+
+    try:
+        directory, gguf = resolve_model(EMBEDDED_MODEL)
+    except ModelNotFoundError as exc:
+        pytest.skip(str(exc))
+    return ChatTemplateRenderer(AutoTokenizer.from_pretrained(directory, gguf_file=gguf))

@@ -104,6 +104,12 @@ def _bash(cmd: str) -> dict[str, Any]:
     return {"tool": "bash", "arguments": {"cmd": cmd}}
 
 
+def _correction(templates: list[str], sid: str, **fields: str) -> str:
+    """The reviewer's wording for situation `sid`: rotated by its number, so consecutive
+    corrections are phrased differently, as a person's would be."""
+    return templates[int(sid.rsplit("-", 1)[-1]) % len(templates)].format(**fields)
+
+
 # -- 1. tool choice: edit_lines, not write, on an existing file --------------------------------
 
 PY = "py-service"
@@ -118,7 +124,6 @@ _TOOL_CORRECTIONS = [
 def _tool_situation(
     sid: str, path: str, task: str, span: tuple[int, int], content: str, names: tuple[str, ...]
 ) -> Situation:
-    i = int(sid.rsplit("-", 1)[-1])
     return Situation(
         id=sid,
         workspace=PY,
@@ -126,7 +131,7 @@ def _tool_situation(
         history=(_read(path),),
         demo=_lines(PY, path, *span, content),
         violation=_rewrite(PY, path, *span, content),
-        correction=_TOOL_CORRECTIONS[i % len(_TOOL_CORRECTIONS)].format(path=path),
+        correction=_correction(_TOOL_CORRECTIONS, sid, path=path),
         names=names,
     )
 
@@ -270,7 +275,6 @@ def _log_situation(
     bad: str,
     names: tuple[str, ...],
 ) -> Situation:
-    i = int(sid.rsplit("-", 1)[-1])
     return Situation(
         id=sid,
         workspace=PY,
@@ -278,7 +282,7 @@ def _log_situation(
         history=(_read(path),),
         demo=_lines(PY, path, *span, good),
         violation=_lines(PY, path, *span, bad),
-        correction=_LOG_CORRECTIONS[i % len(_LOG_CORRECTIONS)].format(path=path),
+        correction=_correction(_LOG_CORRECTIONS, sid, path=path),
         names=names,
     )
 
@@ -383,7 +387,6 @@ def _scope_situation(
     bad: tuple[int, int, str],
     names: tuple[str, ...],
 ) -> Situation:
-    i = int(sid.rsplit("-", 1)[-1])
     return Situation(
         id=sid,
         workspace=PY,
@@ -393,7 +396,7 @@ def _scope_situation(
         history=(_read(ours), _read(theirs)),
         demo=_lines(PY, ours, *good),
         violation=_lines(PY, theirs, *bad),
-        correction=_SCOPE_CORRECTIONS[i % len(_SCOPE_CORRECTIONS)].format(ours=ours, theirs=theirs),
+        correction=_correction(_SCOPE_CORRECTIONS, sid, ours=ours, theirs=theirs),
         names=names,
     )
 

@@ -148,7 +148,7 @@ def sync_weights(policy: Any, store: Any) -> None:
         log.info("worker continues from adapter %s (v%s)", adapter["name"], adapter["version"])
         return
     if policy.adapter_version is not None:
-        training.reset_adapter(policy)
+        policy.load_adapter("")  # "" = the base weights, on every backend
         log.info("worker continues from the base model")
 
 
@@ -173,8 +173,9 @@ def _save_version(
     parent = next((a["version"] for a in known if a["name"] == policy.adapter_version), None)
     if getattr(policy, "backend", "local") == "local":
         info = training.save_adapter(policy, name, directory)
+        policy.adapter_version = name
     else:
-        info = policy.save_adapter(name)
+        info = policy.save_adapter(name)  # a remote backend tracks its own version
     recorded = {
         "loss": metrics.loss,
         "kl": metrics.kl,
@@ -195,7 +196,6 @@ def _save_version(
         recorded,
         source="sdpo",
     )
-    policy.adapter_version = name
     return {
         "adapterVersion": version,
         "name": name,
@@ -231,7 +231,6 @@ def run_job(
 ) -> dict[str, Any]:
     """One claimed job → one step (+ a saved version every `save_every` steps) → result."""
     from continual_lsp.learning.sdpo import NothingToLearn, SdpoJob, sdpo_step
-    from continual_lsp.policy import training
 
     done = _already_done(store, job)
     if done is not None:
@@ -255,7 +254,7 @@ def run_job(
     # A store counter, not the process's own count: step numbers survive worker restarts.
     store.bump(STEP_COUNTER)
     steps = int(store.counter(STEP_COUNTER))
-    if settings.save_every <= 1 or training.train_state(policy).steps % settings.save_every == 0:
+    if settings.save_every <= 1 or steps % settings.save_every == 0:
         return _save_version(policy, store, directory, job, metrics, steps)
     current = store.current_adapter()
     return {
@@ -268,6 +267,43 @@ def run_job(
         "seconds": metrics.seconds,
         "saved": False,
     }
+
+
+def handle_job(
+    policy: Any,
+    store: Any,
+    directory: Path,
+    settings: Settings,
+    job: dict[str, Any],
+    backoff: Any = time.sleep,
+) -> None:
+    """Run one claimed job and record its outcome in the store; never raises.
+
+    A job fails with its error, except when the backend is unreachable: then the job goes
+    back to the queue (the reviewer's decision waits, it is not lost) and the worker backs
+    off exponentially in its attempts (`backoff(seconds)`; the stop event's `wait` in the
+    worker, so a stop request cuts the wait short).
+    """
+    from continual_lsp.policy.base import BackendUnavailable
+
+    try:
+        if job["kind"] == "consolidate":
+            from continual_lsp.lanes.weights import run_consolidation_job
+
+            sync_weights(policy, store)
+            result = run_consolidation_job(policy, store, job, settings).model_dump()
+        else:
+            result = run_job(policy, store, directory, settings, job)
+    except BackendUnavailable as exc:
+        log.error("backend unavailable (%s); job %s stays queued", exc, job["id"])
+        store.release_job(job["id"], str(exc))
+        backoff(min(300.0, 5.0 * 2 ** min(job["attempts"], 6)))
+        return
+    except Exception as exc:
+        log.error("job %s failed: %s", job["id"], traceback.format_exc())
+        store.finish_job(job["id"], error=f"{type(exc).__name__}: {exc}")
+        return
+    store.finish_job(job["id"], result)
 
 
 def worker_main(
@@ -304,25 +340,7 @@ def worker_main(
                 wake.wait(poll_s)
                 wake.clear()
                 continue
-            try:
-                if job["kind"] == "consolidate":
-                    from continual_lsp.lanes.weights import run_consolidation_job
-
-                    sync_weights(policy, store)
-                    result = run_consolidation_job(policy, store, job, settings).model_dump()
-                else:
-                    result = run_job(policy, store, directory, settings, job)
-            except Exception as exc:
-                if type(exc).__name__ == "BackendUnavailable":
-                    # The remote service is down: the decision's job waits, it is not lost.
-                    log.error("backend unavailable (%s); job %s stays queued", exc, job["id"])
-                    store.release_job(job["id"], str(exc))
-                    stop.wait(min(300.0, 5.0 * 2 ** min(job["attempts"], 6)))
-                    continue
-                log.error("job %s failed: %s", job["id"], traceback.format_exc())
-                store.finish_job(job["id"], error=f"{type(exc).__name__}: {exc}")
-                continue
-            store.finish_job(job["id"], result)
+            handle_job(policy, store, directory, settings, job, stop.wait)
     finally:
         store.close()
 

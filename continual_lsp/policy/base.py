@@ -13,6 +13,15 @@ from pydantic import BaseModel, Field
 from continual_lsp.tools.base import ToolCall
 
 
+class BackendUnavailable(RuntimeError):
+    """A remote backend cannot be used right now; `str(exc)` is shown to the reviewer.
+
+    Raised for a missing or rejected key, an unreachable or overloaded service, and any
+    wait that passes its deadline. Nothing is lost: the decision's training job stays
+    queued and runs when the service is back.
+    """
+
+
 class Message(BaseModel):
     role: Literal["system", "user", "assistant", "tool"]
     content: str

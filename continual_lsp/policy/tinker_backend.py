@@ -61,6 +61,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from continual_lsp.config import EMBEDDED_MODEL, Settings
 from continual_lsp.policy.base import (
     AdapterInfo,
+    BackendUnavailable,
     Completion,
     Datum,
     LossName,
@@ -81,15 +82,6 @@ DEFAULT_TINKER_MODEL = "Qwen/Qwen3-4B-Instruct-2507"  # compact dense instruct m
 INDEX_FILE = "tinker-adapters.json"  # adapter name → tinker:// paths, beside local adapters
 MLP_TARGETS = frozenset({"gate_proj", "up_proj", "down_proj", "mlp", "w1", "w2", "w3"})
 UNEMBED_TARGETS = frozenset({"lm_head", "unembed", "embed_tokens"})
-
-
-class BackendUnavailable(RuntimeError):
-    """The Tinker service cannot be used right now; `str(exc)` is shown to the reviewer.
-
-    Raised for a missing or rejected key, an unreachable or overloaded service, and any
-    wait that passes its deadline. Nothing is lost: the caller keeps the decision queued
-    and trains when the service is back.
-    """
 
 
 # -- pure helpers (no network): datum building, slicing, metrics ---------------------------

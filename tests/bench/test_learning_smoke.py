@@ -10,17 +10,11 @@ that the numbers exist and are finite (learning itself is what docs/evidence.md 
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from bench.learning.scenarios import (  # noqa: E402
+from bench.learning.scenarios import (
     SCENARIOS,
     WORKSPACES,
     check_disjoint,

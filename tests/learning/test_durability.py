@@ -15,24 +15,18 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from bench import durability
 from continual_lsp.agent.training import TrainingBridge
 from continual_lsp.config import Settings
 from continual_lsp.learning.sdpo import SdpoJob
 from continual_lsp.policy import training
 from continual_lsp.store import Store
-
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from bench import durability  # noqa: E402
 
 
 @pytest.mark.model

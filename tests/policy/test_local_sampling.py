@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import torch
 
+from bench.tasks import SAMPLE_TASKS
 from continual_lsp.config import Settings
 from continual_lsp.policy.base import Completion, Message, Policy, SampleParams
 from continual_lsp.policy.local import LocalPolicy
@@ -18,22 +19,9 @@ from continual_lsp.tools.base import TOOL_NAMES, ToolCall, ToolResult
 
 pytestmark = pytest.mark.model
 
-TASKS = [
-    "fix the failing test in tests/test_ops.py",
-    "list every Python file in the repository",
-    "find where the function add is defined",
-    "run the test suite with pytest",
-    "create hello.txt containing the word hi",
-    "show me README.md",
-    "replace 'a - b' with 'a + b' in src/calc/ops.py",
-    "search for TODO comments under src",
-    "delete lines 3 to 5 of notes.md",
-    "how many lines does package.json have?",
-]
-
 # 10 tasks x (greedy, sampled with a seed) = 20 proposals.
-CASES = [(task, 0.0, None) for task in TASKS] + [
-    (task, 1.0, seed) for seed, task in enumerate(TASKS)
+CASES = [(task, 0.0, None) for task in SAMPLE_TASKS] + [
+    (task, 1.0, seed) for seed, task in enumerate(SAMPLE_TASKS)
 ]
 
 
@@ -102,7 +90,7 @@ def test_recorded_logprobs_equal_scoring(
 def test_seeded_sampling_is_reproducible(
     policy: LocalPolicy, samples: list[tuple[list[int], Completion]]
 ) -> None:
-    prompt, first = samples[len(TASKS)]  # temperature 1, seed 0
+    prompt, first = samples[len(SAMPLE_TASKS)]  # temperature 1, seed 0
     again = policy.sample(prompt, SampleParams(temperature=1.0, seed=0, max_tokens=160))
     assert again.tokens == first.tokens
     prompt, greedy = samples[0]
