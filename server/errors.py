@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import ValidationError
-from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
+from pygls.exceptions import JsonRpcException, JsonRpcInternalError, JsonRpcInvalidParams
 
 
 class RequestFailed(JsonRpcException):
@@ -41,3 +41,21 @@ def validate(model: Any, method: str, params: Any) -> Any:
         return model.model_validate(params)
     except ValidationError as exc:
         raise invalid_params(method, exc) from exc
+
+
+# Errors whose message is written for the reviewer (matched by name: the server sees the
+# agent, not the layers below it). BackendUnavailable = the remote model is down.
+REVIEWER_ERRORS = frozenset({"AgentError", "StoreError", "ToolError", "BackendUnavailable"})
+
+
+def agent_error(exc: BaseException) -> JsonRpcException:
+    """The JSON-RPC error for an exception out of an agent call.
+
+    A reviewer-facing error (or a ValueError / OSError, which carry a readable message)
+    is RequestFailed with its message; anything else is a bug, but the reviewer still
+    gets a sentence (InternalError with the type and message), not a crash.
+    """
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if names & REVIEWER_ERRORS or isinstance(exc, ValueError | OSError):
+        return RequestFailed(str(exc))
+    return JsonRpcInternalError(message=f"{type(exc).__name__}: {exc}")

@@ -42,7 +42,7 @@ from .edits import (
     edited_file_arguments,
     edited_json_arguments,
 )
-from .errors import RequestFailed
+from .errors import RequestFailed, agent_error
 from .text import line_edit, line_position, proposal_message, unified_diff
 
 if TYPE_CHECKING:
@@ -219,15 +219,10 @@ class Session:
         except JsonRpcException:
             raise
         except Exception as exc:
-            # AgentError, StoreError and ToolError carry a message for the reviewer;
-            # anything else is a bug, but the reviewer still gets a sentence, not a crash.
-            names = {cls.__name__ for cls in type(exc).__mro__}
-            if names & {"AgentError", "StoreError", "ToolError"} or isinstance(
-                exc, ValueError | OSError
-            ):
-                raise RequestFailed(str(exc)) from exc
-            log.exception("agent call %s failed", getattr(fn, "__name__", fn))
-            raise JsonRpcInternalError(message=f"{type(exc).__name__}: {exc}") from exc
+            error = agent_error(exc)
+            if isinstance(error, JsonRpcInternalError):
+                log.exception("agent call %s failed", getattr(fn, "__name__", fn))
+            raise error from exc
 
     # -- events from the agent (any thread) ------------------------------------------------
 

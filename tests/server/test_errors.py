@@ -1,0 +1,39 @@
+"""How agent exceptions reach the editor: a sentence for the reviewer, never a crash."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+from pygls.exceptions import JsonRpcInternalError, JsonRpcInvalidParams
+
+from continual_lsp.agent.session import AgentError
+from continual_lsp.policy.base import BackendUnavailable
+from continual_lsp.server.errors import RequestFailed, agent_error, validate
+
+
+def test_reviewer_errors_are_request_failed_with_their_message() -> None:
+    down = agent_error(BackendUnavailable("cannot reach the Tinker service at https://x"))
+    assert isinstance(down, RequestFailed) and down.code == -32803
+    assert "cannot reach the Tinker service" in down.message
+    assert isinstance(agent_error(AgentError("unknown proposal 'p9'")), RequestFailed)
+    assert isinstance(agent_error(FileNotFoundError("no such file: a.py")), RequestFailed)
+
+
+def test_a_bug_is_an_internal_error_that_names_it() -> None:
+    error = agent_error(KeyError("tokens"))
+    assert isinstance(error, JsonRpcInternalError) and not isinstance(error, RequestFailed)
+    assert error.message == "KeyError: 'tokens'"
+
+
+def test_validate_names_the_method_and_the_field() -> None:
+    class Params(BaseModel):
+        proposalId: str
+
+    assert validate(Params, "continual/decide", {"proposalId": "p1"}).proposalId == "p1"
+    for bad, detail in [({}, "proposalId: Field required"), ([1], "expected an object")]:
+        try:
+            validate(Params, "continual/decide", bad)
+        except JsonRpcInvalidParams as exc:
+            assert exc.message.startswith("invalid params for continual/decide: ")
+            assert detail in exc.message
+        else:
+            raise AssertionError(f"{bad!r} was accepted")
