@@ -28,7 +28,8 @@ step:
    sampler sees them; the raw gap is mostly about JSON framing, not the reviewer's point.
 5. **Loss**: `loss_mode="token"` → the clamped-IS surrogate (`importance_sampling`),
    `loss_mode="topk"` → top-k + tail distillation to the teacher's distribution at each
-   position (`topk_distill`, local backend only); both + `kl_coef · KL(π‖π_ref)`.
+   position the grammar left open (`topk_distill`, local backend only; forced positions
+   get loss weight 0); both + `kl_coef · KL(π‖π_ref)` at every position.
 
 Signals: `deny` — the sampled call and, if the reviewer gave one, the demonstration;
 `edit` — the edited call is the demonstration, the proposal's tokens are the student's
@@ -409,9 +410,15 @@ def build_datums(policy: Any, job: SdpoJob, settings: Settings, **options: Any) 
                 old_logprobs=behaviour if behaviour is not None else raw_student,
                 teacher_topk_ids=scores.topk_ids,
                 teacher_topk_logprobs=scores.topk_logprobs,
+                loss_weights=_unforced(masks) if topk and masks else None,
             )
         )
     return datums
+
+
+def _unforced(masks: list[torch.Tensor | None]) -> list[float]:
+    """1 where the model chose among several tokens, 0 where the grammar allowed one."""
+    return [0.0 if m is not None and int(m.sum()) == 1 else 1.0 for m in masks]
 
 
 def loss_name(settings: Settings) -> LossName:

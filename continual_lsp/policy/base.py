@@ -50,6 +50,9 @@ class Datum(BaseModel):
     `advantages` and `old_logprobs` align with `completion_tokens`. For cross-entropy
     the advantages are ignored (weights of 1). `teacher_topk` is local-only: for each
     completion position, the teacher's top-k token ids and logprobs (full-logit mode).
+    `loss_weights` (local-only) scale each position's loss term, not its KL term: SDPO's
+    full-logit mode sets 0 where the grammar forced the token, so distilling the teacher's
+    raw distribution does not retrain the JSON framing the sampler never chooses.
     """
 
     prompt_tokens: list[int]
@@ -58,6 +61,7 @@ class Datum(BaseModel):
     old_logprobs: list[float] = Field(default_factory=list)
     teacher_topk_ids: list[list[int]] | None = None
     teacher_topk_logprobs: list[list[float]] | None = None
+    loss_weights: list[float] | None = None
 
 
 LossName = Literal["importance_sampling", "cross_entropy", "topk_distill"]

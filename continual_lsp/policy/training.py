@@ -419,6 +419,10 @@ def train_step(
             topk_ids = torch.tensor(datum.teacher_topk_ids, dtype=torch.long, device=device)
             topk_lps = torch.tensor(datum.teacher_topk_logprobs, dtype=torch.float32, device=device)
             per_token = terms.weight * losses.topk_tail_distill(logits, topk_ids, topk_lps, alpha)
+        if datum.loss_weights is not None:
+            per_token = per_token * torch.tensor(
+                datum.loss_weights, dtype=per_token.dtype, device=device
+            )
         if kl_coef > 0:
             reference = completion_logits(
                 policy,
@@ -466,6 +470,8 @@ def _check_datum(datum: Datum, loss: LossName) -> None:
         raise ValueError(f"old_logprobs has {len(datum.old_logprobs)} entries for {n} tokens")
     if loss == "importance_sampling" and len(datum.advantages) != n:
         raise ValueError(f"importance_sampling needs {n} advantages, got {len(datum.advantages)}")
+    if datum.loss_weights is not None and len(datum.loss_weights) != n:
+        raise ValueError(f"loss_weights has {len(datum.loss_weights)} entries for {n} tokens")
     if loss == "topk_distill":
         if datum.teacher_topk_ids is None or datum.teacher_topk_logprobs is None:
             raise ValueError("topk_distill needs teacher_topk_ids and teacher_topk_logprobs")

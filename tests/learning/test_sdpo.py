@@ -140,6 +140,18 @@ def test_other_modes_and_teachers(policy: LocalPolicy, overrides: dict[str, obje
         assert all(not p.requires_grad for n, p in policy.model.named_parameters() if ".ema." in n)
 
 
+def test_topk_mode_does_not_distill_forced_positions(policy: LocalPolicy) -> None:
+    s = make_situation(policy)
+    datums = build_datums(policy, job(s, "edit"), Settings(loss_mode="topk", topk=8))
+    for d in datums:
+        masks = grammar_masks(policy, d.completion_tokens)
+        forced = [m is not None and int(m.sum()) == 1 for m in masks]
+        assert any(forced) and not all(forced)  # JSON framing is forced, the choices are not
+        assert d.loss_weights == [0.0 if f else 1.0 for f in forced]
+    # Token mode needs no weights: forced positions already have advantage 0.
+    assert all(d.loss_weights is None for d in build_datums(policy, job(s, "edit"), Settings()))
+
+
 def test_nothing_to_learn(policy: LocalPolicy) -> None:
     s = make_situation(policy)
     with pytest.raises(NothingToLearn):

@@ -179,6 +179,12 @@ def test_topk_distill_step(policy: LocalPolicy) -> None:
     assert math.isfinite(metrics.loss) and metrics.loss > 0
     assert sum(policy.logprobs(prompt, call)) > before
 
+    # Loss weights scale the distillation term per position (0 = not trained on).
+    muted = d.model_copy(update={"loss_weights": [0.0] * len(call), "old_logprobs": []})
+    assert policy.train_step([muted], "topk_distill", 1e-3, kl_coef=0.0).loss == 0.0
+    with pytest.raises(ValueError, match="loss_weights"):
+        policy.train_step([d.model_copy(update={"loss_weights": [1.0]})], "topk_distill", 1e-3)
+
 
 def test_adapter_versions_round_trip_and_revert_exactly(
     policy: LocalPolicy, tmp_path: Path
