@@ -49,16 +49,23 @@ def store(tmp_path: Path) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def chatml_renderer() -> Any:
-    """The embedded model's chat template as a Tinker-style renderer (tokenizer only)."""
+def embedded_tokenizer() -> Any:
+    """The embedded model's tokenizer alone (no weights); skips if the model is missing."""
     from transformers import AutoTokenizer
 
     from continual_lsp.config import EMBEDDED_MODEL
     from continual_lsp.policy.model_files import ModelNotFoundError, resolve_model
-    from continual_lsp.policy.tinker_render import ChatTemplateRenderer
 
     try:
         directory, gguf = resolve_model(EMBEDDED_MODEL)
     except ModelNotFoundError as exc:
         pytest.skip(str(exc))
-    return ChatTemplateRenderer(AutoTokenizer.from_pretrained(directory, gguf_file=gguf))
+    return AutoTokenizer.from_pretrained(directory, gguf_file=gguf)
+
+
+@pytest.fixture(scope="session")
+def chatml_renderer(embedded_tokenizer: Any) -> Any:
+    """The embedded model's chat template as a Tinker-style renderer."""
+    from continual_lsp.policy.tinker_render import ChatTemplateRenderer
+
+    return ChatTemplateRenderer(embedded_tokenizer)

@@ -14,18 +14,14 @@ import pytest
 tinker = pytest.importorskip("tinker")
 
 from continual_lsp.config import Settings  # noqa: E402
-from continual_lsp.learning.sdpo import SdpoJob  # noqa: E402
 from continual_lsp.learning.worker import JOB_KINDS, handle_job, sync_weights  # noqa: E402
-from continual_lsp.policy.base import Message  # noqa: E402
-from continual_lsp.policy.tinker_backend import TinkerPolicy  # noqa: E402
 from continual_lsp.store import Store  # noqa: E402
-from continual_lsp.tools.base import ToolCall  # noqa: E402
 from tests.policy.tinker_fakes import (  # noqa: E402
     Events,
     FakeFuture,
-    FakeSamplingClient,
-    FakeService,
     FakeTrainingClient,
+    edit_job,
+    fake_tinker_policy,
 )
 
 
@@ -39,39 +35,6 @@ class UnreachableTraining(FakeTrainingClient):
         return FakeFuture(self.events, "forward_backward", error=error)
 
 
-def make_policy(tmp_path: Path, renderer: Any, training: FakeTrainingClient) -> TinkerPolicy:
-    events = training.events
-    return TinkerPolicy(
-        service_client=FakeService(events),
-        training_client=training,
-        sampling_client=FakeSamplingClient(events, "current"),
-        reference_client=FakeSamplingClient(events, "reference"),
-        renderer=renderer,
-        adapters_dir=tmp_path / "adapters",
-        connect=False,
-    )
-
-
-def enqueue_edit(store: Store, renderer: Any) -> int:
-    prompt = renderer.render_prompt([Message(role="user", content="Task: fix the test")])
-    denied = renderer.render_call(
-        ToolCall(tool="write", arguments={"path": "a.py", "content": "x"})
-    )
-    demo = ToolCall(
-        tool="edit_lines", arguments={"path": "a.py", "start": 1, "end": 1, "content": "x = 2\n"}
-    )
-    job = SdpoJob(
-        proposal_id="p1",
-        prompt_tokens=prompt,
-        tokens=denied,
-        logprobs=[-0.7] * len(denied),
-        correction="edit the line, do not rewrite the file",
-        demonstration=demo.model_dump(),
-        signal="edit",
-    )
-    return store.enqueue_job("sdpo", job.model_dump())
-
-
 @pytest.fixture
 def store(tmp_path: Path) -> Any:
     opened = Store(tmp_path / "store.db")
@@ -82,9 +45,9 @@ def store(tmp_path: Path) -> Any:
 def test_step_saves_a_remote_version_and_revert_returns_to_base(
     tmp_path: Path, store: Store, chatml_renderer: Any
 ) -> None:
-    policy = make_policy(tmp_path, chatml_renderer, FakeTrainingClient(Events()))
+    policy = fake_tinker_policy(chatml_renderer, tmp_path / "adapters")
     settings = Settings(backend="tinker")
-    job_id = enqueue_edit(store, chatml_renderer)
+    job_id = store.enqueue_job("sdpo", edit_job(chatml_renderer).model_dump())
 
     handle_job(policy, store, tmp_path / "adapters", settings, store.claim_job(JOB_KINDS))
 
@@ -112,9 +75,11 @@ def test_step_saves_a_remote_version_and_revert_returns_to_base(
 def test_unreachable_service_requeues_the_job_with_backoff(
     tmp_path: Path, store: Store, chatml_renderer: Any
 ) -> None:
-    policy = make_policy(tmp_path, chatml_renderer, UnreachableTraining(Events()))
+    policy = fake_tinker_policy(
+        chatml_renderer, tmp_path / "adapters", UnreachableTraining(Events())
+    )
     settings = Settings(backend="tinker")
-    job_id = enqueue_edit(store, chatml_renderer)
+    job_id = store.enqueue_job("sdpo", edit_job(chatml_renderer).model_dump())
     waits: list[float] = []
 
     for _ in range(2):

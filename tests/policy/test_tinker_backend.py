@@ -20,7 +20,7 @@ import pytest
 tinker = pytest.importorskip("tinker")
 
 from continual_lsp.config import Settings  # noqa: E402
-from continual_lsp.policy.base import Datum, Message, Policy, SampleParams  # noqa: E402
+from continual_lsp.policy.base import Datum, Policy, SampleParams  # noqa: E402
 from continual_lsp.policy.tinker_backend import (  # noqa: E402
     DEFAULT_TINKER_MODEL,
     BackendUnavailable,
@@ -30,6 +30,7 @@ from continual_lsp.policy.tinker_backend import (  # noqa: E402
     fold_kl,
 )
 from tests.policy.tinker_fakes import (  # noqa: E402
+    EDIT_CORRECTION,
     Events,
     FakeFuture,
     FakeSamplingClient,
@@ -37,7 +38,9 @@ from tests.policy.tinker_fakes import (  # noqa: E402
     FakeTrainingClient,
     HangingFuture,
     StubRenderer,
+    edit_job,
     encoded_logprob,
+    fake_tinker_policy,
 )
 
 
@@ -391,34 +394,12 @@ def test_sdpo_step_runs_on_the_tinker_backend(
 ) -> None:
     """The shared SDPO code (teacher prompt, advantages, datums) drives this backend."""
     from continual_lsp.learning import sdpo
-    from continual_lsp.tools.base import ToolCall
 
-    sampler = FakeSamplingClient(events, "current")
-    policy = TinkerPolicy(
-        service_client=FakeService(events),
-        training_client=FakeTrainingClient(events),
-        sampling_client=sampler,
-        reference_client=FakeSamplingClient(events, "reference"),
-        renderer=chatml_renderer,
-        adapters_dir=tmp_path,
-        connect=False,
-    )
-    prompt = chatml_renderer.render_prompt([Message(role="user", content="Task: fix the test")])
-    denied = chatml_renderer.render_call(
-        ToolCall(tool="write", arguments={"path": "a.py", "content": "x"})
-    )
-    edited = ToolCall(
-        tool="edit_lines", arguments={"path": "a.py", "start": 1, "end": 1, "content": "x = 2\n"}
-    )
-    job = sdpo.SdpoJob(
-        proposal_id="p1",
-        prompt_tokens=prompt,
-        tokens=denied,
-        logprobs=[-0.7] * len(denied),
-        correction="edit the line, do not rewrite the file",
-        demonstration=edited.model_dump(),
-        signal="edit",
-    )
+    policy = fake_tinker_policy(chatml_renderer, tmp_path)
+    sampler = policy._sampling
+    job = edit_job(chatml_renderer)
+    prompt, denied = job.prompt_tokens, job.tokens
+    edited = job.demonstration_call()
     settings = Settings(backend="tinker", kl_coef=0.05)
     metrics = sdpo.sdpo_step(policy, job, settings)
 
@@ -432,9 +413,7 @@ def test_sdpo_step_runs_on_the_tinker_backend(
     assert data[1].loss_fn_inputs["target_tokens"].tolist()[-len(demo) :] == demo
     # The teacher (current weights) scored both targets in a context holding the correction.
     scored = [ids for ids, _ in sampler.calls]
-    with_correction = [
-        ids for ids in scored if "do not rewrite the file" in chatml_renderer.decode(ids)
-    ]
+    with_correction = [ids for ids in scored if EDIT_CORRECTION in chatml_renderer.decode(ids)]
     assert len(with_correction) == 2  # teacher scores of the denied call and of the demonstration
     assert all(ids[: len(prompt) - 3] == prompt[:-3] for ids in with_correction)  # same prefix
     assert metrics.tokens == len(denied) + len(demo)

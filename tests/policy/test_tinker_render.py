@@ -60,20 +60,6 @@ NATIVE_TEMPLATE = """{%- for m in messages -%}
 {% endif -%}"""
 
 
-@pytest.fixture(scope="module")
-def tokenizer() -> Any:
-    from transformers import AutoTokenizer
-
-    from continual_lsp.config import EMBEDDED_MODEL
-    from continual_lsp.policy.model_files import ModelNotFoundError, resolve_model
-
-    try:
-        directory, gguf = resolve_model(EMBEDDED_MODEL)
-    except ModelNotFoundError as exc:
-        pytest.skip(str(exc))
-    return AutoTokenizer.from_pretrained(directory, gguf_file=gguf)
-
-
 # -- parsing -------------------------------------------------------------------------------
 
 
@@ -127,8 +113,8 @@ def test_tool_specs() -> None:
 # -- chat-template fallback ----------------------------------------------------------------
 
 
-def test_fallback_json_mode_round_trip(tokenizer: Any) -> None:
-    renderer = ChatTemplateRenderer(tokenizer)
+def test_fallback_json_mode_round_trip(embedded_tokenizer: Any) -> None:
+    renderer = ChatTemplateRenderer(embedded_tokenizer)
     assert not renderer.native  # SmolLM2's ChatML template ignores tools
     prompt = renderer.decode(renderer.render_prompt(HISTORY))
     assert "edit_lines" in prompt and "keep diffs small" in prompt
@@ -138,8 +124,8 @@ def test_fallback_json_mode_round_trip(tokenizer: Any) -> None:
     assert renderer.parse_call(renderer.decode(tokens)) == CALL
 
 
-def test_fallback_native_template(tokenizer: Any) -> None:
-    tok = copy.deepcopy(tokenizer)
+def test_fallback_native_template(embedded_tokenizer: Any) -> None:
+    tok = copy.deepcopy(embedded_tokenizer)
     tok.chat_template = NATIVE_TEMPLATE
     renderer = ChatTemplateRenderer(tok)
     assert renderer.native
@@ -154,13 +140,13 @@ def test_fallback_native_template(tokenizer: Any) -> None:
 
 
 def test_make_renderer_falls_back_when_cookbook_is_missing(
-    tokenizer: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    embedded_tokenizer: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     import sys
 
     monkeypatch.setitem(sys.modules, "tinker_cookbook", None)  # import fails as if absent
     with caplog.at_level("WARNING"):
-        renderer = make_tinker_renderer("Qwen/Qwen3-4B-Instruct-2507", tokenizer)
+        renderer = make_tinker_renderer("Qwen/Qwen3-4B-Instruct-2507", embedded_tokenizer)
     assert isinstance(renderer, ChatTemplateRenderer)
     assert "tinker-cookbook is not importable" in caplog.text and "--no-deps" in caplog.text
 
@@ -168,9 +154,9 @@ def test_make_renderer_falls_back_when_cookbook_is_missing(
 # -- tinker-cookbook -------------------------------------------------------------------------
 
 
-def test_cookbook_renderer_round_trip_and_training_tokens(tokenizer: Any) -> None:
+def test_cookbook_renderer_round_trip_and_training_tokens(embedded_tokenizer: Any) -> None:
     cookbook = pytest.importorskip("tinker_cookbook.renderers")
-    renderer = make_tinker_renderer("Qwen/Qwen3-4B-Instruct-2507", tokenizer)
+    renderer = make_tinker_renderer("Qwen/Qwen3-4B-Instruct-2507", embedded_tokenizer)
     assert isinstance(renderer, CookbookRenderer) and renderer.name == "Qwen3InstructRenderer"
     prompt_tokens = renderer.render_prompt(HISTORY)
     prompt = renderer.decode(prompt_tokens)

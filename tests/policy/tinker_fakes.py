@@ -161,3 +161,48 @@ class StubRenderer:
 
     def parse_call(self, text: str) -> Any:
         raise NotImplementedError
+
+
+def fake_tinker_policy(
+    renderer: Any, adapters_dir: Any, training: FakeTrainingClient | None = None
+) -> Any:
+    """A TinkerPolicy wired to the fakes (`training` replaces the training client)."""
+    from continual_lsp.policy.tinker_backend import TinkerPolicy
+
+    events = training.events if training is not None else Events()
+    return TinkerPolicy(
+        service_client=FakeService(events),
+        training_client=training if training is not None else FakeTrainingClient(events),
+        sampling_client=FakeSamplingClient(events, "current"),
+        reference_client=FakeSamplingClient(events, "reference"),
+        renderer=renderer,
+        adapters_dir=adapters_dir,
+        connect=False,
+    )
+
+
+EDIT_CORRECTION = "edit the line, do not rewrite the file"
+
+
+def edit_job(renderer: Any) -> Any:
+    """A reviewer's edit: `write` a.py replaced by `edit_lines` on its first line."""
+    from continual_lsp.learning.sdpo import SdpoJob
+    from continual_lsp.policy.base import Message
+    from continual_lsp.tools.base import ToolCall
+
+    prompt = renderer.render_prompt([Message(role="user", content="Task: fix the test")])
+    denied = renderer.render_call(
+        ToolCall(tool="write", arguments={"path": "a.py", "content": "x"})
+    )
+    edited = ToolCall(
+        tool="edit_lines", arguments={"path": "a.py", "start": 1, "end": 1, "content": "x = 2\n"}
+    )
+    return SdpoJob(
+        proposal_id="p1",
+        prompt_tokens=prompt,
+        tokens=denied,
+        logprobs=[-0.7] * len(denied),
+        correction=EDIT_CORRECTION,
+        demonstration=edited.model_dump(),
+        signal="edit",
+    )
