@@ -268,6 +268,11 @@ def serve(
             with contextlib.suppress(ValueError):
                 if not ipaddress.ip_address(host).is_loopback:
                     log.warning("listening on %s: reachable beyond this machine", host)
+            if not settings.workspace_roots:
+                log.warning(
+                    "no workspace_roots: a client with a token may open any directory this "
+                    "process can write to (set CONTINUAL_LSP_WORKSPACE_ROOTS)"
+                )
     except ServeError as exc:
         print(f"continual-lsp serve: {exc}", file=sys.stderr)
         return 2

@@ -52,6 +52,11 @@ def register(ls: ContinualServer) -> None:
             )
         if not root.is_dir():
             raise JsonRpcInvalidParams(message=f"initialize: workspace {root} is not a directory")
+        if not session.settings.allows_workspace(root):
+            raise JsonRpcInvalidParams(
+                message=f"initialize: workspace {root} is outside the server's workspace roots "
+                f"({', '.join(session.settings.workspace_roots)})"
+            )
         session.understands_proposals = declares_proposals(params)
         session.attach(root)
 

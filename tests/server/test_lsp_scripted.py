@@ -314,7 +314,13 @@ def test_tcp_requires_a_token_and_keeps_users_apart(workspace: Path, tmp_path: P
     secret = "alice's private correction: never touch tests/"
 
     async def scenario() -> None:
-        process, port, server_log = await start_tcp_server(store, str(tokens), "--script", "flow")
+        process, port, server_log = await start_tcp_server(
+            store,
+            str(tokens),
+            "--script",
+            "flow",
+            env={"CONTINUAL_LSP_WORKSPACE_ROOTS": str(workspace)},
+        )
         try:
             # no token, a wrong token, a first request other than initialize: refused
             for options in (None, {"token": "wrong-token-000"}):
@@ -329,6 +335,13 @@ def test_tcp_requires_a_token_and_keeps_users_apart(workspace: Path, tmp_path: P
             reply = await asyncio.wait_for(reader.read(), 10)  # answered, then closed
             assert b"must be initialize" in reply
             writer.close()
+
+            # a valid token, but a workspace outside the server's workspace roots
+            outside = Editor(tmp_path)
+            await outside.start_tcp(port)
+            with pytest.raises(JsonRpcException, match="outside the server's workspace roots"):
+                await asyncio.wait_for(outside.initialize(token="alice-token-123"), 10)
+            await outside.client.stop()
 
             alice = Editor(workspace, understands_proposals=True)
             await alice.start_tcp(port)

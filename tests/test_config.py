@@ -1,0 +1,40 @@
+"""Settings: sources in order, and the workspace allow-list a shared server relies on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from continual_lsp.config import Settings
+
+
+def test_env_overrides_file_and_flags_override_env(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "continual.toml"
+    config.write_text('learning_rate = 0.002\nuser = "from-file"\n')
+    monkeypatch.setenv("CONTINUAL_LSP_USER", "from-env")
+    settings = Settings.load(config, kl_coef=0.2)
+    assert (settings.learning_rate, settings.user, settings.kl_coef) == (0.002, "from-env", 0.2)
+    with pytest.raises(ValidationError):
+        Settings.load(config, not_a_setting=1)
+
+
+def test_workspace_roots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    allowed, other = tmp_path / "projects", tmp_path / "home"
+    (allowed / "app").mkdir(parents=True)
+    other.mkdir()
+    (allowed / "escape").symlink_to(other)
+    assert Settings().allows_workspace(other)  # no roots: any directory
+    monkeypatch.setenv("CONTINUAL_LSP_WORKSPACE_ROOTS", str(allowed))  # one root, no comma
+    settings = Settings.load()
+    assert settings.workspace_roots == [str(allowed)]
+    assert settings.allows_workspace(allowed / "app")
+    assert settings.allows_workspace(allowed)
+    assert not settings.allows_workspace(other)
+    assert not settings.allows_workspace(allowed / "app" / ".." / "..")
+    assert not settings.allows_workspace(allowed / "escape")  # a symlink out is outside
+    monkeypatch.setenv("CONTINUAL_LSP_WORKSPACE_ROOTS", f"{allowed},{other}")
+    assert Settings.load().allows_workspace(other)
