@@ -9,7 +9,7 @@
 Flags: `--ks` (checkpoints, comma-separated; default 1,2,3,5,8; at most 8, the training
 situations per scenario), `--methods` (sdpo_token, sdpo_topk, sft, context, none),
 `--scenarios` (tool_choice, package_manager, logging, scope), `--held-out` (situations per
-scenario, default 4), `--lr` (default 3e-3; 0 = the agent's `learning_rate`, 5e-4), `--seed`,
+scenario, default 4), `--lr` (default: the agent's `learning_rate`), `--seed`,
 `--json` (raw points), `--evidence` (the markdown page whose results block is replaced),
 `--img-dir` (plots), `--device`.
 
@@ -49,7 +49,6 @@ from bench.learning.suite import (  # noqa: E402
     save_points,
 )
 
-DEFAULT_LR = 3e-3
 BEGIN = "<!-- results:begin -->"
 END = "<!-- results:end -->"
 
@@ -67,10 +66,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--scenarios", default=",".join(s.name for s in SCENARIOS))
     ap.add_argument("--held-out", type=int, default=4)
-    # Not the agent's default (settings.learning_rate = 5e-4): in a 5-step probe on
-    # package_manager, 5e-4 raised the margin (-8.3 → -5) but never flipped a greedy
-    # proposal; 3e-3 did. See docs/evidence.md. `--lr 0` = the agent's setting.
-    ap.add_argument("--lr", type=float, default=DEFAULT_LR)
+    # Default: the agent's own `learning_rate`, so the table measures the product as shipped.
+    ap.add_argument("--lr", type=float, default=0.0, help="0 = the agent's learning_rate")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, default=REPO / "bench/learning/results/last-run.json")
     ap.add_argument("--evidence", type=Path, default=REPO / "docs/evidence.md")
