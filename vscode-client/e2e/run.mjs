@@ -9,7 +9,7 @@
 //   PYTHON          python with continual_lsp installed              default ../.venv/bin/python
 //   SAMPLE          workspace to copy                                default ../examples/sample-workspace
 //   OUT             screenshots and logs                             default test-output/e2e
-//   E2E_MODE        "full" (task → deny → retry → approve → ledger) or "smoke" (extension active)
+//   E2E_MODE        "full" (task → deny → retry → approve → ledger → revert) or "smoke" (extension active)
 //   E2E_SERVER      "model" (the real server on the embedded model; the default), "scripted" (the
 //                   real server and Agent on the test suite's ScriptedPolicy) or "stub"
 //                   (e2e/stub_server.py: canned protocol behaviour, every UI path in seconds)
@@ -483,6 +483,25 @@ async function full(page, dirs) {
   fs.writeFileSync(path.join(OUT, "ledger.txt"), rows.join("\n---\n"));
   check("ledger lists the correction with its lane", rows.some((t) => t.includes(CORRECTION.slice(0, 30))), rows.join(" | ").slice(0, 300));
   await shot(page, "06-ledger");
+
+  // Revert the correction from the ledger: the row's inline action, then the modal's button.
+  const row = page.locator(".part.sidebar .monaco-list-row", { hasText: CORRECTION.slice(0, 30) }).first();
+  await row.hover();
+  await row.locator('.action-label[aria-label="Revert"]').click();
+  const confirm = page.locator(".monaco-dialog-box .monaco-button", { hasText: "Revert" });
+  await confirm.waitFor({ state: "visible", timeout: 10000 });
+  await confirm.click();
+  const isReverted = (t) => t.includes(CORRECTION.slice(0, 30)) && t.includes("reverted");
+  const afterRevert = await until(
+    "the ledger to mark the correction reverted",
+    async () => {
+      const texts = await ledgerRows(page);
+      return texts.some(isReverted) ? texts : false;
+    },
+    30000,
+    1000,
+  ).catch(async () => ledgerRows(page));
+  check("reverting from the ledger marks the correction reverted", afterRevert.some(isReverted), afterRevert.join(" | ").slice(0, 300));
 }
 
 async function editRoundTrip(page, dirs) {
