@@ -10,6 +10,12 @@ seconds (all threads), the peak RSS during that mode's steps (sampled every 10 m
     python bench/sdpo_step.py [--sizes 512 1024 2048 4096] [--reps 5] [--threads N]
                               [--interleave]
 
+Mode `warmed` is `cached` plus what the training worker does between jobs: after each
+step, untimed, it recomputes the prompt's K/V under the new weights
+(`worker.warm_for_next_job`), as happens while the reviewer reads the retry. Compare it
+with `cached` (`--modes cached warmed`): the next correction on the same or a longer
+prompt then skips re-reading it.
+
 Default order: every cached step, then every full step, so the cached peak RSS is clean
 (the allocator keeps memory a full-backprop step took). `--interleave` alternates the
 modes (cached, full, cached, …) so that load from other processes on a shared machine
@@ -116,6 +122,7 @@ def _run(
 
     from continual_lsp.config import Settings
     from continual_lsp.learning.sdpo import SdpoJob, sdpo_step
+    from continual_lsp.learning.worker import warm_for_next_job
     from continual_lsp.policy.local import LocalPolicy
 
     settings = Settings()
@@ -144,11 +151,14 @@ def _run(
         r = results[mode]
         with _PeakRss() as rss:
             start, cpu = time.perf_counter(), time.process_time()
-            metrics = sdpo_step(policy, job, settings, prefix_cache=mode == "cached")
+            metrics = sdpo_step(policy, job, settings, prefix_cache=mode != "full")
             r["totals"].append(time.perf_counter() - start)
             r["cpu"].append(time.process_time() - cpu)
         r["trains"].append(metrics.seconds)
         r["rss"] = max(r["rss"], rss.peak / 2**20)
+        if mode == "warmed":
+            # Untimed, as in the worker: done while the reviewer reads the retry.
+            warm_for_next_job(policy, {"payload": job.model_dump()})
     out.send({"prompt": len(prompt), "call": len(call), "modes": results})
 
 
@@ -163,7 +173,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument(
-        "--modes", nargs="+", default=["cached", "full"], choices=["cached", "full"]
+        "--modes", nargs="+", default=["cached", "full"], choices=["cached", "warmed", "full"]
     )
     parser.add_argument("--interleave", action="store_true", help="alternate the modes per rep")
     args = parser.parse_args()
@@ -205,6 +215,14 @@ def main() -> None:
             print(
                 f"{size:>8}: step x{ratio('totals'):.2f}, train x{ratio('trains'):.2f},"
                 f" CPU x{ratio('cpu'):.2f}, RSS x{f['rss'] / c['rss']:.2f}"
+            )
+    if {"cached", "warmed"} <= set(args.modes):
+        print("\ncached / warmed (p50 step wall, p50 step CPU):")
+        for size, modes in rows.items():
+            c, w = modes["cached"], modes["warmed"]
+            print(
+                f"{size:>8}: step x{statistics.median(c['totals']) / statistics.median(w['totals']):.2f},"
+                f" CPU x{statistics.median(c['cpu']) / statistics.median(w['cpu']):.2f}"
             )
     print(f"load avg after: {os.getloadavg()}", file=sys.stderr)
 

@@ -306,6 +306,20 @@ def handle_job(
     store.finish_job(job["id"], result)
 
 
+def warm_for_next_job(policy: Any, job: dict[str, Any]) -> None:
+    """Idle-time work after a step: the student's prompt K/V under the new weights
+    (`training.warm_prefix`), so the next correction in this task trains sooner. Never
+    raises: a failed warm-up costs only the time it would have saved."""
+    if getattr(policy, "backend", "local") != "local":
+        return
+    from continual_lsp.policy import training
+
+    try:
+        training.warm_prefix(policy, list(job["payload"].get("prompt_tokens") or []))
+    except Exception as exc:
+        log.warning("could not warm the prompt cache for the next step: %s", exc)
+
+
 def worker_main(
     settings_data: dict[str, Any],
     store_path: str,
@@ -341,6 +355,8 @@ def worker_main(
                 wake.clear()
                 continue
             handle_job(policy, store, directory, settings, job, stop.wait)
+            if job["kind"] == "sdpo" and store.queue_depth(JOB_KINDS) == 0:
+                warm_for_next_job(policy, job)
     finally:
         store.close()
 

@@ -246,6 +246,19 @@ def prefix_cache(policy: Any, tokens: list[int], weights: str = TRAINED_ADAPTER)
     return _new_cache(layers, len(key))
 
 
+def warm_prefix(policy: Any, prompt_tokens: list[int]) -> None:
+    """Compute the student's K/V of `prompt_tokens` under the current weights, ahead of use.
+
+    A step changes the weights, so the next step must re-read its whole prompt before it
+    trains (most of a 2k-token step on CPU). The worker calls this while the reviewer
+    reads the retry: the next correction in the same task has a prompt that extends this
+    one (the conversation only grows), so its student and `current`-teacher prefixes
+    start from this entry instead of from nothing.
+    """
+    if len(prompt_tokens) > 1:
+        prefix_cache(policy, prompt_tokens[:-1])
+
+
 def _common_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> int:
     n = min(len(a), len(b))
     i = 0

@@ -135,6 +135,23 @@ def test_stale_behaviour_policy_is_clamped(policy: LocalPolicy) -> None:
     assert math.isfinite(metrics.loss)
 
 
+def test_warm_prefix_serves_the_next_step_under_the_new_weights(policy: LocalPolicy) -> None:
+    prompt, call = situation(policy)
+    policy.train_step([datum(policy, prompt, call)], "importance_sampling", 2e-3)
+    state = training.train_state(policy)
+    assert not [e for e in state.prefix if e.weights != training.REFERENCE]  # a step drops them
+    training.warm_prefix(policy, prompt)
+    (entry,) = [e for e in state.prefix if e.weights != training.REFERENCE]
+    assert entry.tokens == tuple(prompt[:-1]) and entry.generation == state.generation
+    # The next turn's prompt extends this one: scoring it starts from the warm entry and
+    # gives what an uncached forward gives.
+    longer = prompt + policy.renderer.render_call(CALL)[:-1] + prompt[-3:]
+    cached = training.completion_logits(policy, longer, call)
+    full = training.completion_logits(policy, longer, call, use_prefix_cache=False)
+    assert torch.allclose(cached, full, atol=2e-3)
+    assert any(e.tokens == tuple(longer[:-1]) for e in state.prefix)
+
+
 def test_prefix_gradient_drop_is_small(policy: LocalPolicy) -> None:
     """Prefix-cached vs full backprop: the loss is identical, the gradient well aligned.
 
