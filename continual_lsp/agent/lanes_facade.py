@@ -50,6 +50,16 @@ class LanesFacade:
         )
         return self._routed(item)
 
+    def cluster_demonstrations(self, item_id: str, exclude: str) -> list[ToolCall]:
+        """Calls the reviewer accepted after earlier corrections routed with `item_id`'s
+        cluster (not the proposal `exclude` itself)."""
+        from continual_lsp.lanes.weights import cluster_demonstrations
+
+        item = self.store.lane_item(item_id)
+        if item is None or not item.get("cluster_id"):
+            return []
+        return cluster_demonstrations(self.store, item["cluster_id"], exclude=exclude)
+
     def route_note(self, text: str) -> RoutedNotification | None:
         """A note is routed only when the detector calls it a standing correction."""
         return self._routed(allocator.route_correction(self.store, text, None, self.settings))

@@ -355,12 +355,18 @@ class Agent:
             raise AgentError("a denial needs a correction: say what the agent should do instead")
         self._record(proposal, "deny", correction=correction)
         task.pending = None
-        job_id = self.training.enqueue(proposal.id, "deny", correction, None)
         # A guard's own block message is already a CODE item: routing it again would
-        # only duplicate it.
+        # only duplicate it. Routed before the step is queued: the correction's cluster
+        # says which earlier approved calls the teacher may see as examples.
         routed = (
             self.lanes.route_correction(correction, proposal, is_denial=True) if route else None
         )
+        examples = (
+            self.lanes.cluster_demonstrations(routed.item_id, exclude=proposal.id)
+            if routed is not None
+            else []
+        )
+        job_id = self.training.enqueue(proposal.id, "deny", correction, None, examples)
         if routed is not None:
             self.listener.on_routed(routed)
         self.store.mark_applied(proposal.id, {"denied": True})

@@ -60,13 +60,14 @@ class TrainingBridge:
         signal: str,
         correction: str | None,
         demonstration: ToolCall | None,
+        examples: list[ToolCall] | None = None,
     ) -> int | None:
         if not self.settings.enable_training:
             return None
         row = self.store.proposal(proposal_id)
         if row is None:
             return None
-        return self._enqueue(row, signal, correction, demonstration)
+        return self._enqueue(row, signal, correction, demonstration, examples or [])
 
     def enqueue_from_row(
         self, row: dict[str, Any], decision: dict[str, Any], demonstration: ToolCall | None
@@ -83,6 +84,7 @@ class TrainingBridge:
         signal: str,
         correction: str | None,
         demonstration: ToolCall | None,
+        examples: list[ToolCall] | None = None,
     ) -> int:
         from continual_lsp.learning.sdpo import SdpoJob
 
@@ -93,6 +95,7 @@ class TrainingBridge:
             logprobs=row["logprobs"],
             correction=correction,
             demonstration=demonstration.model_dump() if demonstration else None,
+            examples=[e.model_dump() for e in examples or []],
             signal=signal,
         )
         job_id = self.store.enqueue_job("sdpo", job.model_dump())

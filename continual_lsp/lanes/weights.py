@@ -140,18 +140,44 @@ def _call(tool: Any, args: Any) -> ToolCall | None:
         return None
 
 
+def _approved(store: Store, event: dict[str, Any]) -> ToolCall | None:
+    """What the reviewer accepted in a logged situation: the edited call it carries, else
+    the retry approved after that denial (known only once the reviewer approved one)."""
+    demo = event["payload"].get("demonstration")
+    if not demo and event.get("proposal_id"):
+        demo = store.approved_retry(event["proposal_id"])
+    demo = demo or {}
+    return _call(demo.get("tool"), demo.get("arguments"))
+
+
+def cluster_demonstrations(
+    store: Store, cluster_id: str, *, exclude: str | None = None, limit: int = 2
+) -> list[ToolCall]:
+    """Calls the reviewer accepted after earlier corrections of this cluster, newest first
+    (DESIGN §4: a denial with no demonstration of its own shows the teacher these)."""
+    found: list[ToolCall] = []
+    for ev in reversed(store.events(kind="lane_situation")):
+        if ev["payload"].get("clusterId") != cluster_id or ev.get("proposal_id") == exclude:
+            continue
+        call = _approved(store, ev)
+        if call is not None and call not in found:
+            found.append(call)
+            if len(found) == limit:
+                break
+    return found
+
+
 def situations_for_cluster(store: Store, cluster_id: str, variations: int = 2) -> list[Situation]:
     logged: list[Situation] = []
     for ev in store.events(kind="lane_situation"):
         p = ev["payload"]
         if p.get("clusterId") != cluster_id or not p.get("task_text"):
             continue
-        demo = p.get("demonstration") or {}
         logged.append(
             Situation(
                 task=str(p["task_text"]),
                 violating=_call(p.get("tool"), p.get("arguments")),
-                compliant=_call(demo.get("tool"), demo.get("arguments")),
+                compliant=_approved(store, ev),
             )
         )
     out = list(logged)

@@ -5,7 +5,9 @@ step:
 
 1. **Teacher context** (`teacher_prompt`): the student's own prompt with one extra user
    turn spliced in before the assistant header: the reviewer's correction and, when one
-   exists, a demonstration ("A correct call here is: {…}"). The denied call is *never*
+   exists, a demonstration ("A correct call here is: {…}"); a denial without one shows
+   the calls the reviewer approved after earlier corrections of the same cluster
+   (`SdpoJob.examples`, context only: they answer other prompts). The denied call is *never*
    put in the teacher's context: the embedded 135M model copies its context, so a
    teacher that sees the denied call assigns it high probability and SDPO would
    reinforce it (FIELD-NOTES: teacher −4.5 vs student −63.9 on a denied call). What a
@@ -51,6 +53,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -76,7 +79,10 @@ class SdpoJob(BaseModel):
     `prompt_tokens`, `tokens`, `logprobs` are the proposal's as stored (the prompt the
     student saw, the call it sampled, the sampling logprobs). `demonstration` is a
     `ToolCall.model_dump()` (`{"tool": …, "arguments": {…}}`): the edited call, or the
-    approved retry. For `approved_retry`, `tokens`/`logprobs` may be empty.
+    approved retry. For `approved_retry`, `tokens`/`logprobs` may be empty. `examples`:
+    calls the reviewer accepted after earlier corrections of the same cluster, in other
+    situations; the teacher sees them, but they are never trained on as demonstrations
+    (they answer other prompts).
     """
 
     proposal_id: str
@@ -85,6 +91,7 @@ class SdpoJob(BaseModel):
     logprobs: list[float] = Field(default_factory=list)
     correction: str | None = None
     demonstration: dict[str, Any] | None = None
+    examples: list[dict[str, Any]] = Field(default_factory=list)
     signal: Signal = "deny"
 
     def demonstration_call(self) -> ToolCall | None:
@@ -98,13 +105,20 @@ class NothingToLearn(ValueError):
 # -- teacher context --------------------------------------------------------------------------
 
 
-def feedback_text(correction: str | None, demonstration_text: str | None) -> str:
+def feedback_text(
+    correction: str | None, demonstration_text: str | None, example_texts: Sequence[str] = ()
+) -> str:
     """The user turn the teacher sees. Never contains the denied call."""
     parts = []
     if correction and correction.strip():
         parts.append(f"The reviewer says: {correction.strip()}")
     if demonstration_text:
         parts.append(f"A correct call here is:\n{demonstration_text}")
+    if example_texts:
+        parts.append(
+            "Calls the reviewer approved after the same correction elsewhere:\n"
+            + "\n".join(example_texts)
+        )
     return "\n".join(parts)
 
 
@@ -369,7 +383,13 @@ def build_datums(policy: Any, job: SdpoJob, settings: Settings, **options: Any) 
         raise NothingToLearn(f"proposal {job.proposal_id}: no correction and no demonstration")
     if job.signal == "approved_retry" and not demo:
         raise NothingToLearn(f"proposal {job.proposal_id}: approved_retry without a demonstration")
-    feedback = feedback_text(job.correction, _demonstration_text(policy, demo) if demo else None)
+    examples = [
+        _demonstration_text(policy, demonstration_tokens(policy, ToolCall.model_validate(e)))
+        for e in job.examples
+    ]
+    feedback = feedback_text(
+        job.correction, _demonstration_text(policy, demo) if demo else None, examples
+    )
     t_prompt = teacher_prompt(policy, job.prompt_tokens, feedback)
     topk = settings.topk if settings.loss_mode == "topk" else 0
     use_masks = bool(options.get("grammar_mask", True))

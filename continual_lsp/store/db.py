@@ -457,6 +457,16 @@ class Store:
         )
         return bool(rows)
 
+    def approved_retry(self, proposal_id: str) -> dict[str, Any] | None:
+        """The call the reviewer approved after denying `proposal_id` (a ToolCall dump), if any."""
+        rows = self._query(
+            "SELECT json_extract(payload, '$.demonstration') FROM jobs"
+            " WHERE json_extract(payload, '$.proposal_id') = ?"
+            " AND json_extract(payload, '$.signal') = 'approved_retry' ORDER BY id LIMIT 1",
+            (proposal_id,),
+        )
+        return _loads(rows[0][0]) if rows and rows[0][0] else None
+
     def queue_depth(self, kinds: tuple[str, ...] | None = None) -> int:
         sql, args = "SELECT COUNT(*) FROM jobs WHERE status IN ('pending','running')", ()
         if kinds:

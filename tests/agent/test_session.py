@@ -175,3 +175,38 @@ def test_sigkill_after_commit_is_finished_on_restart(tmp_path: Path, workspace: 
     assert store.pending_decisions() == []
     assert len(store.events(kind="decision")) == 1
     agent.close()
+
+
+def test_a_denial_queues_the_calls_approved_after_its_cluster(
+    tmp_path: Path, workspace: Path, policy: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from continual_lsp.tools.base import ToolCall
+
+    agent = _agent(tmp_path, workspace, policy, allowed_tools=["bash"])
+    queued: list[tuple[str, str, list[ToolCall] | None]] = []
+
+    def enqueue(pid: str, signal: str, correction: Any, demo: Any, examples: Any = None) -> None:
+        queued.append((pid, signal, examples))
+
+    monkeypatch.setattr(agent.training, "enqueue", enqueue)
+    correction = "This project uses pnpm, never npm."
+    _, first = agent.start_task("Install the dependencies")
+    assert first is not None
+    agent.decide(first.id, "deny", correction=correction)
+    # What the bridge records when the reviewer approves the retry (training is off here).
+    approved = ToolCall(tool="bash", arguments={"cmd": "pnpm install"})
+    agent.store.enqueue_job(
+        "sdpo",
+        {
+            "proposal_id": first.id,
+            "signal": "approved_retry",
+            "demonstration": approved.model_dump(),
+        },
+    )
+    _, second = agent.start_task("Add lodash to the project")
+    assert second is not None
+    agent.decide(second.id, "deny", correction=correction)
+    by_proposal = {pid: examples for pid, _, examples in queued}
+    assert by_proposal[first.id] == []
+    assert by_proposal[second.id] == [approved]
+    agent.close()

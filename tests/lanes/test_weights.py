@@ -13,6 +13,7 @@ from continual_lsp.lanes.allocator import route_correction
 from continual_lsp.lanes.context import bullets_for_turn
 from continual_lsp.lanes.weights import (
     EvalMetrics,
+    cluster_demonstrations,
     consolidate,
     gate,
     pending_situations,
@@ -160,6 +161,39 @@ def test_situations_and_the_depth_queue(store, embedder) -> None:
     jobs = [store.job(e["payload"]["jobId"]) for e in store.events(kind="job_queued")]
     assert [j["kind"] for j in jobs] == ["consolidate"]
     assert jobs[0]["payload"]["clusterId"] == cluster
+
+
+def test_denials_borrow_the_calls_approved_after_their_cluster(store, embedder) -> None:
+    """A denial carries no call of its own: what the reviewer approved after it (the
+    retry) becomes the situation's compliant call and an example for later denials."""
+    pnpm = ToolCall(tool="bash", arguments={"cmd": "pnpm add zod"})
+    routed = []
+    for i, (pid, text) in enumerate(
+        [("p1", "Use pnpm here, not npm."), ("p2", "This project uses pnpm; never npm.")]
+    ):
+        ctx = {
+            "proposal_id": pid,
+            "task_text": f"Add package {i}",
+            "tool": "bash",
+            "arguments": {"cmd": f"npm install pkg{i}"},
+        }
+        routed.append(
+            route_correction(store, text, ctx, Settings(), denial=True, embedder=embedder)
+        )
+    assert routed[0] is not None and routed[1] is not None
+    cluster = routed[0].cluster_id
+    assert routed[1].cluster_id == cluster
+    assert cluster_demonstrations(store, cluster) == []  # nothing approved yet
+    store.enqueue_job(
+        "sdpo",
+        {"proposal_id": "p1", "signal": "approved_retry", "demonstration": pnpm.model_dump()},
+    )
+    assert cluster_demonstrations(store, cluster) == [pnpm]
+    assert cluster_demonstrations(store, cluster, exclude="p1") == []  # not its own retry
+    compliant = {
+        s.task: s.compliant for s in situations_for_cluster(store, cluster) if s.origin == "log"
+    }
+    assert compliant == {"Add package 0": pnpm, "Add package 1": None}
 
 
 def test_consolidate_promotes_and_the_bullet_leaves(store, embedder) -> None:

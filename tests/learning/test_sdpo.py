@@ -20,6 +20,7 @@ from continual_lsp.learning.sdpo import (
 from continual_lsp.policy import training
 from continual_lsp.policy.base import SampleParams
 from continual_lsp.policy.local import LocalPolicy
+from continual_lsp.tools.base import ToolCall
 
 from .conftest import CORRECTION, DEMO, Situation, make_situation
 
@@ -51,6 +52,25 @@ def test_teacher_context_has_the_fix_and_never_the_denied_call(policy: LocalPoli
     assert CORRECTION in text and demo_text in text
     assert policy.tokenizer.decode(s.denied[:-1]) not in policy.tokenizer.decode(t)
     assert text.startswith("<|im_start|>user\n")
+
+
+def test_a_denial_shows_the_clusters_approved_calls_as_examples_only(policy: LocalPolicy) -> None:
+    s = make_situation(policy)
+    example = ToolCall(
+        tool="edit_lines", arguments={"path": "b.py", "start": 2, "end": 2, "content": "y"}
+    )
+    text = feedback_text(CORRECTION, None, ['{"tool": "edit_lines"}'])
+    assert text.startswith(f"The reviewer says: {CORRECTION}")
+    assert 'approved after the same correction elsewhere:\n{"tool": "edit_lines"}' in text
+    plain = build_datums(policy, job(s, "deny", demo=False), Settings())
+    with_examples = build_datums(
+        policy,
+        job(s, "deny", demo=False).model_copy(update={"examples": [example.model_dump()]}),
+        Settings(),
+    )
+    # Context for the teacher, never a demonstration datum: it answers another prompt.
+    assert [d.completion_tokens for d in with_examples] == [s.denied]
+    assert with_examples[0].advantages != plain[0].advantages  # the teacher saw more
 
 
 def test_edit_step_raises_the_demonstration_and_keeps_the_reference(policy: LocalPolicy) -> None:
