@@ -4,8 +4,9 @@ real language server over stdio, exactly as an editor would.
 It starts `continual-lsp serve` as a child process, connects pygls' LanguageClient,
 starts a task on a copy of the sample workspace, and then reviews each proposal:
 denies the first with a correction (an SDPO step runs; the retry comes from the new
-adapter), corrects the next one by editing it (the edit is the demonstration), and
-approves what follows until the task ends or the demo's budget of decisions is spent.
+adapter), corrects the next one by editing it (the edit is the demonstration and fixes
+the bug), and then turns down further changes, as a reviewer would once the fix is in,
+until the task ends or the demo's budget of decisions is spent.
 """
 
 from __future__ import annotations
@@ -40,6 +41,12 @@ FIX = {
     "end": 7,
     "content": "    return sum(values) / len(values)",
 }
+FIXED = "mean() is fixed now; leave the rest of the file as it is."
+# The demo narrows the decoding grammar to the file-changing tools (the `allowed_tools`
+# setting), so every turn is a change the scripted reviewer can deny or edit: left free,
+# the 135M model often opens with a read or a stray command, and a repeated read ends the
+# task before the edit the demo is there to show.
+DEMO_TOOLS = "read,edit_lines,edit,write"
 CORRECTION = (
     "Change only the line with the bug, with edit_lines on src/calc/ops.py; "
     "do not rewrite whole files."
@@ -71,6 +78,26 @@ def _show_proposal(p: dict[str, Any]) -> None:
         _say("  diff:")
         for line in p["diff"].splitlines()[:30]:
             _say("    " + line)
+
+
+async def _next_proposal(
+    proposals: asyncio.Queue[dict[str, Any]], done: asyncio.Event, timeout: float
+) -> dict[str, Any] | None:
+    """The next proposal, or None once the task is done (or after `timeout` seconds).
+
+    `taskDone` may arrive just after the decision that ended the task was answered, so
+    waiting on the queue alone would wait the whole timeout for a proposal that never comes.
+    """
+    if not proposals.empty():
+        return proposals.get_nowait()
+    get = asyncio.ensure_future(proposals.get())
+    finished = asyncio.ensure_future(done.wait())
+    await asyncio.wait({get, finished}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finished.cancel()
+    if get.done():
+        return get.result()
+    get.cancel()
+    return None
 
 
 async def _demo(settings: Settings, task: str, workspace: Path, store: Path) -> int:
@@ -121,7 +148,8 @@ async def _demo(settings: Settings, task: str, workspace: Path, store: Path) -> 
     args = ["-m", "continual_lsp", "serve", "--store", str(store), "--model", settings.model]
     if not settings.enable_training:
         args.append("--no-training")
-    await client.start_io(sys.executable, *args, cwd=str(workspace))
+    env = {**os.environ, "CONTINUAL_LSP_ALLOWED_TOOLS": DEMO_TOOLS}
+    await client.start_io(sys.executable, *args, cwd=str(workspace), env=env)
     assert client._server is not None and client._server.stderr is not None
     stderr = client._server.stderr
 
@@ -144,34 +172,29 @@ async def _demo(settings: Settings, task: str, workspace: Path, store: Path) -> 
         )
     )
     client.initialized(lsp.InitializedParams())
-    _say(f"workspace: {workspace}\nstore:     {store}\ntask:      {task}")
+    _say(
+        f"workspace: {workspace}\nstore:     {store}\ntask:      {task}\n"
+        f"tools:     {DEMO_TOOLS.replace(',', ', ')} (the demo narrows the grammar to file changes)"
+    )
     started = time.monotonic()
     result = _plain(await client.protocol.send_request_async(METHOD_START_TASK, {"text": task}))
     _say(f"task {result['taskId']} started")
 
-    script = ["deny", "edit", "approve", "approve"]
+    # Deny with a correction, then edit (the edit is the fix); after that the bug is fixed,
+    # so a reviewer turns down further changes, and each of those is a correction too.
+    script = ["deny", "edit", "deny", "deny"]
     for step, decision in enumerate(script):
-        try:
-            proposal = await asyncio.wait_for(proposals.get(), timeout=600)
-        except TimeoutError:
+        proposal = await _next_proposal(proposals, done, timeout=600)
+        if proposal is None:
             break
         _show_proposal(proposal)
         params: dict[str, Any] = {"proposalId": proposal["proposalId"], "decision": decision}
-        if decision == "deny":
-            params["correction"] = CORRECTION
-            _say(f"  ✗ deny: {CORRECTION}")
-        elif decision == "edit":
+        if decision == "edit":
             params["editedArguments"] = FIX
             _say("  ✎ edit → " + json.dumps(FIX))
-        elif proposal["tool"] == "bash":
-            params = {
-                "proposalId": proposal["proposalId"],
-                "decision": "deny",
-                "correction": "No commands are needed: the fix is in place.",
-            }
-            _say("  ✗ deny: no commands needed")
         else:
-            _say("  ✓ approve")
+            params["correction"] = CORRECTION if step == 0 else FIXED
+            _say(f"  ✗ deny: {params['correction']}")
         outcome = _plain(await client.protocol.send_request_async(METHOD_DECIDE, params))
         if outcome.get("learned"):
             learned = outcome["learned"]

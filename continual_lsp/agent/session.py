@@ -479,8 +479,9 @@ class Agent:
         """Sample until a proposal needs the reviewer, or the task ends.
 
         Read-only calls are executed at once when auto-approve is on; a guard block is
-        an automatic denial; a call identical to one already executed ends the task
-        (a small model repeats itself once it has nothing new to do).
+        an automatic denial; a call identical to one already executed, sampled again
+        after two warmer tries (`_sample`), ends the task (a small model repeats itself
+        once it has nothing new to do).
         """
         while task.done is None:
             if task.turn >= self.settings.max_turns:
@@ -604,9 +605,16 @@ class Agent:
                     "parse_error", {"text": completion.text, "error": str(exc)}, task_id=task.id
                 )
                 continue
-            if _canonical(call) in denied:
+            key = _canonical(call)
+            if key in denied:
                 # The reviewer already said no to exactly this; sample something else.
                 self.store.append_event("repeat_of_denied", {"call": call.model_dump()}, task.id)
+                continue
+            if key in task.executed and attempt < 2:
+                # Already ran: the model may be done, or stuck re-reading a file (a 135M
+                # model often is). Sample again, warmer, before `_advance` ends the task
+                # on a repeat.
+                self.store.append_event("repeat_of_executed", {"call": call.model_dump()}, task.id)
                 continue
             return call, completion, prompt_tokens
         return None, completion, prompt_tokens
