@@ -42,10 +42,10 @@ FIX = {
     "content": "    return sum(values) / len(values)",
 }
 FIXED = "mean() is fixed now; leave the rest of the file as it is."
-# The demo narrows the decoding grammar to the file-changing tools (the `allowed_tools`
-# setting), so every turn is a change the scripted reviewer can deny or edit: left free,
-# the 135M model often opens with a read or a stray command, and a repeated read ends the
-# task before the edit the demo is there to show.
+# The demo narrows the decoding grammar to `read` and the file-changing tools (the
+# `allowed_tools` setting), so every turn the reviewer sees is a change to deny or edit:
+# left free, the 135M model often opens with a stray command (`bash "calc"`), and after a
+# denial it re-read the file until a repeat ended the task before the edit the demo shows.
 DEMO_TOOLS = "read,edit_lines,edit,write"
 CORRECTION = (
     "Change only the line with the bug, with edit_lines on src/calc/ops.py; "
@@ -174,7 +174,7 @@ async def _demo(settings: Settings, task: str, workspace: Path, store: Path) -> 
     client.initialized(lsp.InitializedParams())
     _say(
         f"workspace: {workspace}\nstore:     {store}\ntask:      {task}\n"
-        f"tools:     {DEMO_TOOLS.replace(',', ', ')} (the demo narrows the grammar to file changes)"
+        f"tools:     {DEMO_TOOLS.replace(',', ', ')} (the demo narrows the grammar to these)"
     )
     started = time.monotonic()
     result = _plain(await client.protocol.send_request_async(METHOD_START_TASK, {"text": task}))
