@@ -358,15 +358,18 @@ class Agent:
         # A guard's own block message is already a CODE item: routing it again would
         # only duplicate it. Routed before the step is queued: the correction's cluster
         # says which earlier approved calls the teacher may see as examples.
-        routed = (
-            self.lanes.route_correction(correction, proposal, is_denial=True) if route else None
-        )
-        examples = (
-            self.lanes.cluster_demonstrations(routed.item_id, exclude=proposal.id)
-            if routed is not None
-            else []
-        )
-        job_id = self.training.enqueue(proposal.id, "deny", correction, None, examples)
+        routed = None
+        try:
+            if route:
+                routed = self.lanes.route_correction(correction, proposal, is_denial=True)
+        finally:
+            # Queued even when routing fails: the step must not depend on the lanes.
+            examples = (
+                self.lanes.cluster_demonstrations(routed.item_id, exclude=proposal.id)
+                if routed is not None
+                else []
+            )
+            job_id = self.training.enqueue(proposal.id, "deny", correction, None, examples)
         if routed is not None:
             self.listener.on_routed(routed)
         self.store.mark_applied(proposal.id, {"denied": True})

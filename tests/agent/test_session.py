@@ -210,3 +210,24 @@ def test_a_denial_queues_the_calls_approved_after_its_cluster(
     assert by_proposal[first.id] == []
     assert by_proposal[second.id] == [approved]
     agent.close()
+
+
+def test_a_denial_is_queued_for_training_even_when_routing_fails(
+    tmp_path: Path, workspace: Path, policy: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = _agent(tmp_path, workspace, policy, allowed_tools=["write"])
+    queued: list[str] = []
+    monkeypatch.setattr(agent.training, "enqueue", lambda pid, *args, **kw: queued.append(pid))
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("the embedding model is missing")
+
+    monkeypatch.setattr(agent.lanes, "route_correction", broken)
+    _, proposal = agent.start_task("Create notes.txt that says hello")
+    assert proposal is not None
+    with pytest.raises(RuntimeError, match="embedding model"):
+        agent.decide(proposal.id, "deny", correction="Say hi, not hello.")
+    assert queued == [proposal.id]  # the step was queued before the error surfaced
+    decision = agent.store.decision(proposal.id)
+    assert decision is not None and decision["correction"] == "Say hi, not hello."
+    agent.close()
