@@ -110,7 +110,7 @@ def _watch_parent(parent_pid: int, stop: Any) -> None:
 
 
 def _load_policy(settings: Settings, store: Any) -> Any:
-    """A LocalPolicy at the store's current weights (see `sync_weights`)."""
+    """The configured backend's policy at the store's current weights (`sync_weights`)."""
     from continual_lsp.policy import make_policy
 
     policy = make_policy(settings)
@@ -196,15 +196,29 @@ def _save_version(
         recorded,
         source="sdpo",
     )
+    served = {"version": version, "name": name, "path": info.path}
+    return _result(served, step, metrics.loss, metrics.kl, metrics.seconds, sha256=info.sha256)
+
+
+def _result(
+    adapter: dict[str, Any] | None,
+    step: float,
+    loss: float,
+    kl: float,
+    seconds: float,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A job's result: the version the sampler should serve (None: the base model) and the
+    step's numbers; every key is always present, the numbers are numbers."""
     return {
-        "adapterVersion": version,
-        "name": name,
-        "path": info.path,
-        "sha256": info.sha256,
-        "step": step,
-        "loss": metrics.loss,
-        "kl": metrics.kl,
-        "seconds": metrics.seconds,
+        "adapterVersion": adapter["version"] if adapter else None,
+        "name": adapter["name"] if adapter else None,
+        "path": adapter["path"] if adapter else None,
+        "step": int(step),
+        "loss": float(loss),
+        "kl": float(kl),
+        "seconds": float(seconds),
+        **extra,
     }
 
 
@@ -212,17 +226,16 @@ def _already_done(store: Any, job: dict[str, Any]) -> dict[str, Any] | None:
     """A replayed job whose adapter was registered before the crash: reuse that version."""
     for adapter in reversed(store.adapters()):
         if adapter["metrics"].get("jobId") == job["id"]:
-            return {
-                "adapterVersion": adapter["version"],
-                "name": adapter["name"],
-                "path": adapter["path"],
-                "sha256": adapter["sha256"],
-                "step": int(adapter["metrics"].get("step") or 0),
-                "loss": float(adapter["metrics"].get("loss") or 0.0),
-                "kl": float(adapter["metrics"].get("kl") or 0.0),
-                "seconds": float(adapter["metrics"].get("seconds") or 0.0),
-                "replayed": True,
-            }
+            m = adapter["metrics"]
+            return _result(
+                adapter,
+                m.get("step") or 0,
+                m.get("loss") or 0.0,
+                m.get("kl") or 0.0,
+                m.get("seconds") or 0.0,
+                sha256=adapter["sha256"],
+                replayed=True,
+            )
     return None
 
 
@@ -240,33 +253,16 @@ def run_job(
     try:
         metrics = sdpo_step(policy, payload, settings)
     except NothingToLearn as exc:
-        current = store.current_adapter()
-        return {
-            "skipped": str(exc),
-            "adapterVersion": current["version"] if current else None,
-            "name": current["name"] if current else None,
-            "path": current["path"] if current else None,
-            "step": int(store.counter(STEP_COUNTER)),
-            "loss": 0.0,
-            "kl": 0.0,
-            "seconds": 0.0,
-        }
+        steps = store.counter(STEP_COUNTER)
+        return _result(store.current_adapter(), steps, 0.0, 0.0, 0.0, skipped=str(exc))
     # A store counter, not the process's own count: step numbers survive worker restarts.
     store.bump(STEP_COUNTER)
     steps = int(store.counter(STEP_COUNTER))
     if settings.save_every <= 1 or steps % settings.save_every == 0:
         return _save_version(policy, store, directory, job, metrics, steps)
-    current = store.current_adapter()
-    return {
-        "adapterVersion": current["version"] if current else None,
-        "name": current["name"] if current else None,
-        "path": current["path"] if current else None,
-        "step": steps,
-        "loss": metrics.loss,
-        "kl": metrics.kl,
-        "seconds": metrics.seconds,
-        "saved": False,
-    }
+    return _result(
+        store.current_adapter(), steps, metrics.loss, metrics.kl, metrics.seconds, saved=False
+    )
 
 
 def handle_job(
