@@ -490,9 +490,12 @@ class Agent:
             if task.turn >= self.settings.max_turns:
                 self._finish(task, f"reached the turn limit ({self.settings.max_turns})")
                 break
-            call, completion, prompt_tokens = self._sample(task)
+            call, completion, prompt_tokens, rejected = self._sample(task)
             if call is None:
-                self._finish(task, "the model could not produce a valid tool call")
+                if rejected and all(r == "repeat_of_denied" for r in rejected):
+                    self._finish(task, "stopped: the model kept proposing the call it was denied")
+                else:
+                    self._finish(task, "the model could not produce a valid tool call")
                 break
             if _canonical(call) in task.executed:
                 self._finish(task, f"done: the agent repeated an executed call ({call.tool})")
@@ -582,7 +585,8 @@ class Agent:
         except ToolError as exc:
             return None, exc
 
-    def _sample(self, task: _Task) -> tuple[ToolCall | None, Completion, list[int]]:
+    def _sample(self, task: _Task) -> tuple[ToolCall | None, Completion, list[int], list[str]]:
+        """A call for the turn, or None with why each try was rejected (event kinds)."""
         policy = self.policy
         # A step may have landed in the background (a resumed job, a timed-out wait):
         # sample from the version the proposal will be labelled with.
@@ -593,6 +597,7 @@ class Agent:
         prompt_tokens = self._fit_prompt(task, bullets)
         denied = {_canonical(c) for c in self._denied_calls(task)}
         completion = Completion(tokens=[], logprobs=[], text="")
+        rejected: list[str] = []
         for attempt in range(3):
             params = SampleParams(
                 temperature=self.settings.temperature if attempt == 0 else 0.8,
@@ -607,20 +612,23 @@ class Agent:
                 self.store.append_event(
                     "parse_error", {"text": completion.text, "error": str(exc)}, task_id=task.id
                 )
+                rejected.append("parse_error")
                 continue
             key = _canonical(call)
             if key in denied:
                 # The reviewer already said no to exactly this; sample something else.
                 self.store.append_event("repeat_of_denied", {"call": call.model_dump()}, task.id)
+                rejected.append("repeat_of_denied")
                 continue
             if key in task.executed and attempt < 2:
                 # Already ran: the model may be done, or stuck re-reading a file (a 135M
                 # model often is). Sample again, warmer, before `_advance` ends the task
                 # on a repeat.
                 self.store.append_event("repeat_of_executed", {"call": call.model_dump()}, task.id)
+                rejected.append("repeat_of_executed")
                 continue
-            return call, completion, prompt_tokens
-        return None, completion, prompt_tokens
+            return call, completion, prompt_tokens, rejected
+        return None, completion, prompt_tokens, rejected
 
     def _fit_prompt(self, task: _Task, bullets: list[str]) -> list[int]:
         """The turn's prompt, dropping the oldest calls (summarised in one line) until it

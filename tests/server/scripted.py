@@ -19,8 +19,13 @@ from continual_lsp.tools.base import ToolCall
 
 
 class ForcedCallPolicy(LocalPolicy):
-    def __init__(self, settings: Settings, calls: list[dict[str, Any]]) -> None:
-        super().__init__(settings)
+    def __init__(
+        self,
+        settings: Settings,
+        calls: list[dict[str, Any]],
+        model_and_tokenizer: tuple[Any, Any] | None = None,
+    ) -> None:
+        super().__init__(settings, model_and_tokenizer)
         self.calls = calls
         self.index = 0
 
