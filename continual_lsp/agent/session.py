@@ -174,7 +174,7 @@ class Agent:
     def _token_count(self, text: str) -> int:
         if self._policy is None:
             return max(1, len(text) // 4)
-        return len(self.policy.renderer.tokenize(text))  # type: ignore[attr-defined]
+        return len(self.policy.renderer.tokenize(text))
 
     # -- public API -----------------------------------------------------------------------
 

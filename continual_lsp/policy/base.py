@@ -97,6 +97,10 @@ class Renderer(Protocol):
         """Exactly one tool call, or ValueError with a clear message."""
         ...
 
+    def tokenize(self, text: str) -> list[int]:
+        """Tokens of plain text (what a context bullet costs per call)."""
+        ...
+
 
 @runtime_checkable
 class Policy(Protocol):

@@ -104,7 +104,22 @@ def format_result(result: ToolResult) -> str:
     return f"({'; '.join(head)})\n{body}" if head else body
 
 
-class ChatMLRenderer:
+class TokenizerText:
+    """Plain text ↔ tokens with the model's tokenizer; every renderer has these."""
+
+    tokenizer: Any
+
+    def tokenize(self, text: str) -> list[int]:
+        """Tokens of plain text (special-token strings in it are still recognised)."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def decode(self, tokens: list[int]) -> str:
+        # No clean-up: transformers' default space clean-up would change code (" ." → ".")
+        # and break the render_call → parse_call round trip.
+        return str(self.tokenizer.decode(tokens, clean_up_tokenization_spaces=False))
+
+
+class ChatMLRenderer(TokenizerText):
     """Implements `policy.base.Renderer` for ChatML tokenizers (SmolLM2 and its kin)."""
 
     def __init__(
@@ -125,17 +140,6 @@ class ChatMLRenderer:
             end = tokenizer.eos_token_id
         self.end_of_turn_id: int = int(end)
         self.end_of_turn: str = tokenizer.convert_ids_to_tokens(self.end_of_turn_id)
-
-    # -- tokens -------------------------------------------------------------------------
-
-    def tokenize(self, text: str) -> list[int]:
-        """Tokens of plain text (special-token strings in it are still recognised)."""
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
-
-    def decode(self, tokens: list[int]) -> str:
-        # No clean-up: transformers' default space clean-up would change code (" ." → ".")
-        # and break the render_call → parse_call round trip.
-        return str(self.tokenizer.decode(tokens, clean_up_tokenization_spaces=False))
 
     # -- prompts ------------------------------------------------------------------------
 

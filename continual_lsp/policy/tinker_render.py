@@ -31,7 +31,12 @@ import re
 from typing import Any, Protocol
 
 from continual_lsp.policy.base import Message
-from continual_lsp.policy.render import call_text, canonical_arguments, default_system_prompt
+from continual_lsp.policy.render import (
+    TokenizerText,
+    call_text,
+    canonical_arguments,
+    default_system_prompt,
+)
 from continual_lsp.tools.base import ARG_MODELS, TOOL_NAMES, ToolCall, tool_schema
 
 log = logging.getLogger(__name__)
@@ -165,11 +170,10 @@ class TinkerRenderer(Protocol):
 
     def decode(self, tokens: list[int]) -> str: ...
 
+    def tokenize(self, text: str) -> list[int]: ...
 
-# -- tinker-cookbook ------------------------------------------------------------------------
 
-
-class CookbookRenderer:
+class CookbookRenderer(TokenizerText):
     """Adapts a `tinker_cookbook` renderer to the `Renderer` protocol.
 
     History: an assistant message whose content is a call (the agent stores the canonical
@@ -251,7 +255,7 @@ class CookbookRenderer:
         return tokens
 
     def parse_call(self, text: str) -> ToolCall:
-        tokens = list(self.tokenizer.encode(text, add_special_tokens=False))
+        tokens = self.tokenize(text)
         message, _termination = self.impl.parse_response(tokens)
         calls = message.get("tool_calls") or []
         if len(calls) > 1:
@@ -271,14 +275,11 @@ class CookbookRenderer:
         stops = self.stop()
         return stops[0] if stops and isinstance(stops[0], int) else None
 
-    def decode(self, tokens: list[int]) -> str:
-        return str(self.tokenizer.decode(tokens, clean_up_tokenization_spaces=False))
-
 
 # -- HF chat template fallback -------------------------------------------------------------
 
 
-class ChatTemplateRenderer:
+class ChatTemplateRenderer(TokenizerText):
     """The tokenizer's own chat template, with `tools=`; JSON calls if it ignores tools.
 
     `native` is True when the template writes tool specs and tool calls (Qwen, Llama 3.1+,
@@ -354,7 +355,7 @@ class ChatTemplateRenderer:
         }
 
     def render_prompt(self, messages: list[Message]) -> list[int]:
-        return self._tokenize(self._template(self._conversation(messages), True))
+        return self.tokenize(self._template(self._conversation(messages), True))
 
     def _call_suffix(self, call: ToolCall) -> list[int]:
         """Tokens between the generation prompt and the end of the assistant turn, inclusive."""
@@ -370,7 +371,7 @@ class ChatTemplateRenderer:
         full = self._template([*context, turn], False)
         if not full.startswith(prompt):
             raise RendererUnavailable("the chat template does not extend its generation prompt")
-        tokens = self._tokenize(full[len(prompt) :])
+        tokens = self.tokenize(full[len(prompt) :])
         if self.end_of_turn_id in tokens:
             # Templates add a newline after the end-of-turn token; sampling stops at it.
             tokens = tokens[: tokens.index(self.end_of_turn_id) + 1]
@@ -390,12 +391,6 @@ class ChatTemplateRenderer:
 
     def stop(self) -> list[int]:
         return [self.end_of_turn_id]
-
-    def _tokenize(self, text: str) -> list[int]:
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
-
-    def decode(self, tokens: list[int]) -> str:
-        return str(self.tokenizer.decode(tokens, clean_up_tokenization_spaces=False))
 
 
 # -- choice --------------------------------------------------------------------------------

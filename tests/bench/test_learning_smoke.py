@@ -91,3 +91,33 @@ def test_every_method_gives_finite_numbers_at_k1(model_and_tokenizer: Any) -> No
         assert at_k1[method].context_tokens == 0
     assert at_k1["context"].context_tokens > 0
     assert at_k1["none"].drift_kl < 1e-6  # the base model: a zero adapter
+
+
+def test_the_suite_runs_unchanged_on_the_tinker_backend(
+    chatml_renderer: Any, tmp_path: Any
+) -> None:
+    """`--backend tinker`: a fresh remote policy per (method, scenario), sdpo_topk skipped
+    (no full distribution remotely), drift n/a. The service is faked (unreachable here)."""
+    from bench.learning.suite import Bench, SuiteConfig, run_suite
+    from continual_lsp.config import Settings
+    from tests.policy.tinker_fakes import Events, FakeTrainingClient, fake_tinker_policy
+
+    made: list[FakeTrainingClient] = []
+
+    def factory() -> Any:
+        made.append(FakeTrainingClient(Events()))
+        return fake_tinker_policy(chatml_renderer, tmp_path / f"adapters-{len(made)}", made[-1])
+
+    settings = Settings(backend="tinker")
+    config = SuiteConfig(ks=[1], scenarios=["scope"], held_out=1, drift_prompts=1)
+    points = run_suite(Bench(settings, factory(), config, policy_factory=factory))
+    at_k1 = {p.method: p for p in points if p.k == 1}
+    assert set(at_k1) == {"sdpo_token", "sft", "context", "none"}
+    assert all(p.drift_kl is None and math.isfinite(p.margin) for p in at_k1.values())
+    assert (
+        at_k1["sdpo_token"].seconds_per_correction > 0 and at_k1["sft"].seconds_per_correction > 0
+    )
+    # one policy to start, one per reset: the scenario's base run and each trained method
+    assert len(made) == 1 + 1 + 3
+    trained = [client for client in made if client.optim_calls]
+    assert len(trained) == 2  # sdpo_token and sft each took their one step
