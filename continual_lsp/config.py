@@ -57,6 +57,11 @@ class Settings(BaseModel):
 
     # tools / sandbox
     bash_timeout: int = 30
+    # rlimits of every process a bash call starts. Address space is off by default:
+    # node, the JVM and Go reserve far more virtual memory than they use, so a cap that
+    # stops a runaway allocation also breaks `npm test`. Set it where that is not a worry.
+    bash_memory_limit_mb: int | None = Field(default=None, ge=16)
+    bash_file_size_limit_mb: int = Field(default=1024, ge=1)
     output_cap: int = 30_000
     sandbox: Literal["bwrap", "none"] = "bwrap"
     allow_unsandboxed: bool = False

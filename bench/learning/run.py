@@ -69,6 +69,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     # Default: the agent's own `learning_rate`, so the table measures the product as shipped.
     ap.add_argument("--lr", type=float, default=0.0, help="0 = the agent's learning_rate")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--kl-coef", type=float, default=None, help="default: the agent's kl_coef")
     ap.add_argument("--json", type=Path, default=REPO / "bench/learning/results/last-run.json")
     ap.add_argument("--evidence", type=Path, default=REPO / "docs/evidence.md")
     ap.add_argument("--img-dir", type=Path, default=REPO / "docs/img")
@@ -190,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
         from continual_lsp.config import Settings
 
         overrides = {"backend": args.backend, "model": args.model, "device": args.device}
+        if args.kl_coef is not None:
+            overrides["kl_coef"] = args.kl_coef
         settings = Settings.load(**overrides)
         config = SuiteConfig(
             ks=[int(k) for k in _csv(args.ks)],

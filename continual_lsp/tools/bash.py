@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from continual_lsp.tools.process import run_process
 from continual_lsp.tools.sandbox import (
     bwrap_argv,
     home_dir,
+    limit_argv,
     sandbox_env,
     sandbox_status,
 )
@@ -41,7 +43,8 @@ def run_bash(
     it runs only if the settings allow it (sandbox = "none" or allow_unsandboxed),
     else ToolError. `env` defaults to this process's environment; `home` (default
     $HOME of `env`) is the home directory whose secrets the sandbox hides. The whole
-    process group is SIGKILLed at the timeout (default settings.bash_timeout).
+    process group is SIGKILLed at the timeout (default settings.bash_timeout); every
+    process runs under rlimits (CPU time, file size, optionally address space).
     """
     root = Path(os.path.realpath(workspace))
     if not root.is_dir():
@@ -51,7 +54,15 @@ def run_bash(
         raise ToolError(note or "bash cannot run without a sandbox")
     limit = float(timeout if timeout is not None else settings.bash_timeout)
     base_env = dict(os.environ if env is None else env)
-    argv = [_shell(), "-c", cmd]
+    memory_mb = settings.bash_memory_limit_mb
+    # CPU time per process = the wall limit: it only bites on a process that left the
+    # group (setsid, unsandboxed) and so outlives the timeout's kill.
+    argv = limit_argv(
+        [_shell(), "-c", cmd],
+        cpu_seconds=limit,
+        memory_limit_bytes=memory_mb << 20 if memory_mb is not None else None,
+        file_size_bytes=settings.bash_file_size_limit_mb << 20,
+    )
     if sandboxed:
         argv = bwrap_argv(
             argv,
@@ -80,6 +91,14 @@ def run_bash(
         exit_code = result.exit_code
         if exit_code is not None and exit_code < 0:
             output += f"\n[killed by signal {-exit_code}]"
+        # The shell reports a child's death by signal N as 128 + N.
+        if exit_code in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ):
+            output += (
+                f"\n[a file reached the size limit ({settings.bash_file_size_limit_mb} MB,"
+                " bash_file_size_limit_mb)]"
+            )
+        elif exit_code in (-signal.SIGXCPU, 128 + signal.SIGXCPU):
+            output += f"\n[CPU time limit reached ({limit:g} s)]"
     if not output.strip():
         output = "(no output)"
     return ToolResult(

@@ -105,14 +105,6 @@ def live_pids(marker: str) -> list[int]:
     return found
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
-
-
 def wait_gone(marker: str, seconds: float = 3.0) -> list[int]:
     """Poll until no live process carries `marker`; returns the survivors (if any)."""
     deadline = time.monotonic() + seconds
