@@ -55,11 +55,13 @@ def run_bash(
     limit = float(timeout if timeout is not None else settings.bash_timeout)
     base_env = dict(os.environ if env is None else env)
     memory_mb = settings.bash_memory_limit_mb
-    # CPU time per process = the wall limit: it only bites on a process that left the
-    # group (setsid, unsandboxed) and so outlives the timeout's kill.
+    # CPU seconds per process = what all cores give in the wall limit: never reached
+    # before the timeout by a multi-threaded process in the group, it bounds one that
+    # left the group (setsid, unsandboxed) and so outlives the timeout's kill.
+    cpu_limit = limit * (os.cpu_count() or 1)
     argv = limit_argv(
         [_shell(), "-c", cmd],
-        cpu_seconds=limit,
+        cpu_seconds=cpu_limit,
         memory_limit_bytes=memory_mb << 20 if memory_mb is not None else None,
         file_size_bytes=settings.bash_file_size_limit_mb << 20,
     )
@@ -98,7 +100,7 @@ def run_bash(
                 " bash_file_size_limit_mb)]"
             )
         elif exit_code in (-signal.SIGXCPU, 128 + signal.SIGXCPU):
-            output += f"\n[CPU time limit reached ({limit:g} s)]"
+            output += f"\n[CPU time limit reached ({cpu_limit:g} s)]"
     if not output.strip():
         output = "(no output)"
     return ToolResult(
