@@ -82,6 +82,10 @@ def summary_table(points: list[Point]) -> str:
     return "\n".join(lines)
 
 
+# "Reached the behaviour": 3 of the default 4 held-out situations.
+ISO_COMPLIANCE = 0.75
+
+
 def goals(points: list[Point]) -> dict[str, Any]:
     """The three goals of the issue, computed, not asserted."""
     out: dict[str, Any] = {}
@@ -130,6 +134,36 @@ def goals(points: list[Point]) -> dict[str, Any]:
         }
         for m, r in ((m, ratios.get(m, [])) for m in ("sdpo_token", "sdpo_topk"))
     }
+    # 2b. The same goal read at iso-compliance: the drift each method carries when it
+    #     first reaches ISO_COMPLIANCE held-out compliance. Same-k pairs (above) count the
+    #     k where both are still at 0 %, where drift buys nothing; this asks what reaching
+    #     the behaviour cost.
+    first: dict[tuple[str, str], Point] = {}
+    for p in sorted(points, key=lambda p: p.k):
+        if p.method in TRAINED and p.k > 0 and p.compliance >= ISO_COMPLIANCE:
+            first.setdefault((p.scenario, p.method), p)
+    scenarios = sorted({p.scenario for p in points})
+    out["drift_to_reach"] = {}
+    for m in ("sdpo_token", "sdpo_topk"):
+        per: dict[str, str] = {}
+        iso: list[float] = []
+        for sc in scenarios:
+            mine, sft = first.get((sc, m)), first.get((sc, "sft"))
+            if mine is None and sft is None:
+                per[sc] = "neither reaches it"
+            elif mine is None and sft is not None:
+                per[sc] = f"only SFT reaches it (k={sft.k})"
+            elif mine is None or sft is None or sft.drift_kl is None or mine.drift_kl is None:
+                per[sc] = f"only {m} reaches it (k={mine.k})"
+            else:
+                iso.append(mine.drift_kl / sft.drift_kl)
+                per[sc] = f"{iso[-1]:.2f} (k={mine.k} vs SFT k={sft.k})"
+        out["drift_to_reach"][m] = {
+            "median_ratio": statistics.median(iso) if iso else None,
+            "comparable_scenarios": len(iso),
+            "met": bool(iso) and statistics.median(iso) <= 0.5,
+            "by_scenario": per,
+        }
     # 3. Context tokens ≤ 40 % of notes-only, per call; the weight methods carry 0.
     tax: dict[int, float] = {}
     for p in points:

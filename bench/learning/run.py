@@ -129,6 +129,17 @@ def results_block(meta: dict[str, object], points: list[Point], images: list[Pat
             + (", ".join(f"{sc} {v:.2f}" for sc, v in d["median_by_scenario"].items()) or "none")
             + ")"
         )
+    for m, d in g["drift_to_reach"].items():
+        ratio = d["median_ratio"]
+        lines.append(
+            f"- {m} drift ≤ ½ SFT drift at iso-compliance (drift when each method first reaches "
+            f"≥ {report.ISO_COMPLIANCE:.0%} held-out compliance): "
+            f"**{'met' if d['met'] else 'not met'}** (median ratio "
+            f"{'n/a' if ratio is None else f'{ratio:.2f}'} over {d['comparable_scenarios']} "
+            "scenario(s) both reach; "
+            + ", ".join(f"{sc} {v}" for sc, v in d["by_scenario"].items())
+            + ")"
+        )
     tax = g["context_tax"]["context_only_ratio_by_k"]
     lines.append(
         "- context tokens ≤ 40 % of notes-only: weight methods carry 0 tokens (0 %); "

@@ -66,6 +66,29 @@ def test_judge_reads_a_call_cut_at_the_token_budget() -> None:
     assert judge_text('{"tool":"bash","arguments":{"cmd":"pnpm ad').arguments["cmd"] == "pnpm ad"
 
 
+def test_iso_compliance_drift_compares_where_each_method_first_gets_there() -> None:
+    from bench.learning.report import goals
+    from bench.learning.suite import Point
+
+    def point(scenario: str, method: str, k: int, compliance: float, drift: float) -> Point:
+        return Point(scenario, method, k, compliance, 0.0, drift, 1.0, 0, 0)
+
+    points = [
+        point("a", "sdpo_token", 1, 0.0, 0.01),
+        point("a", "sdpo_token", 2, 0.75, 0.02),
+        point("a", "sdpo_token", 3, 1.0, 0.09),  # later and higher: not the first time
+        point("a", "sft", 1, 0.0, 0.01),
+        point("a", "sft", 2, 0.5, 0.03),
+        point("a", "sft", 3, 0.75, 0.08),
+        point("b", "sdpo_token", 1, 0.0, 0.01),
+        point("b", "sft", 1, 1.0, 0.02),
+    ]
+    reach = goals(points)["drift_to_reach"]["sdpo_token"]
+    assert reach["median_ratio"] == pytest.approx(0.02 / 0.08)
+    assert reach["comparable_scenarios"] == 1 and reach["met"] is True
+    assert reach["by_scenario"]["b"] == "only SFT reaches it (k=1)"
+
+
 @pytest.mark.model
 def test_every_method_gives_finite_numbers_at_k1(model_and_tokenizer: Any) -> None:
     from bench.learning.suite import METHODS, Bench, SuiteConfig, run_suite
