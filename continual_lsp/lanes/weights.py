@@ -156,8 +156,8 @@ def cluster_demonstrations(
     """Calls the reviewer accepted after earlier corrections of this cluster, newest first
     (DESIGN §4: a denial with no demonstration of its own shows the teacher these)."""
     found: list[ToolCall] = []
-    for ev in reversed(store.events(kind="lane_situation")):
-        if ev["payload"].get("clusterId") != cluster_id or ev.get("proposal_id") == exclude:
+    for ev in reversed(store.events(kind="lane_situation", cluster_id=cluster_id)):
+        if ev.get("proposal_id") == exclude:
             continue
         call = _approved(store, ev)
         if call is not None and call not in found:
@@ -169,9 +169,9 @@ def cluster_demonstrations(
 
 def situations_for_cluster(store: Store, cluster_id: str, variations: int = 2) -> list[Situation]:
     logged: list[Situation] = []
-    for ev in store.events(kind="lane_situation"):
+    for ev in store.events(kind="lane_situation", cluster_id=cluster_id):
         p = ev["payload"]
-        if p.get("clusterId") != cluster_id or not p.get("task_text"):
+        if not p.get("task_text"):
             continue
         logged.append(
             Situation(
@@ -195,20 +195,17 @@ def situations_for_cluster(store: Store, cluster_id: str, variations: int = 2) -
 def pending_situations(store: Store, cluster_id: str) -> int:
     """Situations logged since this cluster's last consolidation."""
     last = 0.0
-    for ev in store.events(kind="consolidation"):
-        if ev["payload"].get("clusterId") == cluster_id:
-            last = max(last, float(ev["ts"]))
+    for ev in store.events(kind="consolidation", cluster_id=cluster_id):
+        last = max(last, float(ev["ts"]))
     return sum(
         1
-        for ev in store.events(kind="lane_situation")
-        if ev["payload"].get("clusterId") == cluster_id and float(ev["ts"]) > last
+        for ev in store.events(kind="lane_situation", cluster_id=cluster_id)
+        if float(ev["ts"]) > last
     )
 
 
 def _job_pending(store: Store, cluster_id: str) -> bool:
-    for ev in store.events(kind="consolidate_queued"):
-        if ev["payload"].get("clusterId") != cluster_id:
-            continue
+    for ev in store.events(kind="consolidate_queued", cluster_id=cluster_id):
         job = store.job(int(ev["payload"]["jobId"]))
         if job is not None and job["status"] in ("pending", "running"):
             return True

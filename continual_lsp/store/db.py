@@ -33,6 +33,8 @@ CREATE TABLE IF NOT EXISTS events (
 );
 CREATE INDEX IF NOT EXISTS events_kind ON events(kind);
 CREATE INDEX IF NOT EXISTS events_proposal ON events(proposal_id);
+-- the lanes look up a cluster's situations, consolidations and jobs on every correction
+CREATE INDEX IF NOT EXISTS events_cluster ON events(kind, json_extract(payload, '$.clusterId'));
 CREATE TABLE IF NOT EXISTS tasks (
   id TEXT PRIMARY KEY,
   text TEXT NOT NULL,
@@ -226,8 +228,12 @@ class Store:
             return self._event(db, kind, payload, task_id, proposal_id)
 
     def events(
-        self, kind: str | None = None, proposal_id: str | None = None
+        self,
+        kind: str | None = None,
+        proposal_id: str | None = None,
+        cluster_id: str | None = None,
     ) -> list[dict[str, Any]]:
+        """Events in order, optionally of one kind, proposal, or lane cluster (`clusterId`)."""
         sql, args = "SELECT * FROM events WHERE 1=1", []
         if kind is not None:
             sql += " AND kind=?"
@@ -235,6 +241,9 @@ class Store:
         if proposal_id is not None:
             sql += " AND proposal_id=?"
             args.append(proposal_id)
+        if cluster_id is not None:
+            sql += " AND json_extract(payload, '$.clusterId')=?"
+            args.append(cluster_id)
         rows = self._query(sql + " ORDER BY id", tuple(args))
         return [{**dict(r), "payload": json.loads(r["payload"])} for r in rows]
 

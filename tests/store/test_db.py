@@ -137,3 +137,18 @@ def test_a_released_job_waits_in_the_queue(store: Store) -> None:
     store.release_job(job, "service unreachable")
     assert store.job(job)["status"] == "pending"  # type: ignore[index]
     assert store.has_job_for("p") and store.queue_depth(("sdpo",)) == 1
+
+
+def test_events_of_one_cluster_use_the_cluster_index(store: Store) -> None:
+    store.append_event("lane_situation", {"clusterId": "cl-a", "tool": "write"})
+    store.append_event("lane_situation", {"clusterId": "cl-b", "tool": "bash"})
+    store.append_event("consolidation", {"clusterId": "cl-a"})
+    store.append_event("lane_situation", {"clusterId": "cl-a", "tool": "edit"})
+    found = store.events(kind="lane_situation", cluster_id="cl-a")
+    assert [e["payload"]["tool"] for e in found] == ["write", "edit"]
+    plan = store._query(
+        "EXPLAIN QUERY PLAN SELECT * FROM events WHERE kind=?"
+        " AND json_extract(payload, '$.clusterId')=?",
+        ("lane_situation", "cl-a"),
+    )
+    assert any("events_cluster" in str(tuple(row)) for row in plan)
