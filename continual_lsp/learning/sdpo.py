@@ -42,8 +42,9 @@ denial already had its own step).
 Teachers (`settings.teacher`): `current` — the student's own weights (shares the prompt's
 KV prefix with the student); `ema` — a second peft adapter `ema` holding an exponential
 moving average of the trained adapter (`θ_T ← (1−ρ)θ_T + ρθ`, ρ = teacher_update_rate,
-after every step; initialised to the weights the worker starts from, not to zero as TRL's
-`PEFTAdapterEMACallback` does, so a restarted worker's teacher is not the base model);
+after every step; saved beside each adapter version and restored with it, so a restarted
+worker or a revert keeps the teacher of those weights; a version saved without one starts
+it from the student's weights, not from zero as TRL's `PEFTAdapterEMACallback` does);
 `trust_region` — the current teacher mixed with the frozen reference in probability
 space, `q = (1−ρ)·π_T + ρ·π_ref` (both on the teacher context), ρ = `trust_region_rate`
 (default `teacher_update_rate`).
@@ -206,15 +207,18 @@ class TeacherScores:
 
 
 def ensure_ema_teacher(policy: Any) -> None:
-    """Create the `ema` adapter as a copy of the trained adapter (once per process)."""
+    """Create the `ema` adapter (once per process): the teacher saved with the loaded
+    version if there is one (`training.save_adapter` writes it), else a copy of the
+    trained adapter."""
     model = policy.model
     if EMA_ADAPTER in model.peft_config:
         return
     model.add_adapter(EMA_ADAPTER, model.peft_config[training.TRAINED_ADAPTER])
     # add_adapter may mark the new adapter trainable; set_adapter(default) freezes it again.
     model.set_adapter(training.TRAINED_ADAPTER)
+    state = training.saved_companion(policy, EMA_ADAPTER) or training.adapter_state(policy)
     with torch.no_grad():
-        training.set_adapter_state(policy, training.adapter_state(policy), adapter=EMA_ADAPTER)
+        training.set_adapter_state(policy, state, adapter=EMA_ADAPTER)
     training.invalidate_prefix_cache(policy)
 
 

@@ -45,6 +45,7 @@ import contextlib
 import hashlib
 import inspect
 import json
+import logging
 import math
 import os
 import shutil
@@ -65,6 +66,8 @@ from continual_lsp.policy.base import AdapterInfo, Datum, LossName, TrainMetrics
 ADAPTER_FILE = "adapter_model.safetensors"
 CONFIG_FILE = "adapter_config.json"
 PARTIAL_PREFIX = ".partial-"
+log = logging.getLogger(__name__)
+
 TRAINED_ADAPTER = "default"  # peft's name for the adapter LocalPolicy creates
 REFERENCE = "reference"  # pseudo adapter name: all adapters disabled (the frozen base)
 
@@ -558,7 +561,12 @@ def save_adapter(policy: Any, name: str, directory: str | Path) -> AdapterInfo:
         save_file(state, str(tmp / ADAPTER_FILE), metadata={"format": "pt"})
         config = policy.model.peft_config[TRAINED_ADAPTER].to_dict()
         (tmp / CONFIG_FILE).write_text(json.dumps(_jsonable(config), indent=1, sort_keys=True))
-        for file in (ADAPTER_FILE, CONFIG_FILE):
+        # Companion adapters (the EMA teacher) travel with the version, so a restarted
+        # worker or a revert gets the teacher that belonged to these weights.
+        companions = {a: companion_file(a) for a in _companions(policy)}
+        for adapter, file in companions.items():
+            save_file(adapter_state(policy, adapter), str(tmp / file), metadata={"format": "pt"})
+        for file in (ADAPTER_FILE, CONFIG_FILE, *companions.values()):
             with open(tmp / file, "rb") as fh:
                 os.fsync(fh.fileno())
         _fsync_dir(tmp)
@@ -568,6 +576,48 @@ def save_adapter(policy: Any, name: str, directory: str | Path) -> AdapterInfo:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return AdapterInfo(name=name, path=str(target), sha256=sha256_file(target / ADAPTER_FILE))
+
+
+def companion_file(adapter: str) -> str:
+    """File name of a companion adapter's weights inside a version directory."""
+    return f"{adapter}.safetensors"
+
+
+def _companions(policy: Any) -> list[str]:
+    """Adapters beside the trained one (the EMA teacher), by peft name."""
+    return [a for a in policy.model.peft_config if a != TRAINED_ADAPTER]
+
+
+def saved_companion(policy: Any, adapter: str) -> dict[str, torch.Tensor] | None:
+    """`adapter`'s weights saved with the version the policy has loaded, if any."""
+    version = getattr(policy, "adapter_version", None)
+    directory = getattr(policy, "adapters_dir", None)
+    if not version or directory is None:
+        return None
+    return _read_companion(Path(directory) / version / companion_file(adapter))
+
+
+def _read_companion(file: Path) -> dict[str, torch.Tensor] | None:
+    # A companion is not covered by the version's checksum: an unreadable one is dropped
+    # (the teacher restarts from the student), it must not fail the version's load.
+    if not file.is_file():
+        return None
+    try:
+        return load_safetensors_bytes(file.read_bytes())
+    except Exception as exc:
+        log.warning("ignoring unreadable companion adapter %s: %s", file, exc)
+        return None
+
+
+@torch.no_grad()
+def _sync_companions(policy: Any, version_dir: Path | None) -> None:
+    """After the trained adapter changed wholesale (load, revert): each companion takes
+    the weights saved with that version, else a copy of the trained adapter."""
+    for adapter in _companions(policy):
+        saved = None
+        if version_dir is not None:
+            saved = _read_companion(version_dir / companion_file(adapter))
+        set_adapter_state(policy, saved or adapter_state(policy), adapter=adapter)
 
 
 def _jsonable(value: Any) -> Any:
@@ -602,6 +652,7 @@ def load_adapter(policy: Any, path: str | Path, sha256: str | None = None) -> No
     state = load_safetensors_bytes(data)
     with torch.no_grad():
         set_adapter_state(policy, state)
+    _sync_companions(policy, file.parent)
     train_state(policy).bump(reset_optimizers=True)
     if hasattr(policy, "adapter_version"):
         with contextlib.suppress(AttributeError):
@@ -614,6 +665,7 @@ def reset_adapter(policy: Any) -> None:
         for name, param in policy.model.named_parameters():
             if "lora_B" in name and f".{TRAINED_ADAPTER}." in name:
                 param.zero_()
+    _sync_companions(policy, None)
     train_state(policy).bump(reset_optimizers=True)
     if hasattr(policy, "adapter_version"):
         with contextlib.suppress(AttributeError):

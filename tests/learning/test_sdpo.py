@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
+import torch
 
 from continual_lsp.config import Settings
 from continual_lsp.learning.sdpo import (
@@ -158,6 +160,29 @@ def test_other_modes_and_teachers(policy: LocalPolicy, overrides: dict[str, obje
         student = training.adapter_state(policy)
         assert any((ema[k] != student[k]).any() for k in student)
         assert all(not p.requires_grad for n, p in policy.model.named_parameters() if ".ema." in n)
+
+
+def test_the_ema_teacher_is_saved_with_its_version_and_restored(
+    policy: LocalPolicy, model_and_tokenizer: tuple[object, object]
+) -> None:
+    s = make_situation(policy)
+    settings = Settings(teacher="ema", teacher_update_rate=0.3)
+    sdpo_step(policy, job(s, "edit"), settings)
+    sdpo_step(policy, job(s, "edit"), settings)
+    info = policy.save_adapter("v0001")
+    ema = training.adapter_state(policy, "ema")
+    assert (Path(info.path) / "ema.safetensors").is_file()
+    # A restarted worker: a fresh policy on the same adapters directory.
+    fresh = LocalPolicy(Settings(adapters_dir=str(policy.adapters_dir)), model_and_tokenizer)
+    fresh.load_adapter("v0001")
+    sdpo_step(fresh, job(s, "edit"), Settings(teacher="ema", teacher_update_rate=0.0))
+    restored = training.adapter_state(fresh, "ema")
+    assert all(torch.equal(restored[k], ema[k]) for k in ema)  # rate 0: exactly the saved one
+    assert any(not torch.equal(ema[k], training.adapter_state(fresh)[k]) for k in ema)
+    # Back to the base weights: the teacher follows the student, not the old EMA.
+    fresh.load_adapter("")
+    base = training.adapter_state(fresh)
+    assert all(torch.equal(training.adapter_state(fresh, "ema")[k], base[k]) for k in base)
 
 
 def test_topk_mode_does_not_distill_forced_positions(policy: LocalPolicy) -> None:
