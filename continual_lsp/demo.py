@@ -145,6 +145,10 @@ async def _demo(settings: Settings, task: str, workspace: Path, store: Path) -> 
     def _on_log(params: lsp.LogMessageParams) -> None:
         print(f"  [server] {params.message}", file=sys.stderr, flush=True)
 
+    @client.feature(lsp.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+    def _on_diagnostics(params: lsp.PublishDiagnosticsParams) -> None:
+        """The demo prints each proposal's diff itself; an editor would show these."""
+
     args = ["-m", "continual_lsp", "serve", "--store", str(store), "--model", settings.model]
     if not settings.enable_training:
         args.append("--no-training")
