@@ -406,7 +406,9 @@ async function full(page, dirs) {
     seen.add(proposal.id);
     const isFile = FILE_TOOLS.has(proposal.tool);
     log(`proposal ${proposal.id}: ${proposal.tool}`);
-    if (round === 1) check("a retry arrives after the denial", true, `${proposal.id} (${proposal.tool})`);
+    // Whether the retry came in the same task is the model's choice (it may end the task):
+    // logged, not checked. The server side of it is tested in tests/server/test_lsp_model.py.
+    if (round === 1) log(`after the denial: ${tasks === 1 ? "a retry in the same task" : "a restarted task"}, ${proposal.id} (${proposal.tool})`);
     // Its editor: a diff for a file change, a read-only document for a command.
     await until(
       "the proposal's editor with its buttons",
@@ -458,7 +460,7 @@ async function full(page, dirs) {
     changed = Array.isArray(outcome) ? outcome : [];
     if (!Array.isArray(outcome)) log(`approved ${proposal.id}, but no file changed; the agent moved on`);
   }
-  check("a denied proposal was retried and a file change approved", denials > 0 && changed.length > 0, `${denials} denial(s), ${seen.size} proposal(s), ${tasks} task(s)`);
+  check("after a denial, a later file change is approved", denials > 0 && changed.length > 0, `${denials} denial(s), ${seen.size} proposal(s), ${tasks} task(s)`);
   const after = snapshot(dirs.ws);
   for (const name of changed) fs.writeFileSync(path.join(OUT, `after-${name.replace(/[\\/]/g, "_")}`), after.get(name) ?? "");
   check("approving changes the file on disk", changed.length > 0, changed.join(", "));
