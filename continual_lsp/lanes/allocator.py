@@ -375,7 +375,14 @@ def _persist(
         it for it in store.lane_items(active_only=True) if it["cluster_id"] == cluster.cluster_id
     ]
     existing = [it for it in same_cluster if it["lane"] in ("CONTEXT", "WEIGHTS")]
-    code = [it for it in same_cluster if it["lane"] == "CODE" and it["spec"] == decision.spec]
+    # The same checks under other words (each correction names its own example) are the
+    # same guard, whichever cluster it was filed under.
+    rules = (decision.spec or {}).get("rules")
+    code = [
+        it
+        for it in store.lane_items(active_only=True)
+        if rules and it["lane"] == "CODE" and (it["spec"] or {}).get("rules") == rules
+    ]
     if decision.lane == "CODE" and code:
         return LaneItem.from_row(code[0], cluster.count)  # the same guard already runs
     if decision.lane == "WEIGHTS" and existing:

@@ -159,6 +159,12 @@ def _items(clause: str) -> list[Item]:
                 NEG_WORD.pattern + r"\s+(\w+\s+)?use\s*$", before[: last_pos + 1], re.I
             )
             pol = "neg" if neg_then_use else "pos"
+        colon = before.rfind(":")
+        if pol == "neg" and colon > last_neg:
+            # A colon ends the negation's scope: in "not npm: run `pnpm add x`" the code
+            # span is what to do, and an imperative right after the colon says so.
+            after = before[colon + 1 :]
+            pol = "pos" if re.match(r"\s*(run|use|call|try)\b", after, re.I) else "neutral"
         if pol == "neg" and last_neg >= 0:
             gap = re.findall(r"[\w']+", before[last_neg:])
             # Only the words a prohibition governs: "never on `main`" forbids nothing here.
@@ -278,6 +284,10 @@ def _command_rules(items: list[Item]) -> list[Rule]:
         one_to_one = len(pos_cmd) == 1 and len(neg_cmd) == 1 and single
         if pos_cmd and single and (same_family or one_to_one):
             good = pos_cmd[0].text.replace("...", "").strip()
+            if same_family:
+                # One manager for another, keeping the subcommand: "not npm: run `pnpm add
+                # x`" makes `npm test` → `pnpm test`, not `pnpm add x test`.
+                good = good.split()[0]
             for i in neg_cmd:
                 rules.append(CommandRule(pattern=_program_pattern(i.text), replace=r"\g<1>" + good))
         else:

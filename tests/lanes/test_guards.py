@@ -35,6 +35,17 @@ def test_npm_to_pnpm_rewrite_from_text() -> None:
     assert guard.check(bash("echo npmrc"), None).action == "allow"
 
 
+def test_the_command_after_a_colon_is_what_to_run_not_what_to_block() -> None:
+    spec = compile_guard("This project uses pnpm, not npm: run `pnpm add lodash`.")
+    assert spec is not None
+    guard = Guard("g1", spec)
+    # The example command is allowed, and npm becomes pnpm with its own subcommand.
+    assert guard.check(bash("pnpm add lodash"), None).action == "allow"
+    v = guard.check(bash("npm test"), None)
+    assert v.action == "rewrite" and v.rewritten_call is not None
+    assert v.rewritten_call.arguments["cmd"] == "pnpm test"
+
+
 def test_command_deny_flag() -> None:
     spec = compile_guard("Use debug builds (not `--release`) when developing.")
     assert spec is not None

@@ -109,6 +109,17 @@ def test_same_guard_is_not_added_twice(store, embedder) -> None:
     assert a.lane == "CODE" and a.id == b.id and b.recurrence == 2
 
 
+def test_one_guard_for_the_same_rule_in_other_words(store, embedder) -> None:
+    s = Settings()
+    texts = [
+        "This project uses pnpm, not npm: run `pnpm add zod`.",
+        "This project uses pnpm, not npm: run `pnpm build`.",
+    ]
+    items = [route_correction(store, t, None, s, denial=True, embedder=embedder) for t in texts]
+    assert items[0].lane == "CODE" and items[0].id == items[1].id
+    assert len(store.lane_items(active_only=True)) == 1
+
+
 def test_llm_fallback_when_key_unset(monkeypatch, embedder) -> None:
     monkeypatch.delenv("XAI_API_KEY", raising=False)
     monkeypatch.delenv("CONTINUAL_LSP_XAI_DISABLE", raising=False)
