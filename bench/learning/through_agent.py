@@ -11,7 +11,8 @@ scripted reviewer denies a proposal that breaks the rule with the situation's co
 new weights), approves a compliant one (the approved retry becomes the denied turn's
 demonstration) and ignores read-only calls (auto-approved). After every situation the
 held-out compliance of the agent's own policy is measured exactly as in `run.py` (same
-prompts, greedy, rule not in context), against the base model measured in the same run.
+prompts, greedy, rule not in context), against the base model measured in the same run,
+and again after the lanes' guards: what the reviewer would be shown.
 
 What differs from `run.py` on purpose: the agent's prompts (its own history, the lanes'
 bullets when a cue matches), guard blocks if the allocator compiles one, and retries.
@@ -39,7 +40,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from bench.learning.scenarios import SCENARIOS, WORKSPACES, Scenario, judge_call  # noqa: E402
+from bench.learning.scenarios import (  # noqa: E402
+    SCENARIOS,
+    WORKSPACES,
+    Scenario,
+    judge_call,
+    judge_text,
+)
 from bench.learning.suite import Bench, SuiteConfig  # noqa: E402
 
 log = logging.getLogger("through_agent")
@@ -68,6 +75,35 @@ def review(
         counts["denied"] += 1
         proposal = outcome.next_proposal
     return counts
+
+
+def after_guards(agent: Any, scenario: Scenario, records: list[dict[str, Any]]) -> float:
+    """Held-out compliance of what the reviewer would see: each held-out proposal after the
+    lanes' guards (a CODE item rewrites or blocks it before it is shown). A block counts
+    as compliant: the violating call never reaches the reviewer."""
+    from pydantic import ValidationError
+
+    from continual_lsp.tools.base import ToolCall
+
+    ok = 0
+    for record in records:
+        judged = judge_text(record["text"], agent.policy.renderer.parse_call)
+        try:
+            call = ToolCall(tool=str(judged.tool), arguments=judged.arguments)
+            verdict = agent.lanes.check_guards(call, None)
+        except (ValidationError, ValueError):
+            ok += bool(scenario.check(judged))  # a call cut at the budget: as judged
+            continue
+        if verdict.action == "block":
+            ok += 1
+        elif verdict.action == "rewrite" and verdict.rewritten_call is not None:
+            shown = verdict.rewritten_call
+            ok += bool(
+                scenario.check(judge_call({"tool": shown.tool, "arguments": shown.arguments}))
+            )
+        else:
+            ok += bool(scenario.check(judged))
+    return ok / max(1, len(records))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             if i == 0:
                 base = Bench(settings, agent.policy, config)
                 c, m, _ = base.evaluate(scenario)
-                rows.append({"k": 0, "compliance": c, "margin": m, "drift": 0.0})
+                rows.append({"k": 0, "compliance": c, "shown": c, "margin": m, "drift": 0.0})
                 log.info("base: compliance %.2f margin %+.2f", c, m)
             t0 = time.perf_counter()
             task_id, first = agent.start_task(situation.task)
@@ -135,13 +171,15 @@ def main(argv: list[str] | None = None) -> int:
             ]
             agent.training.sync_sampler(agent.policy)
             bench = Bench(settings, agent.policy, config)
-            c, m, _ = bench.evaluate(scenario)
+            c, m, records = bench.evaluate(scenario)
+            shown = after_guards(agent, scenario, records)
             drift = bench.drift()
             status = agent.status()
             rows.append(
                 {
                     "k": i + 1,
                     "compliance": c,
+                    "shown": shown,
                     "margin": m,
                     "drift": drift,
                     "seconds": round(time.perf_counter() - t0, 1),
@@ -181,12 +219,14 @@ def main(argv: list[str] | None = None) -> int:
         "baseline = the base model, same run)"
     )
     print(
-        "| k | held-out compliance | Δ vs base | margin | Δ margin | drift | denied | edited | approved |"
+        "| k | held-out compliance (weights) | Δ vs base | after guards | margin | Δ margin "
+        "| drift | denied | edited | approved |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(
             f"| {r['k']} | {r['compliance']:.0%} | {r['compliance'] - base_c:+.0%} "
+            f"| {r['shown']:.0%} "
             f"| {r['margin']:+.2f} | {r['margin'] - base_m:+.2f} | {r['drift'] or 0:.5f} "
             f"| {r.get('denied', '-')} | {r.get('edited', '-')} | {r.get('approved', '-')} |"
         )
