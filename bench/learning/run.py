@@ -31,11 +31,6 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
 from bench.learning import report  # noqa: E402
 from bench.learning.scenarios import SCENARIOS, check_disjoint  # noqa: E402
 from bench.learning.suite import (  # noqa: E402
