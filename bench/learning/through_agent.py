@@ -133,23 +133,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     config = SuiteConfig(held_out=args.held_out)
     rows: list[dict[str, Any]] = []
-    agents: dict[str, Agent] = {}
+    # Every scenario's situations share one sample workspace: one agent, one store, one
+    # adapter lineage for the whole run.
+    ws = work / "ws"
+    shutil.copytree(WORKSPACES / scenario.train[0].workspace, ws)
+    agent = Agent(settings, ws)
     start = time.perf_counter()
     try:
+        base = Bench(settings, agent.policy, config)
+        c, m, _ = base.evaluate(scenario)
+        rows.append({"k": 0, "compliance": c, "shown": c, "margin": m, "drift": 0.0})
+        log.info("base: compliance %.2f margin %+.2f", c, m)
         for i, situation in enumerate(scenario.train[: args.corrections]):
-            if situation.workspace not in agents:
-                # One agent (one store, one adapter lineage) per workspace copy; the
-                # scenarios here use a single workspace, so in practice one agent.
-                ws = work / "ws" / situation.workspace
-                shutil.copytree(WORKSPACES / situation.workspace, ws)
-                policy = next(iter(agents.values())).policy if agents else None
-                agents[situation.workspace] = Agent(settings, ws, policy=policy)
-            agent = agents[situation.workspace]
-            if i == 0:
-                base = Bench(settings, agent.policy, config)
-                c, m, _ = base.evaluate(scenario)
-                rows.append({"k": 0, "compliance": c, "shown": c, "margin": m, "drift": 0.0})
-                log.info("base: compliance %.2f margin %+.2f", c, m)
             t0 = time.perf_counter()
             task_id, first = agent.start_task(situation.task)
             counts = review(agent, scenario, situation, first, args.reviewer)
@@ -188,11 +183,9 @@ def main(argv: list[str] | None = None) -> int:
                 "k=%d %s: compliance %.2f margin %+.2f drift %.5f (%s; %s; %s)",
                 i + 1, situation.id, c, m, drift or 0.0, counts, calls, rows[-1]["ended"],
             )  # fmt: skip
-        ledger = next(iter(agents.values())).ledger()
-        lanes = [{"lane": item.lane, "text": item.text[:80]} for item in ledger.items]
+        lanes = [{"lane": item.lane, "text": item.text[:80]} for item in agent.ledger().items]
     finally:
-        for agent in agents.values():
-            agent.close()
+        agent.close()
     wall = round(time.perf_counter() - start)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(

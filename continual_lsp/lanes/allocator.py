@@ -371,16 +371,15 @@ def _persist(
     cluster: ClusterAssignment,
     source: str | None,
 ) -> LaneItem:
-    same_cluster = [
-        it for it in store.lane_items(active_only=True) if it["cluster_id"] == cluster.cluster_id
-    ]
+    active = store.lane_items(active_only=True)
+    same_cluster = [it for it in active if it["cluster_id"] == cluster.cluster_id]
     existing = [it for it in same_cluster if it["lane"] in ("CONTEXT", "WEIGHTS")]
     # The same checks under other words (each correction names its own example) are the
     # same guard, whichever cluster it was filed under.
     rules = (decision.spec or {}).get("rules")
     code = [
         it
-        for it in store.lane_items(active_only=True)
+        for it in active
         if rules and it["lane"] == "CODE" and (it["spec"] or {}).get("rules") == rules
     ]
     if decision.lane == "CODE" and code:

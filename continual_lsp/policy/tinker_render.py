@@ -173,6 +173,9 @@ class TinkerRenderer(Protocol):
     def tokenize(self, text: str) -> list[int]: ...
 
 
+# -- tinker-cookbook ------------------------------------------------------------------------
+
+
 class CookbookRenderer(TokenizerText):
     """Adapts a `tinker_cookbook` renderer to the `Renderer` protocol.
 
