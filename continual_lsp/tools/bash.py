@@ -15,6 +15,7 @@ from continual_lsp.tools.sandbox import (
     bwrap_argv,
     home_dir,
     limit_argv,
+    protect_git,
     sandbox_env,
     sandbox_status,
 )
@@ -65,20 +66,22 @@ def run_bash(
         memory_limit_bytes=memory_mb << 20 if memory_mb is not None else None,
         file_size_bytes=settings.bash_file_size_limit_mb << 20,
     )
-    if sandboxed:
-        argv = bwrap_argv(
-            argv,
-            workdir=root,
-            writable_dirs=[root],
-            allow_network=settings.allow_network,
-            home=home if home is not None else home_dir(base_env),
-            bwrap=shutil.which("bwrap") or "bwrap",
-        )
-        base_env = sandbox_env(base_env, [root])
     try:
-        result = run_process(
-            argv, cwd=root, timeout=limit, output_cap=settings.output_cap, env=base_env
-        )
+        with protect_git([root] if sandboxed else []) as protected:
+            if sandboxed:
+                argv = bwrap_argv(
+                    argv,
+                    workdir=root,
+                    writable_dirs=[root],
+                    allow_network=settings.allow_network,
+                    home=home if home is not None else home_dir(base_env),
+                    protected=protected,
+                    bwrap=shutil.which("bwrap") or "bwrap",
+                )
+                base_env = sandbox_env(base_env, [root])
+            result = run_process(
+                argv, cwd=root, timeout=limit, output_cap=settings.output_cap, env=base_env
+            )
     except OSError as exc:
         raise ToolError(f"cannot start the shell: {exc}") from exc
 

@@ -11,8 +11,13 @@ Layout inside the sandbox, in mount order (later mounts cover earlier ones):
    and the secret covers so that a workspace under /tmp or under ~/.config stays
    visible and writable; a secret path *inside* a writable directory is covered again
    after the bind;
-6. ``.git/hooks`` and ``.git/config`` of a writable directory read-only: both name
-   programs that git later runs outside the sandbox.
+6. git's metadata read-only (`git_protected_paths`): the ``.git`` entry of a writable
+   directory and every hooks directory its config places inside it. Hooks, config
+   (``core.fsmonitor``, aliases) and a swapped-in ``.git`` all name programs that git
+   later runs on the host, outside any sandbox. A bind mount cannot be renamed or
+   removed, so ``mv .git .g && mkdir .git`` fails too; a missing ``.git`` gets an empty
+   placeholder directory for the length of the call (git ignores an empty ``.git``)
+   so that none can be created (`protect_git`).
 
 Namespaces: pid, ipc, uts always; network unless allowed. ``--cap-drop ALL`` matters
 when the server runs as root: without it, root inside the sandbox keeps
@@ -26,13 +31,15 @@ words, and nothing runs unsandboxed unless `allow_unsandboxed` is set.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
 import re
 import shutil
+import subprocess
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,8 +53,10 @@ __all__ = [
     "SandboxResult",
     "bwrap_argv",
     "bwrap_available",
+    "git_protected_paths",
     "home_dir",
     "limit_argv",
+    "protect_git",
     "run_sandboxed",
     "sandbox_env",
     "sandbox_status",
@@ -156,6 +165,96 @@ def _cover(path: Path) -> list[str]:
     return []
 
 
+def _git_dirs(root: Path) -> list[Path]:
+    """The git directories whose config applies to a work tree at `root`."""
+    dot_git = root / ".git"
+    if dot_git.is_dir():
+        return [dot_git]
+    try:
+        line = dot_git.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return []
+    if not line.startswith("gitdir:"):
+        return []
+    gitdir = (root / line.removeprefix("gitdir:").strip()).resolve()
+    dirs = [gitdir]
+    with contextlib.suppress(OSError):
+        common = (gitdir / "commondir").read_text(encoding="utf-8").strip()
+        dirs.append((gitdir / common).resolve())
+    return dirs
+
+
+def _hooks_paths(root: Path) -> list[str]:
+    """Every `core.hooksPath` set in the repository's own config files.
+
+    Read with `git config --file`, which parses one file and never runs anything (no
+    repository discovery, no hooks, no fsmonitor).
+    """
+    git = shutil.which("git")
+    if git is None:
+        return []
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_CONFIG_NOSYSTEM": "1"}
+    found: list[str] = []
+    for gitdir in _git_dirs(root):
+        for name in ("config", "config.worktree"):
+            config = gitdir / name
+            if not config.is_file():
+                continue
+            with contextlib.suppress(OSError, subprocess.SubprocessError):
+                out = subprocess.run(
+                    [git, "config", "--file", str(config), "--get-all", "core.hooksPath"],
+                    capture_output=True,
+                    env=env,
+                    timeout=5,
+                    check=False,
+                )
+                found += out.stdout.decode("utf-8", "replace").splitlines()
+    return found
+
+
+def git_protected_paths(root: str | os.PathLike[str]) -> list[Path]:
+    """Paths under `root` that name programs the host's git runs: read-only in the sandbox.
+
+    `.git` itself, and each configured hooks directory inside `root` (husky's
+    `.husky/_` protects `.husky`, whose scripts `_` sources).
+    """
+    top = Path(os.path.realpath(root))
+    paths = [top / ".git"]
+    for value in _hooks_paths(top):
+        hooks = Path(os.path.realpath(top / os.path.expanduser(value.strip())))
+        if hooks.name == "_":
+            hooks = hooks.parent
+        if hooks != top and _inside(hooks, top) and hooks not in paths:
+            paths.append(hooks)
+    return paths
+
+
+@contextlib.contextmanager
+def protect_git(writable_dirs: Sequence[str | os.PathLike[str]]) -> Iterator[list[Path]]:
+    """The paths to bind read-only for a sandbox writing `writable_dirs`.
+
+    A protected path that does not exist yet gets an empty placeholder directory for
+    the length of the block, so the sandbox cannot create it; placeholders (and any
+    parent made for them) are removed afterwards if still empty.
+    """
+    made: list[Path] = []
+    paths: list[Path] = []
+    try:
+        for d in writable_dirs:
+            for path in git_protected_paths(d):
+                if not path.exists() and not path.is_symlink():
+                    missing = [path, *(p for p in path.parents if not p.exists())]
+                    path.mkdir(parents=True)
+                    made += reversed(missing)
+                if not path.is_symlink():
+                    paths.append(path)
+        yield paths
+    finally:
+        for path in reversed(made):
+            with contextlib.suppress(OSError):
+                path.rmdir()
+
+
 def bwrap_argv(
     argv: Sequence[str],
     *,
@@ -164,6 +263,7 @@ def bwrap_argv(
     allow_network: bool,
     home: str | os.PathLike[str] | None = None,
     readable_dirs: Sequence[str | os.PathLike[str]] = (),
+    protected: Sequence[str | os.PathLike[str]] = (),
     hide_secrets: bool = True,
     bwrap: str = "bwrap",
 ) -> list[str]:
@@ -171,6 +271,8 @@ def bwrap_argv(
 
     `readable_dirs` are bound read-only (needed for paths under /tmp, which is private
     otherwise). `home` is the home directory whose secrets are hidden (default $HOME).
+    `protected` paths inside the writable dirs are bound read-only over them (see
+    `protect_git`).
     """
     writable = [Path(os.path.realpath(d)) for d in writable_dirs]
     readable = [Path(os.path.realpath(d)) for d in readable_dirs]
@@ -201,11 +303,10 @@ def bwrap_argv(
     for d in writable:
         args += ["--bind", str(d), str(d)]
     args += covers_after
-    for d in writable:
-        for rel in (".git/hooks", ".git/config"):
-            protected = d / rel
-            if protected.exists() and not protected.is_symlink():
-                args += ["--ro-bind", str(protected), str(protected)]
+    for path in protected:
+        real = os.path.realpath(path)
+        if os.path.exists(real):
+            args += ["--ro-bind", real, real]
     args += ["--chdir", str(cwd)]
     args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts"]
     if not allow_network:

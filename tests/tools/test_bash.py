@@ -306,18 +306,65 @@ def test_sandbox_root_cannot_remount(tmp_path: Path, sandboxed: Settings) -> Non
 
 
 @requires_bwrap
-def test_git_hooks_are_read_only(tmp_path: Path, sandboxed: Settings) -> None:
+def test_git_metadata_is_read_only(tmp_path: Path, sandboxed: Settings) -> None:
     (tmp_path / ".git" / "hooks").mkdir(parents=True)
     (tmp_path / ".git" / "config").write_text("[core]\n")
     result = run_bash(
-        "echo evil > .git/hooks/pre-commit; echo x >> .git/config; echo fine > .git/other",
+        "echo evil > .git/hooks/pre-commit; echo x >> .git/config; echo no > .git/other",
         tmp_path,
         sandboxed,
     )
     assert not (tmp_path / ".git" / "hooks" / "pre-commit").exists()
     assert (tmp_path / ".git" / "config").read_text() == "[core]\n"
-    assert (tmp_path / ".git" / "other").read_text() == "fine\n"
+    assert not (tmp_path / ".git" / "other").exists()
+    assert result.output.count("Read-only file system") == 3
+
+
+@requires_bwrap
+def test_git_dir_cannot_be_replaced(tmp_path: Path, sandboxed: Settings) -> None:
+    """The attack from issue 15: swap .git for a copy, then plant a hook and fsmonitor."""
+    (tmp_path / ".git" / "hooks").mkdir(parents=True)
+    (tmp_path / ".git" / "config").write_text("[core]\n")
+    (tmp_path / "src.py").write_text("x = 1\n")
+    run_bash(
+        "mv .git .g; mkdir .git; cp -a .g/. .git/; echo evil > .git/hooks/pre-commit;"
+        " printf '[core]\\n\\tfsmonitor = touch /tmp/pwned\\n' > .git/config;"
+        " echo y > src.py",
+        tmp_path,
+        sandboxed,
+    )
+    assert not (tmp_path / ".g").exists()
+    assert not (tmp_path / ".git" / "hooks" / "pre-commit").exists()
+    assert (tmp_path / ".git" / "config").read_text() == "[core]\n"
+    assert (tmp_path / "src.py").read_text() == "y\n"  # the work tree stays writable
+
+
+@requires_bwrap
+def test_no_git_dir_can_be_created(tmp_path: Path, sandboxed: Settings) -> None:
+    result = run_bash(
+        "mkdir -p .git/hooks && echo evil > .git/hooks/pre-commit", tmp_path, sandboxed
+    )
+    assert not result.ok
+    assert not (tmp_path / ".git").exists()  # the placeholder is gone afterwards
+    gitfile = run_bash("rmdir .git; echo 'gitdir: /tmp/evil' > .git", tmp_path, sandboxed)
+    assert not gitfile.ok and not (tmp_path / ".git").exists()
+
+
+@requires_bwrap
+def test_hooks_path_inside_the_work_tree_is_read_only(tmp_path: Path, sandboxed: Settings) -> None:
+    """husky: core.hooksPath names a work-tree directory that the host's git runs."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "config").write_text("[core]\n\thooksPath = .husky/_\n")
+    (tmp_path / ".githooks").mkdir()
+    result = run_bash(
+        "mkdir -p .husky/_ && echo evil > .husky/_/pre-commit; echo evil > .husky/pre-commit;"
+        " echo ok > .githooks/x",
+        tmp_path,
+        sandboxed,
+    )
     assert result.output.count("Read-only file system") == 2
+    assert not (tmp_path / ".husky").exists()
+    assert (tmp_path / ".githooks" / "x").read_text() == "ok\n"  # not configured: writable
 
 
 @requires_bwrap
