@@ -69,6 +69,11 @@ class Settings(BaseModel):
     sandbox: Literal["bwrap", "none"] = "bwrap"
     allow_unsandboxed: bool = False
     allow_network: bool = False
+    # Paths bash's sandbox covers with an empty tmpfs or /dev/null, besides the home
+    # secrets. A shared TCP server fills it from its own configuration (tokens file,
+    # every user's store and adapters, every workspace root; the user's own workspace
+    # is bound back on top).
+    sandbox_hidden_paths: list[str] = Field(default_factory=list)
 
     # store
     store_path: str | None = None  # default: the user's data directory

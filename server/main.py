@@ -83,6 +83,16 @@ def protect_stdout() -> BinaryIO:
     return os.fdopen(proto, "wb", buffering=0)
 
 
+def tokens_path(token: str | None, token_file: str | None = None) -> Path | None:
+    """The file tokens are read from (see module doc), or None when they come inline."""
+    source = token or token_file or os.environ.get("CONTINUAL_LSP_TOKEN")
+    if source and Path(source).is_file():
+        return Path(source)
+    if not source and os.environ.get("CONTINUAL_LSP_TOKENS_FILE"):
+        return Path(os.environ["CONTINUAL_LSP_TOKENS_FILE"])
+    return None
+
+
 def load_tokens(
     token: str | None, settings: Settings, token_file: str | None = None
 ) -> dict[str, str]:
@@ -90,11 +100,7 @@ def load_tokens(
     if token_file is not None and not Path(token_file).is_file():
         raise ServeError(f"the tokens file {token_file} does not exist")
     source = token or token_file or os.environ.get("CONTINUAL_LSP_TOKEN")
-    from_file = None
-    if source and Path(source).is_file():
-        from_file = Path(source)
-    elif not source and os.environ.get("CONTINUAL_LSP_TOKENS_FILE"):
-        from_file = Path(os.environ["CONTINUAL_LSP_TOKENS_FILE"])
+    from_file = tokens_path(token, token_file)
     if from_file is not None:
         try:
             text = from_file.read_text(encoding="utf-8").strip()
@@ -125,6 +131,20 @@ def load_tokens(
         if not _USER.match(user):
             raise ServeError(f"user name {user!r} may use letters, digits, _ . @ - only")
     return tokens
+
+
+def shared_server_settings(base: Settings, tokens_file: Path | None) -> Settings:
+    """`base` for a server many users share: their bash sandboxes hide what no user's
+    command may see, derived from this server's own configuration: the tokens file,
+    the directory of every user's store and adapters, and every workspace root (each
+    user's own workspace is bound back on top)."""
+    store = Path(base.store_path) if base.store_path else default_store_path(base.user)
+    hidden = [*base.sandbox_hidden_paths, str(store.parent), *base.workspace_roots]
+    if base.adapters_dir:
+        hidden.append(base.adapters_dir)
+    if tokens_file is not None:
+        hidden.append(str(tokens_file))
+    return base.model_copy(update={"sandbox_hidden_paths": hidden})
 
 
 def user_settings(base: Settings, user: str) -> Settings:
@@ -265,6 +285,7 @@ def serve(
         if tcp is not None:
             host, port = parse_address(tcp)
             tokens = load_tokens(token, settings, token_file)
+            settings = shared_server_settings(settings, tokens_path(token, token_file))
             with contextlib.suppress(ValueError):
                 if not ipaddress.ip_address(host).is_loopback:
                     log.warning("listening on %s: reachable beyond this machine", host)

@@ -8,6 +8,7 @@ on restart through `pending_decisions()` and the job queue.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -137,7 +138,11 @@ class Store:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Corrections, notes and tasks are private: 0600 in a 0700 directory (SQLite
+        # gives the -wal and -shm files the database's mode).
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
+        os.chmod(self.path, 0o600)
         self._lock = threading.RLock()
         self._db = sqlite3.connect(
             self.path, check_same_thread=False, isolation_level=None, timeout=30.0

@@ -76,6 +76,7 @@ def run_bash(
                     allow_network=settings.allow_network,
                     home=home if home is not None else home_dir(base_env),
                     protected=protected,
+                    hidden=settings.sandbox_hidden_paths,
                     bwrap=shutil.which("bwrap") or "bwrap",
                 )
                 base_env = sandbox_env(base_env, [root])

@@ -264,6 +264,7 @@ def bwrap_argv(
     home: str | os.PathLike[str] | None = None,
     readable_dirs: Sequence[str | os.PathLike[str]] = (),
     protected: Sequence[str | os.PathLike[str]] = (),
+    hidden: Sequence[str | os.PathLike[str]] = (),
     hide_secrets: bool = True,
     bwrap: str = "bwrap",
 ) -> list[str]:
@@ -272,7 +273,8 @@ def bwrap_argv(
     `readable_dirs` are bound read-only (needed for paths under /tmp, which is private
     otherwise). `home` is the home directory whose secrets are hidden (default $HOME).
     `protected` paths inside the writable dirs are bound read-only over them (see
-    `protect_git`).
+    `protect_git`). `hidden` paths are covered like the home secrets, even without
+    `hide_secrets`.
     """
     writable = [Path(os.path.realpath(d)) for d in writable_dirs]
     readable = [Path(os.path.realpath(d)) for d in readable_dirs]
@@ -285,16 +287,17 @@ def bwrap_argv(
 
     covers_before: list[str] = []
     covers_after: list[str] = []
+    targets = [Path(os.path.realpath(h)) for h in hidden]
     if hide_secrets:
         home_path = Path(os.path.realpath(home if home is not None else home_dir()))
-        targets = [Path(os.path.realpath(home_path / rel)) for rel in SECRET_HOME_PATHS]
+        targets += [Path(os.path.realpath(home_path / rel)) for rel in SECRET_HOME_PATHS]
         targets += [Path(os.path.realpath(s)) for s in HOST_SOCKETS]
-        for target in targets:
-            cover = _cover(target)
-            if any(_inside(target, d) for d in (*writable, *readable)):
-                covers_after += cover
-            else:
-                covers_before += cover
+    for target in targets:
+        cover = _cover(target)
+        if any(_inside(target, d) for d in (*writable, *readable)):
+            covers_after += cover
+        else:
+            covers_before += cover
 
     args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     args += covers_before

@@ -4,14 +4,26 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from continual_lsp.config import Settings
-from continual_lsp.server.main import ServeError, load_tokens, parse_address, user_settings
+from continual_lsp.server.main import (
+    ServeError,
+    load_tokens,
+    parse_address,
+    shared_server_settings,
+    tokens_path,
+    user_settings,
+)
+from continual_lsp.store import Store
+from continual_lsp.tools import run_bash
+from tests.tools.conftest import requires_bwrap
 
 from .harness import REPO
 
@@ -47,6 +59,42 @@ def test_user_settings_separate_stores(tmp_path: Path) -> None:
     assert alice.store_path == str(tmp_path / "users" / "alice" / "s.sqlite3")
     assert alice.adapters_dir == str(tmp_path / "ad" / "alice")
     assert alice.store_path != bob.store_path and alice.user == "alice"
+
+
+@requires_bwrap
+def test_one_users_bash_sees_no_other_users_secrets() -> None:
+    """Issue 15: an approved bash of alice printed the tokens file and bob's store."""
+    # Outside /tmp: the sandbox's private /tmp would hide all of it whatever the fix.
+    base_dir = Path(tempfile.mkdtemp(prefix="continual-tcp-", dir="/var/tmp"))
+    try:
+        tokens = base_dir / "tokens.json"
+        tokens.write_text(json.dumps({"tok-alice-123": "alice", "tok-bob-4567": "bob"}))
+        roots = base_dir / "ws"
+        (roots / "alice").mkdir(parents=True)
+        (roots / "bob").mkdir()
+        (roots / "bob" / "notes.txt").write_text("BOB-WORK\n")
+        base = Settings(
+            store_path=str(base_dir / "stores" / "s.sqlite3"),
+            workspace_roots=[str(roots)],
+            bash_timeout=10,
+        )
+        assert tokens_path(None, str(tokens)) == tokens
+        shared = shared_server_settings(base, tokens)
+        alice, bob = user_settings(shared, "alice"), user_settings(shared, "bob")
+        Store(bob.store_path).close()
+        bob_dir = Path(bob.store_path).parent
+        result = run_bash(
+            f"cat {tokens}; ls {bob_dir}; cat {roots}/bob/notes.txt; echo mine > own.txt;"
+            " cat own.txt",
+            roots / "alice",
+            alice,
+        )
+        assert "tok-bob" not in result.output
+        assert "s.sqlite3" not in result.output
+        assert "BOB-WORK" not in result.output
+        assert "mine" in result.output  # alice's own workspace stays usable
+    finally:
+        shutil.rmtree(base_dir, ignore_errors=True)
 
 
 def test_parse_address() -> None:

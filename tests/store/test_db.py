@@ -152,3 +152,17 @@ def test_events_of_one_cluster_use_the_cluster_index(store: Store) -> None:
         ("lane_situation", "cl-a"),
     )
     assert any("events_cluster" in str(tuple(row)) for row in plan)
+
+
+def test_store_files_are_private(tmp_path: Path) -> None:
+    """Issue 15: store files were 0644, readable by every local user."""
+    path = tmp_path / "new" / "dir" / "s.sqlite3"
+    store = Store(path)
+    store.close()
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert path.parent.stat().st_mode & 0o777 == 0o700
+    for sibling in path.parent.iterdir():  # -wal and -shm follow the database's mode
+        assert sibling.stat().st_mode & 0o077 == 0, sibling
+    path.chmod(0o644)  # a store made by an older version is tightened on open
+    Store(path).close()
+    assert path.stat().st_mode & 0o777 == 0o600
