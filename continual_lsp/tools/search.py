@@ -1,4 +1,11 @@
-"""glob and grep over the workspace: sorted, relative, bounded, never outside the root."""
+"""glob and grep over the workspace: sorted, relative, bounded, never outside the root.
+
+Patterns come from the model and run without review (read-only tools are
+auto-approved), so both compile to RE2, which matches in linear time: a backtracking
+engine holds the GIL for hours on `(a+)+$` or a glob of thirty `**/`, and the whole
+server with it. RE2 has no lookaround and no backreferences; such a pattern is
+refused with a clear error. Walks stop after SEARCH_TIME_BUDGET_S.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,8 @@ import re
 import time
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
+
+import re2
 
 from continual_lsp.tools.base import PathEscapeError, ToolError, ToolResult
 from continual_lsp.tools.jail import display, is_inside
@@ -46,7 +55,7 @@ SKIP_DIRS: frozenset[str] = frozenset(
 MAX_GLOB_RESULTS = 1000
 MAX_GREP_FILE_BYTES = 5 * 1024 * 1024
 MAX_GREP_LINE_CHARS = 500
-GREP_TIME_BUDGET_S = 20.0
+SEARCH_TIME_BUDGET_S = 20.0
 
 
 def _translate(pat: str) -> str:
@@ -98,15 +107,24 @@ def _translate(pat: str) -> str:
     return "".join(out)
 
 
-def glob_regex(pat: str) -> re.Pattern[str]:
-    """A compiled regex for a glob with `**`, `*`, `?`, `[...]` and `{a,b}`.
+def _re2(regex: str, what: str, pat: str) -> re2._Regexp:
+    options = re2.Options()
+    options.log_errors = False  # the error comes back to the model as a ToolError
+    try:
+        return re2.compile(regex, options)
+    except re2.error as exc:
+        detail = exc.args[0].decode("utf-8", "replace") if exc.args else "invalid"
+        raise ToolError(
+            f"invalid {what} {pat!r}: {detail} (RE2 syntax: no lookaround, no backreferences)"
+        ) from None
+
+
+def glob_regex(pat: str) -> re2._Regexp:
+    """A compiled RE2 for a glob with `**`, `*`, `?`, `[...]` and `{a,b}`.
 
     `*` and `?` stop at `/`; `**` crosses directories; `**/` may match nothing.
     """
-    try:
-        return re.compile(r"(?s:" + _translate(pat) + r")\Z")
-    except re.error as exc:
-        raise ToolError(f"invalid glob pattern {pat!r}: {exc}") from exc
+    return _re2(r"(?s:" + _translate(pat) + r")\z", "glob pattern", pat)
 
 
 def iter_files(
@@ -168,14 +186,21 @@ def run_glob(root: Path, pat: str, base: Path, output_cap: int) -> ToolResult:
     regex = glob_regex(pat.rstrip("/"))
     walk_dirs = frozenset(p for p in parts if p in SKIP_DIRS)
     matches: list[str] = []
+    started = time.monotonic()
+    stopped = False
     for path in iter_files(root, base, walk_dirs=walk_dirs):
+        if time.monotonic() - started > SEARCH_TIME_BUDGET_S:
+            stopped = True
+            break
         rel_to_base = path.relative_to(base).as_posix()
         subject = rel_to_base if anchored else path.name
         if regex.match(subject):
             matches.append(display(root, path))
+    stop_note = f"\n[search stopped after {SEARCH_TIME_BUDGET_S:g} s; narrow the path]"
     if not matches:
         where = display(root, base)
-        return ToolResult(ok=True, output=f"No files match {pat!r} under {where}")
+        text = f"No files match {pat!r} under {where}"
+        return ToolResult(ok=True, output=text + (stop_note if stopped else ""), truncated=stopped)
     matches.sort()
     extra = len(matches) - MAX_GLOB_RESULTS
     shown = matches[:MAX_GLOB_RESULTS]
@@ -183,22 +208,17 @@ def run_glob(root: Path, pat: str, base: Path, output_cap: int) -> ToolResult:
     if extra > 0:
         text += f"\n[{extra} more files not listed; narrow the pattern or the path]"
     text, cut = cap_text(text, output_cap)
-    return ToolResult(ok=True, output=text, truncated=cut or extra > 0)
-
-
-def compile_regex(pat: str) -> re.Pattern[str]:
-    try:
-        return re.compile(pat)
-    except (re.error, RecursionError, OverflowError, ValueError) as exc:
-        raise ToolError(f"invalid regular expression {pat!r}: {exc}") from exc
+    if stopped:
+        text += stop_note
+    return ToolResult(ok=True, output=text, truncated=cut or extra > 0 or stopped)
 
 
 def run_grep(root: Path, pat: str, base: Path, output_cap: int) -> ToolResult:
-    """Lines matching the Python regex `pat` in files under `base`, as `file:line:text`.
+    """Lines matching the RE2 regex `pat` in files under `base`, as `file:line:text`.
 
     Binary files (a NUL byte in the first 8 KiB) and files over 5 MiB are skipped.
     """
-    regex = compile_regex(pat)
+    regex = _re2(pat, "regular expression", pat)
     if not base.exists():
         raise ToolError(f"no such file or directory: {display(root, base)}")
     if base.is_file():
@@ -215,8 +235,8 @@ def run_grep(root: Path, pat: str, base: Path, output_cap: int) -> ToolResult:
     skipped_large = 0
     stop_note: str | None = None
     for path in iter_files(root, base):
-        if time.monotonic() - started > GREP_TIME_BUDGET_S:
-            stop_note = f"search stopped after {GREP_TIME_BUDGET_S:g} s; narrow the path"
+        if time.monotonic() - started > SEARCH_TIME_BUDGET_S:
+            stop_note = f"search stopped after {SEARCH_TIME_BUDGET_S:g} s; narrow the path"
             break
         try:
             if path.stat().st_size > MAX_GREP_FILE_BYTES:

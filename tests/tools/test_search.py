@@ -1,0 +1,56 @@
+"""glob and grep against patterns meant to freeze the server (issue 15, item 3).
+
+Each attack runs in a child interpreter with a deadline: on a backtracking engine it
+holds the GIL for hours, and a thread in this process could not even be timed out.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from continual_lsp.config import Settings
+from continual_lsp.tools import ToolCall, ToolError, Workspace
+
+DEADLINE_S = 20
+
+
+def _run_in_child(root: Path, tool: str, pat: str) -> str:
+    code = textwrap.dedent(
+        f"""
+        from continual_lsp.config import Settings
+        from continual_lsp.tools import ToolCall, Workspace
+        ws = Workspace({str(root)!r}, Settings(sandbox="none"))
+        print(ws.execute(ToolCall(tool={tool!r}, arguments={{"pat": {pat!r}}})).output)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=DEADLINE_S
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_catastrophic_grep_regex_returns_at_once(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("a" * 40 + "!\n" + "aaaa\n")
+    assert _run_in_child(tmp_path, "grep", "(a+)+$") == "a.txt:2:aaaa\n"
+
+
+def test_glob_with_many_double_stars_returns_at_once(tmp_path: Path) -> None:
+    deep = tmp_path.joinpath(*["a"] * 30)
+    deep.mkdir(parents=True)
+    (deep / "y").write_text("")
+    assert "No files match" in _run_in_child(tmp_path, "glob", "**/" * 30 + "x")
+
+
+def test_backtracking_only_syntax_is_refused_clearly(tmp_path: Path) -> None:
+    ws = Workspace(tmp_path, Settings(sandbox="none"))
+    (tmp_path / "a.txt").write_text("ab\n")
+    with pytest.raises(ToolError, match="RE2 syntax"):
+        ws.execute(ToolCall(tool="grep", arguments={"pat": "a(?=b)"}))
+    out = ws.execute(ToolCall(tool="grep", arguments={"pat": r"\bab\b"})).output
+    assert out == "a.txt:1:ab"
