@@ -704,15 +704,25 @@ class Agent:
             return {"ok": False, "output": "interrupted by a crash; bash is not re-run"}
         if call.read_only:
             return {"ok": True, "output": "read-only call; nothing to recover"}
-        preview = (
-            Preview.model_validate(row["preview"])
-            if row["preview"] and not decision["edited_arguments"]
-            else None
-        )
+        if not row["preview"]:
+            return {"ok": False, "output": "not applied after the crash: no preview to check"}
+        # Whatever the reviewer approved or edited was computed against the file the
+        # proposal's preview saw: it is replayed only onto exactly those bytes.
+        proposed = Preview.model_validate(row["preview"])
         try:
-            if preview is not None and self.tools.already_applied(preview):
+            if decision["edited_arguments"]:
+                if self.tools.target_path(call) != proposed.path:
+                    return {
+                        "ok": False,
+                        "output": "not applied after the crash: the edited "
+                        "call changes another file, whose state at the decision is unknown",
+                    }
+                self.tools.check_fresh(proposed)
+                result = self.tools.execute(call)
+            elif self.tools.already_applied(proposed):
                 return {"ok": True, "output": "already applied before the crash"}
-            result = self.tools.execute(call, preview=preview)
+            else:
+                result = self.tools.execute(call, preview=proposed)
             return result.model_dump()
         except ToolError as exc:
             return {"ok": False, "output": f"not applied after the crash: {exc}"}

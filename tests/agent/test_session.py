@@ -177,6 +177,43 @@ def test_sigkill_after_commit_is_finished_on_restart(tmp_path: Path, workspace: 
     agent.close()
 
 
+@pytest.mark.parametrize("decision", ["approve", "edit"])
+@pytest.mark.parametrize("tool", ["write", "edit"])
+def test_recovery_never_overwrites_newer_work(
+    tmp_path: Path, workspace: Path, decision: str, tool: str
+) -> None:
+    """Issue 15: a committed decision replayed on restart after the file changed."""
+    from continual_lsp.tools import ToolCall, Workspace
+
+    target = workspace / "notes.txt"
+    target.write_text("one\ntwo\n")
+    args = (
+        {"path": "notes.txt", "content": "proposed\n"}
+        if tool == "write"
+        else {"path": "notes.txt", "old": "two", "new": "TWO"}
+    )
+    call = ToolCall(tool=tool, arguments=args)
+    preview = Workspace(workspace, Settings()).preview(call)
+    assert preview is not None
+    store = Store(tmp_path / "store.sqlite3")
+    task = store.create_task("t", str(workspace))
+    pid = store.add_proposal(task, 0, tool, args, [1], [2], [-1.0], preview.model_dump(), None)
+    if decision == "edit":
+        edited = {"tool": tool, **args}
+        edited["content" if tool == "write" else "new"] = "EDITED"
+        store.record_decision(pid, "edit", edited_arguments=edited, diff="-x\n+y\n")
+    else:
+        store.record_decision(pid, "approve")
+    # The server died after the commit; the reviewer kept working on the file.
+    target.write_text("one\ntwo\nthree, typed after the crash\n")
+    agent = Agent(Settings(enable_training=False), workspace, store=store)
+    assert target.read_text() == "one\ntwo\nthree, typed after the crash\n"
+    assert store.pending_decisions() == []
+    result = store.events(proposal_id=pid)
+    assert any("not applied" in str(e) for e in result)
+    agent.close()
+
+
 def test_a_denial_queues_the_calls_approved_after_its_cluster(
     tmp_path: Path, workspace: Path, policy: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
