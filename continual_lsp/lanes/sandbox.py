@@ -1,36 +1,30 @@
 """Run generated guard code in a sandboxed subprocess, never in the server process.
 
 Layers, outermost first:
-- bubblewrap (when installed): read-only view of /, a private writable temp dir, no
-  network namespace (`--unshare-net`), own PID namespace, dies with its parent;
-- resource limits set in the child before exec: address space, CPU seconds, file size,
-  process count; plus a wall-clock timeout after which the whole process group is killed;
+- the tools' sandbox (`continual_lsp.tools.sandbox.run_sandboxed`): bubblewrap with a
+  read-only view of /, a private writable temp dir, no network, own PID namespace,
+  home secrets hidden, rlimits (address space, CPU seconds, file size, process count)
+  and a wall-clock timeout after which the whole process group is killed;
 - inside the interpreter an audit hook refuses sockets, subprocesses and writes outside
   the temp dir, so a refusal comes back as a clear error rather than only an EPERM.
 
 Without bubblewrap the audit hook + rlimits still apply, but that is not a security
 boundary, so generated guards are refused unless `allow_unsandboxed=True`.
-
-The process sandbox itself is `continual_lsp.tools.sandbox.run_sandboxed` (bwrap layout,
-secrets hidden, rlimits); this module adds the guard protocol (JSON in, JSON out) and the
-audit hook, and keeps a minimal runner of its own for when the tools part is absent.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import resource
-import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
+
+from continual_lsp.tools.base import ToolError
+from continual_lsp.tools.sandbox import run_sandboxed
 
 MEMORY_LIMIT = 512 * 1024 * 1024
 OUTPUT_CAP = 64 * 1024
@@ -82,27 +76,13 @@ class SandboxResult(BaseModel):
     sandboxed: bool = False
 
 
-def bwrap_path() -> str | None:
-    return shutil.which("bwrap")
-
-
-def _limits(timeout_s: float, memory: int) -> Any:
-    def apply() -> None:
-        os.setsid()
-        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-        cpu = max(1, int(timeout_s) + 1)
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        # Ask the kernel to kill the child if the server dies (Linux only).
-        try:
-            import ctypes
-
-            ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except OSError:
-            pass
-
-    return apply
+def _interpreter_dirs() -> list[str]:
+    """Where this interpreter lives, bound read-only into the sandbox: a virtualenv
+    under /tmp is otherwise hidden by the sandbox's private /tmp, and every guard
+    would die before it ran (and so fail open)."""
+    dirs = {sys.prefix, sys.base_prefix, os.path.dirname(sys.executable)}
+    dirs.add(os.path.dirname(os.path.realpath(sys.executable)))
+    return sorted(d for d in dirs if os.path.isdir(d))
 
 
 def run_guard_code(
@@ -122,10 +102,6 @@ def run_guard_code(
         stdin = json.dumps({"code": code, "input": payload}).encode()
         env = {"PATH": "/usr/bin:/bin", "TMPDIR": tmp_real, "HOME": tmp_real}
         try:
-            from continual_lsp.tools.sandbox import run_sandboxed
-        except ImportError:  # the tools part is optional for the lanes: use our own runner
-            return _run_local(argv, stdin, env, tmp_real, timeout_s, memory, allow_unsandboxed)
-        try:
             res = run_sandboxed(
                 argv,
                 tmp_real,
@@ -133,6 +109,7 @@ def run_guard_code(
                 memory,
                 False,
                 [tmp_real],
+                readable_dirs=_interpreter_dirs(),
                 stdin_data=stdin,
                 env=env,
                 home=tmp_real,
@@ -140,7 +117,7 @@ def run_guard_code(
                 allow_unsandboxed=allow_unsandboxed,
                 file_size_limit_bytes=1 << 20,
             )
-        except Exception as exc:  # ToolError: no sandbox here; refuse rather than run bare
+        except ToolError as exc:  # no sandbox here: refuse rather than run bare
             return SandboxResult(ok=False, error=f"guard refused: {exc}")
         if res.timed_out:
             return SandboxResult(ok=False, error=f"guard timed out after {timeout_s:.1f}s")
@@ -163,53 +140,4 @@ def _parse(out: str, err: str, code: int | None, sandboxed: bool) -> SandboxResu
         value=result.get("value"),
         error=str(result.get("error", "")),
         sandboxed=sandboxed,
-    )
-
-
-def _run_local(
-    py: list[str],
-    stdin: bytes,
-    env: dict[str, str],
-    tmp_real: str,
-    timeout_s: float,
-    memory: int,
-    allow_unsandboxed: bool,
-) -> SandboxResult:
-    bwrap = bwrap_path()
-    if bwrap is None and not allow_unsandboxed:
-        return SandboxResult(ok=False, error="no bubblewrap: generated guards are refused")
-    if bwrap is not None:
-        argv = [
-            bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            "--tmpfs", "/tmp", "--bind", tmp_real, tmp_real, "--chdir", tmp_real,
-            "--unshare-net", "--unshare-pid", "--unshare-ipc", "--die-with-parent",
-            "--new-session", *py,
-        ]  # fmt: skip
-    else:
-        argv = py
-    try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=tmp_real,
-            env=env,
-            preexec_fn=_limits(timeout_s, memory),
-        )
-    except OSError as exc:
-        return SandboxResult(ok=False, error=f"could not start the sandbox: {exc}")
-    try:
-        out, err = proc.communicate(stdin, timeout=timeout_s + 1.0)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.kill()
-        proc.communicate()
-        return SandboxResult(ok=False, error=f"guard timed out after {timeout_s:.1f}s")
-    return _parse(
-        out[-OUTPUT_CAP:].decode("utf-8", "replace"),
-        err.decode("utf-8", "replace"),
-        proc.returncode,
-        bwrap is not None,
     )

@@ -64,3 +64,17 @@ def test_network_namespace_even_without_the_audit_hook() -> None:
         "    s.connect(('1.1.1.1', 80))\n"
     )
     assert not res.ok
+
+
+def test_an_interpreter_installed_under_tmp_still_runs_guards(tmp_path, monkeypatch) -> None:
+    """Issue 15: in a clone under /tmp the sandbox's private /tmp hid the venv's python,
+    every guard 'died' and was skipped: guards failed open."""
+    import sys
+
+    prefix = tmp_path / "venv"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "bin" / "python").symlink_to(os.path.realpath(sys.executable))
+    monkeypatch.setattr(sys, "executable", str(prefix / "bin" / "python"))
+    monkeypatch.setattr(sys, "prefix", str(prefix))
+    res = run("    return 'ran'\n")
+    assert res.ok and res.value == "ran", res.error

@@ -21,6 +21,10 @@ from continual_lsp.tools.bash import TIMEOUT_EXIT_CODE
 from continual_lsp.tools.sandbox import bwrap_argv, sandbox_status, scrub_env
 from tests.tools.conftest import requires_bwrap, wait_gone
 
+# Inside the sandbox: the interpreter itself, not a virtualenv's link to it, which the
+# private /tmp hides when the clone lives under /tmp (standard library only there).
+PYTHON = os.path.realpath(sys.executable)
+
 
 def marker() -> str:
     """A unique `sleep` argument, so the test can find exactly its own processes."""
@@ -222,7 +226,7 @@ def _connect_cmd(port: int) -> str:
         f"s = socket.create_connection(('127.0.0.1', {port}), timeout=3)\n"
         "print('CONNECTED', s.recv(16).decode().strip())\n"
     )
-    return f'{sys.executable} -c "{code}"'
+    return f'{PYTHON} -c "{code}"'
 
 
 @requires_bwrap
@@ -373,7 +377,7 @@ def test_run_sandboxed_limits(tmp_path: Path) -> None:
     guard.mkdir()
     echo = run_sandboxed(
         [
-            sys.executable,
+            PYTHON,
             "-c",
             "import sys; print(sys.stdin.read().upper()); print('w', file=sys.stderr)",
         ],
@@ -388,7 +392,7 @@ def test_run_sandboxed_limits(tmp_path: Path) -> None:
     assert echo.output == "PROPOSAL\n" and echo.stderr == "w\n"
 
     memory = run_sandboxed(
-        [sys.executable, "-c", "x = bytearray(800 * 1024 * 1024)"],
+        [PYTHON, "-c", "x = bytearray(800 * 1024 * 1024)"],
         guard,
         10,
         256 * 1024 * 1024,
@@ -398,11 +402,11 @@ def test_run_sandboxed_limits(tmp_path: Path) -> None:
     assert memory.exit_code != 0 and "MemoryError" in memory.stderr
 
     started = time.monotonic()
-    spin = run_sandboxed([sys.executable, "-c", "while True: pass"], guard, 1, None, False, [guard])
+    spin = run_sandboxed([PYTHON, "-c", "while True: pass"], guard, 1, None, False, [guard])
     assert spin.timed_out and time.monotonic() - started < 5
 
     write = run_sandboxed(
-        [sys.executable, "-c", f"open('ok', 'w').write('x'); open('{tmp_path}/escape', 'w')"],
+        [PYTHON, "-c", f"open('ok', 'w').write('x'); open('{tmp_path}/escape', 'w')"],
         guard,
         10,
         None,
@@ -450,7 +454,7 @@ def test_sandbox_covers_a_socket_secret(
             "import socket; c = socket.socket(socket.AF_UNIX); "
             f"c.connect('{path}/run.sock'); print('CONNECTED')"
         )
-        result = run_bash(f'{sys.executable} -c "{code}"', tmp_path, sandboxed, home=secret_home)
+        result = run_bash(f'{PYTHON} -c "{code}"', tmp_path, sandboxed, home=secret_home)
         assert "CONNECTED" not in result.output and not result.ok
     finally:
         srv.close()
