@@ -33,18 +33,23 @@ def _common(parser: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="continual-lsp",
+        allow_abbrev=False,  # `--token X` must not silently become `--token-file X`
         description="A coding agent behind a language server that learns from its reviewer.",
     )
     parser.add_argument("--version", action="version", version=f"continual-lsp {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    serve = sub.add_parser("serve", help="run the language server (stdio by default)")
+    serve = sub.add_parser(
+        "serve", help="run the language server (stdio by default)", allow_abbrev=False
+    )
     _common(serve)
     serve.add_argument("--tcp", metavar="HOST:PORT", help="serve over TCP (loopback by default)")
     serve.add_argument(
         "--token-file", help="TCP tokens: a file with one token, or JSON {token: user}"
     )
+    # Named so that a token given on the command line is refused without echoing it.
+    serve.add_argument("--token", help=argparse.SUPPRESS)
 
     demo = sub.add_parser("demo", help="the main job: watch the agent propose, learn and retry")
     _common(demo)
@@ -72,7 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        # argparse would echo them, and a mistyped flag's value may be a token.
+        flags = " ".join(a.split("=", 1)[0] for a in unknown if a.startswith("-"))
+        parser.error(f"unrecognized arguments: {flags or 'a value'} (values not shown)")
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         stream=sys.stderr,
@@ -86,6 +96,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "serve":
         from continual_lsp.server.main import serve
 
+        if args.token is not None:
+            print(
+                "continual-lsp serve: --token is not accepted: every local user can read a "
+                "command line; put the token in a file (--token-file) or $CONTINUAL_LSP_TOKEN",
+                file=sys.stderr,
+            )
+            return 2
         return serve(settings, tcp=args.tcp, token_file=args.token_file) or 0
     if args.command == "demo":
         from continual_lsp.demo import run_demo

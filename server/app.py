@@ -50,6 +50,15 @@ class ContinualProtocol(LanguageServerProtocol):
             return RawNotification(method=method, jsonrpc=data["jsonrpc"], params=params)
         return super().structure_message(data)
 
+    def _send_response(
+        self, msg_id: MsgId, result: Any | None = None, error: lsp.ResponseError | None = None
+    ) -> None:
+        # pygls puts the server's traceback into an internal error's `data`; it is
+        # logged here and never sent to a client.
+        if error is not None and error.data is not None:
+            error = attrs.evolve(error, data=None)
+        super()._send_response(msg_id, result, error)
+
     def notify(self, method: str, params: Any | None = None) -> None:
         if method.startswith(CUSTOM_PREFIX):
             # Our notifications are plain dicts (pydantic dumps), sent as they are.

@@ -19,6 +19,7 @@ a bare token belongs to the configured `settings.user`.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import ipaddress
 import json
@@ -26,6 +27,7 @@ import logging
 import os
 import re
 import signal
+import socket
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -46,6 +48,9 @@ log = logging.getLogger("continual_lsp.server")
 
 _USER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
 AGENT_THREADS = 8  # enough that status/ledger never queue behind a training wait
+# Open connections one peer address may hold (authenticated or not): a loop opening
+# sockets meets this before it meets the file-descriptor limit.
+MAX_CONNECTIONS_PER_ADDRESS = 16
 
 
 class ServeError(Exception):
@@ -98,7 +103,12 @@ def load_tokens(
 ) -> dict[str, str]:
     """{token: user} from the arguments, else the environment (see module doc)."""
     if token_file is not None and not Path(token_file).is_file():
-        raise ServeError(f"the tokens file {token_file} does not exist")
+        # The value is not echoed: it may be a token typed where a file was expected.
+        raise ServeError(
+            "the tokens file given to --token-file does not exist (a token itself is not "
+            "accepted on the command line, where every local user can read it: put it in "
+            "a file or in $CONTINUAL_LSP_TOKEN)"
+        )
     source = token or token_file or os.environ.get("CONTINUAL_LSP_TOKEN")
     from_file = tokens_path(token, token_file)
     if from_file is not None:
@@ -222,9 +232,26 @@ class _Writer:
 
 async def _serve_tcp(server: Server, host: str, port: int, tokens: dict[str, str]) -> None:
     settings_by_user: dict[str, Settings] = {}
+    open_by_address: collections.Counter[str] = collections.Counter()
 
     async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
+        address = str(peer[0]) if isinstance(peer, tuple) else str(peer)
+        if open_by_address[address] >= MAX_CONNECTIONS_PER_ADDRESS:
+            log.warning(
+                "refused a connection from %s: %d already open",
+                address,
+                MAX_CONNECTIONS_PER_ADDRESS,
+            )
+            writer.close()
+            return
+        open_by_address[address] += 1
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            # An editor may sit idle for hours; keepalive still ends a connection
+            # whose peer vanished (laptop closed) instead of keeping its session.
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
 
         def write(data: bytes) -> None:
             if not writer.is_closing():
@@ -244,6 +271,7 @@ async def _serve_tcp(server: Server, host: str, port: int, tokens: dict[str, str
         except Exception:
             log.exception("connection from %s failed", peer)
         finally:
+            open_by_address[address] -= 1
             if ls is not None:
                 ls.session.close()
             with contextlib.suppress(Exception):

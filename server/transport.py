@@ -9,6 +9,7 @@ message, and hands the rest to a fresh pygls protocol per connection.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
@@ -35,11 +36,16 @@ class AsyncReader(Protocol):
 
 
 MAX_MESSAGE_BYTES = 64 << 20
+# Before the token is checked a peer is a stranger: its first message (initialize) must
+# be small and come soon, or the connection ends without buffering anything large.
+AUTH_MAX_BYTES = 64 << 10
+AUTH_TIMEOUT_S = 10.0
 
 
-async def read_message(reader: AsyncReader) -> bytes | None:
-    """One framed body, or None at end of stream. Headers other than Content-Length
-    (Content-Type) are accepted and ignored."""
+async def read_message(reader: AsyncReader, limit: int = MAX_MESSAGE_BYTES) -> bytes | None:
+    """One framed body of at most `limit` bytes, or None at end of stream (or when the
+    body would be larger). Headers other than Content-Length (Content-Type) are
+    accepted and ignored."""
     length: int | None = None
     while True:
         line = await reader.readline()
@@ -56,7 +62,7 @@ async def read_message(reader: AsyncReader) -> bytes | None:
                 length = int(value.strip())
             except ValueError:
                 length = None
-    if not 0 <= length <= MAX_MESSAGE_BYTES:
+    if length is None or not 0 <= length <= limit:
         # A negative length would read to end of stream and a huge one would allocate
         # it: neither can be resynchronised, so the connection ends cleanly.
         log.error("Content-Length %s is out of range; closing the connection", length)
@@ -113,13 +119,21 @@ async def serve_connection(
     the user is known. Without, `make_server(None)` is called at once.
     """
     ls = make_server(None) if tokens is None else None
+    initialized = False
     while True:
-        body = await read_message(reader)
+        if ls is None:
+            try:
+                body = await asyncio.wait_for(read_message(reader, AUTH_MAX_BYTES), AUTH_TIMEOUT_S)
+            except TimeoutError:
+                log.warning("refused a connection: no initialize within %g s", AUTH_TIMEOUT_S)
+                return None
+        else:
+            body = await read_message(reader)
         if body is None:
             break
         try:
             data = json.loads(body)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             write(frame(error_response(None, PARSE_ERROR, f"Parse error: {exc}")))
             continue
         if not isinstance(data, dict):
@@ -136,8 +150,20 @@ async def serve_connection(
             ls = make_server(user)
         if data.get("method") == "exit":
             break
+        if data.get("method") == "initialize":
+            if initialized:
+                if "id" in data:
+                    why = "already initialized: initialize is accepted once per connection"
+                    write(frame(error_response(data["id"], INVALID_REQUEST, why)))
+                continue
+            initialized = True
         try:
             message = ls.protocol.structure_message(data)
+        except RecursionError:
+            if "id" in data:
+                why = "params nested too deeply"
+                write(frame(error_response(data["id"], INVALID_PARAMS, why)))
+            continue
         except JsonRpcException as exc:
             if "id" in data and "method" in data:
                 write(frame(error_response(data["id"], exc.code, _explain(data, exc))))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -14,6 +15,7 @@ import pytest
 
 from continual_lsp.config import Settings
 from continual_lsp.server.main import (
+    MAX_CONNECTIONS_PER_ADDRESS,
     ServeError,
     load_tokens,
     parse_address,
@@ -132,3 +134,50 @@ def test_stdout_is_reserved_for_the_protocol() -> None:
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, timeout=60)
     assert proc.stdout == b"Content-Length: 2\r\n\r\n{}"
     assert b"stray print" in proc.stderr and b"from a child" in proc.stderr
+
+
+@pytest.mark.parametrize("flag", ["--token", "--token-f", "--token-file"])
+def test_a_token_on_the_command_line_is_refused_and_never_echoed(flag: str) -> None:
+    secret = "SECRET-TOKEN-5e1f9"
+    proc = subprocess.run(
+        [sys.executable, "-m", "continual_lsp", "serve", "--tcp", "0", flag, secret],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert secret not in proc.stderr + proc.stdout
+    assert "token" in proc.stderr
+
+
+def test_connections_per_address_are_capped(tmp_path: Path) -> None:
+    env = {**os.environ, "CONTINUAL_LSP_TOKEN": "a-long-token-42"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.server.launch", "--store", str(tmp_path / "s"),
+         "--tcp", "127.0.0.1:0"],
+        cwd=REPO,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    sockets: list[socket.socket] = []
+    try:
+        assert proc.stderr is not None
+        line = ""
+        while "listening on" not in line:
+            line = proc.stderr.readline()
+            assert line, "the server exited before listening"
+        port = int(line.rsplit(":", 1)[1])
+        for _ in range(MAX_CONNECTIONS_PER_ADDRESS + 1):
+            sockets.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+        sockets[-1].settimeout(5)
+        assert sockets[-1].recv(1) == b""  # the one over the cap is closed at once
+        sockets[0].settimeout(0.5)
+        with pytest.raises(TimeoutError):
+            sockets[0].recv(1)  # the others wait for their initialize
+    finally:
+        for sock in sockets:
+            sock.close()
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -1,0 +1,129 @@
+"""The connection loop against a hostile or broken peer (issue 15, items 6 and 10)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from continual_lsp.config import Settings
+from continual_lsp.server import transport
+from continual_lsp.server.app import ContinualServer
+from continual_lsp.server.main import Server
+from continual_lsp.server.transport import frame, serve_connection
+
+TOKENS = {"a-long-token-1": "alice"}
+
+
+def _msg(payload: dict[str, Any] | bytes) -> bytes:
+    if isinstance(payload, bytes):
+        return b"Content-Length: %d\r\n\r\n" % len(payload) + payload
+    return frame(payload)
+
+
+def _initialize(msg_id: int = 1, token: str | None = None) -> dict[str, Any]:
+    options = {"token": token} if token else {}
+    return {
+        "jsonrpc": "2.0",
+        "id": msg_id,
+        "method": "initialize",
+        "params": {"capabilities": {}, "initializationOptions": options},
+    }
+
+
+@pytest.fixture(autouse=True)
+def _server(tmp_path: Path) -> Iterator[None]:
+    global _SERVER
+    settings = Settings(store_path=str(tmp_path / "s.sqlite3"), enable_training=False)
+    _SERVER = Server(settings, lambda *_: SimpleNamespace(close=lambda: None))
+    _SERVER.workspace = tmp_path
+    yield
+    _SERVER.close()
+
+
+_SERVER: Server
+
+
+def _make(user: str | None) -> ContinualServer:
+    settings = _SERVER.settings
+    ls = _SERVER.make_server(settings, user or settings.user, _SERVER.workspace)
+
+    @ls.feature("test/boom")
+    def boom(_params: Any) -> None:
+        raise RuntimeError("a bug deep inside")
+
+    return ls
+
+
+def _run(data: bytes, *, eof: bool = True, tokens: dict[str, str] | None = None) -> list[dict]:
+    out: list[bytes] = []
+
+    async def go() -> None:
+        reader = asyncio.StreamReader()
+        reader.feed_data(data)
+        if eof:
+            reader.feed_eof()
+
+        def make(user: str | None) -> ContinualServer:
+            ls = _make(user)
+            ls.protocol.set_writer(_Capture(out))
+            return ls
+
+        await asyncio.wait_for(serve_connection(reader, out.append, make, tokens=tokens), 5)
+
+    asyncio.run(go())
+    replies = []
+    for chunk in out:
+        _, _, body = chunk.partition(b"\r\n\r\n")
+        replies.append(json.loads(body))
+    return replies
+
+
+class _Capture:
+    def __init__(self, out: list[bytes]) -> None:
+        self.out = out
+
+    def write(self, data: bytes) -> None:
+        self.out.append(data)
+
+    def close(self) -> None:
+        pass
+
+
+def test_deeply_nested_json_is_a_parse_error_not_a_dead_loop() -> None:
+    deep = b"[" * 200_000 + b"]" * 200_000
+    replies = _run(_msg(deep) + _msg(_initialize()))
+    assert replies[0]["error"]["code"] == transport.PARSE_ERROR
+    assert "result" in replies[1]  # the loop lived on and answered the next request
+
+
+def test_a_second_initialize_is_refused() -> None:
+    replies = {r["id"]: r for r in _run(_msg(_initialize(1)) + _msg(_initialize(2)))}
+    assert "result" in replies[1]
+    assert replies[2]["error"]["code"] == transport.INVALID_REQUEST
+    assert "already initialized" in replies[2]["error"]["message"]
+
+
+def test_error_responses_carry_no_traceback() -> None:
+    request = {"jsonrpc": "2.0", "id": 7, "method": "test/boom", "params": {}}
+    replies = _run(_msg(_initialize()) + _msg(request))
+    error = next(r for r in replies if r.get("id") == 7)["error"]
+    assert "a bug deep inside" in error["message"]
+    assert "traceback" not in json.dumps(error).lower()
+    assert "File " not in json.dumps(error)
+
+
+def test_unauthenticated_peer_cannot_make_the_server_buffer_much() -> None:
+    """A 60 MB Content-Length before the token check is refused at once, unread."""
+    header = b"Content-Length: %d\r\n\r\n" % (60 << 20)
+    assert _run(header + b"x" * 1000, eof=False, tokens=TOKENS) == []
+
+
+def test_unauthenticated_peer_is_dropped_when_idle(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transport, "AUTH_TIMEOUT_S", 0.3)
+    assert _run(b"", eof=False, tokens=TOKENS) == []  # returns, instead of waiting for ever
