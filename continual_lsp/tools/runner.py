@@ -14,12 +14,14 @@ path escape, permission, ...): the agent shows it to the reviewer and the model.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import hashlib
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import BinaryIO
 
 from pydantic import ValidationError
 
@@ -57,6 +59,7 @@ __all__ = ["MAX_EDIT_BYTES", "MAX_LINE_CHARS", "ToolRunner", "Workspace", "sha25
 
 MAX_EDIT_BYTES = 10 * 1024 * 1024  # larger files are not edited through a text diff
 MAX_LINE_CHARS = 2000  # `read` cuts longer lines (minified code would eat the cap)
+READ_CHUNK = 64 * 1024  # `read` holds at most this much of one line
 
 
 def sha256_of(path: Path) -> str | None:
@@ -368,22 +371,23 @@ class Workspace:
             last_shown = 0
             note: str | None = None
             truncated = False
-            for raw in fh:
+            for head, chars, start in _chunked_lines(fh):
                 number += 1
                 if number < offset:
                     continue
                 if args.limit is not None and number >= offset + args.limit:
                     note = f"[more lines follow; read on with offset={number}]"
                     break
-                line = raw.decode("utf-8", errors="replace").rstrip("\n").removesuffix("\r")
-                if len(line) > MAX_LINE_CHARS:
-                    line = line[:MAX_LINE_CHARS] + f" [... line cut, {len(line)} characters]"
+                line = head.decode("utf-8", errors="replace").rstrip("\n").removesuffix("\r")
+                chars = chars if chars is not None else len(line)
+                if chars > MAX_LINE_CHARS:
+                    line = line[:MAX_LINE_CHARS] + f" [... line cut, {chars} characters]"
                 entry = f"{number:6d}\t{line}"
                 if out and used + len(entry) + 1 > cap:
-                    left = size - fh.tell() + len(raw)
                     note = (
                         f"[output truncated at {cap} characters: showed lines {offset}-"
-                        f"{last_shown}; about {left} more bytes; read on with offset={number}]"
+                        f"{last_shown}; about {size - start} more bytes; read on with "
+                        f"offset={number}]"
                     )
                     truncated = True
                     break
@@ -403,6 +407,33 @@ class Workspace:
 
 
 ToolRunner = Workspace  # the name the brief and older notes use
+
+
+def _chunked_lines(fh: BinaryIO) -> Iterator[tuple[bytes, int | None, int]]:
+    """(head, characters, start offset) of each line, read READ_CHUNK bytes at a time.
+
+    A line longer than one chunk yields only its first chunk, with its length in
+    characters counted as the rest streams past (None: the head is the whole line), so
+    a 400 MB one-line file is never held whole.
+    """
+    while True:
+        start = fh.tell()
+        head = fh.readline(READ_CHUNK)
+        if not head:
+            return
+        if head.endswith(b"\n") or len(head) < READ_CHUNK:
+            yield head, None, start
+            continue
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        chars = len(decoder.decode(head))
+        while True:
+            more = fh.readline(READ_CHUNK)
+            last = not more or more.endswith(b"\n")
+            text = decoder.decode(more, final=last)
+            chars += len(text.removesuffix("\n").removesuffix("\r") if last else text)
+            if last:
+                break
+        yield head, chars, start
 
 
 def _is_utf8(data: bytes) -> bool:

@@ -96,6 +96,28 @@ def test_read_huge_file_is_capped_with_a_note(tmp_path: Path) -> None:
     assert "line cut, 10000 characters" in run(roomy, "read", path="min.js").output
 
 
+def test_read_never_holds_a_huge_line_whole(tmp_path: Path) -> None:
+    """Issue 15: a 400 MB one-line file peaked at 844 MiB even with `limit: 1`."""
+    import tracemalloc
+
+    with open(tmp_path / "one.min.js", "wb") as fh:
+        for _ in range(48):
+            fh.write(b"a" * (1 << 20))
+        fh.write(b"\nsecond\n")
+    ws = Workspace(tmp_path, Settings(sandbox="none"))
+    tracemalloc.start()
+    try:
+        first = run(ws, "read", path="one.min.js", limit=1)
+        second = run(ws, "read", path="one.min.js", offset=2)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, f"peak {peak >> 20} MiB"
+    assert f"line cut, {48 << 20} characters" in first.output
+    assert "offset=2" in first.output
+    assert second.output == "     2\tsecond"
+
+
 # -- write ---------------------------------------------------------------------------
 
 
