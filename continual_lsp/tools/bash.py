@@ -77,6 +77,7 @@ def run_bash(
                     home=home if home is not None else home_dir(base_env),
                     protected=protected,
                     hidden=settings.sandbox_hidden_paths,
+                    env=base_env,
                     bwrap=shutil.which("bwrap") or "bwrap",
                 )
                 base_env = sandbox_env(base_env, [root])

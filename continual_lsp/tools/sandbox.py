@@ -37,6 +37,7 @@ import math
 import os
 import re
 import shutil
+import stat
 import subprocess
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -50,11 +51,13 @@ from continual_lsp.tools.process import ProcessResult, run_process
 __all__ = [
     "HOST_SOCKETS",
     "SECRET_HOME_PATHS",
+    "SECRET_SYSTEM_PATHS",
     "SandboxResult",
     "bwrap_argv",
     "bwrap_available",
     "git_protected_paths",
     "home_dir",
+    "host_sockets",
     "limit_argv",
     "protect_git",
     "run_sandboxed",
@@ -90,6 +93,34 @@ SECRET_HOME_PATHS: tuple[str, ...] = (
     ".zsh_history",
     ".python_history",
     ".mozilla",
+    ".cache/huggingface/token",
+    ".cache/huggingface/stored_tokens",
+    ".huggingface",
+    ".claude",
+    ".claude.json",
+    ".codex",
+    ".m2/settings.xml",
+    ".m2/settings-security.xml",
+    ".gradle/gradle.properties",
+    ".ivy2/.credentials",
+    ".composer/auth.json",
+    ".boto",
+    ".s3cfg",
+    ".oci",
+    ".pulumi",
+    ".terraformrc",
+)
+
+# Host files that hold credentials; readable inside the sandbox when the server runs
+# as root (cap-drop does not take away plain file permissions of uid 0).
+SECRET_SYSTEM_PATHS: tuple[str, ...] = (
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/ssl/private",
 )
 
 # Unix sockets are reachable through a read-only bind and are not cut off by a new
@@ -104,11 +135,14 @@ HOST_SOCKETS: tuple[str, ...] = (
     "/run/user",
 )
 
-# Environment variables whose names suggest a credential are not passed in.
+# Environment variables whose names suggest a credential are not passed in, nor any
+# whose value is a URL with a password (DATABASE_URL=postgres://app:pw@db/prod).
 _SECRET_ENV = re.compile(
-    r"(TOKEN|SECRET|PASSW|API_?KEY|ACCESS_?KEY|CREDENTIAL|PRIVATE|AUTH|SESSION_KEY|COOKIE)",
+    r"(TOKEN|SECRET|PASSW|API_?KEY|ACCESS_?KEY|CREDENTIAL|PRIVATE|AUTH|SESSION_KEY|COOKIE"
+    r"|(^|_)(KEY|SK|PAT)$)",
     re.IGNORECASE,
 )
+_URL_WITH_PASSWORD = re.compile(r"^[a-z][a-z0-9+.-]*://[^/@\s:]*:[^/@\s]+@", re.IGNORECASE)
 _SECRET_ENV_NAMES = frozenset({"SSH_AUTH_SOCK", "GPG_AGENT_INFO", "KRB5CCNAME", "NETRC"})
 
 
@@ -129,8 +163,37 @@ def scrub_env(env: Mapping[str, str]) -> dict[str, str]:
     return {
         name: value
         for name, value in env.items()
-        if name not in _SECRET_ENV_NAMES and not _SECRET_ENV.search(name)
+        if name not in _SECRET_ENV_NAMES
+        and not _SECRET_ENV.search(name)
+        and not _URL_WITH_PASSWORD.match(value)
     }
+
+
+def host_sockets(env: Mapping[str, str] | None = None) -> list[Path]:
+    """Daemon sockets to cover: the listed ones, those named by DOCKER_HOST or
+    CONTAINER_HOST, and every socket file under /run (a docker, containerd or podman
+    socket at an unlisted path is as much a way out as a listed one)."""
+    source = os.environ if env is None else env
+    found = [Path(p) for p in HOST_SOCKETS]
+    for name in ("DOCKER_HOST", "CONTAINER_HOST"):
+        value = source.get(name, "")
+        if value.startswith("unix://"):
+            found.append(Path(value.removeprefix("unix://")))
+    seen = 0
+    for current, dirnames, filenames in os.walk("/run"):
+        # /run/user is covered whole; the depth and count bounds keep this cheap.
+        dirnames[:] = [d for d in dirnames if current != "/run" or d != "user"]
+        if current.count("/") >= 5:
+            dirnames.clear()
+        for name in filenames:
+            seen += 1
+            path = Path(current) / name
+            with contextlib.suppress(OSError):
+                if stat.S_ISSOCK(path.lstat().st_mode):
+                    found.append(path)
+        if seen > 5000:
+            break
+    return found
 
 
 def sandbox_env(
@@ -266,6 +329,7 @@ def bwrap_argv(
     protected: Sequence[str | os.PathLike[str]] = (),
     hidden: Sequence[str | os.PathLike[str]] = (),
     hide_secrets: bool = True,
+    env: Mapping[str, str] | None = None,
     bwrap: str = "bwrap",
 ) -> list[str]:
     """The full bwrap command line that runs `argv` in `workdir` inside the sandbox.
@@ -274,7 +338,8 @@ def bwrap_argv(
     otherwise). `home` is the home directory whose secrets are hidden (default $HOME).
     `protected` paths inside the writable dirs are bound read-only over them (see
     `protect_git`). `hidden` paths are covered like the home secrets, even without
-    `hide_secrets`.
+    `hide_secrets`. `env` (default: this process's) is the command's environment,
+    whose DOCKER_HOST socket is covered too.
     """
     writable = [Path(os.path.realpath(d)) for d in writable_dirs]
     readable = [Path(os.path.realpath(d)) for d in readable_dirs]
@@ -291,7 +356,8 @@ def bwrap_argv(
     if hide_secrets:
         home_path = Path(os.path.realpath(home if home is not None else home_dir()))
         targets += [Path(os.path.realpath(home_path / rel)) for rel in SECRET_HOME_PATHS]
-        targets += [Path(os.path.realpath(s)) for s in HOST_SOCKETS]
+        targets += [Path(os.path.realpath(p)) for p in SECRET_SYSTEM_PATHS]
+        targets += [Path(os.path.realpath(s)) for s in host_sockets(env)]
     for target in targets:
         cover = _cover(target)
         if any(_inside(target, d) for d in (*writable, *readable)):
@@ -441,6 +507,7 @@ def run_sandboxed(
             readable_dirs=readable_dirs,
             allow_network=allow_network,
             home=home if home is not None else home_dir(base_env),
+            env=base_env,
             bwrap=bwrap,
         )
         run_env = sandbox_env(base_env, writable_dirs)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -269,6 +271,74 @@ def test_sandbox_hides_home_secrets(tmp_path: Path, sandboxed: Settings, secret_
     # The same command without the sandbox does see them: the test plants them right.
     plain = run_bash("cat $HOME/.ssh/id_test", tmp_path, Settings(sandbox="none"), env=env)
     assert "PRIVATE-KEY" in plain.output
+
+
+def test_scrub_env_drops_keys_and_urls_with_passwords() -> None:
+    """Issue 15: OPENAI_KEY, STRIPE_SK and a DATABASE_URL with a password got through."""
+    env = {
+        "OPENAI_KEY": "sk-1",
+        "STRIPE_SK": "sk_live_2",
+        "DATABASE_URL": "postgres://app:hunter2@db:5432/prod",
+        "REDIS_DSN": "redis://:pw@cache:6379",
+        "HOMEPAGE_URL": "https://example.com/a:b",
+        "KEYBOARD": "us",
+        "PATH": "/usr/bin",
+    }
+    assert scrub_env(env) == {
+        "HOMEPAGE_URL": "https://example.com/a:b",
+        "KEYBOARD": "us",
+        "PATH": "/usr/bin",
+    }
+
+
+@requires_bwrap
+def test_sandbox_hides_more_credentials(
+    tmp_path: Path, sandboxed: Settings, secret_home: Path
+) -> None:
+    planted = {
+        ".cache/huggingface/token": "HF-TOKEN-1",
+        ".claude/.credentials.json": "CLAUDE-CRED-2",
+        ".m2/settings.xml": "MAVEN-PW-3",
+    }
+    for rel, text in planted.items():
+        (secret_home / rel).parent.mkdir(parents=True, exist_ok=True)
+        (secret_home / rel).write_text(text + "\n")
+    cmd = "; ".join(f"cat $HOME/{rel}" for rel in planted) + "; cat /etc/shadow"
+    result = run_bash(cmd, tmp_path, sandboxed, env=dict(os.environ, HOME=str(secret_home)))
+    for text in planted.values():
+        assert text not in result.output
+    assert "root:" not in result.output  # readable to a server running as root
+
+
+@requires_bwrap
+def test_sandbox_covers_unlisted_daemon_sockets(tmp_path: Path, sandboxed: Settings) -> None:
+    """A socket named by DOCKER_HOST, and any socket under /run, is not reachable."""
+    base = "/var/tmp" if os.access("/var/tmp", os.W_OK) else None
+    where = Path(tempfile.mkdtemp(prefix="continual-sock-", dir=base))
+    paths = [where / "docker.sock"]
+    if os.access("/run", os.W_OK):
+        paths.append(Path(f"/run/continual-test-{uuid.uuid4().hex[:8]}.sock"))
+    servers = []
+    try:
+        for path in paths:
+            srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            srv.bind(str(path))
+            srv.listen(1)
+            servers.append(srv)
+        env = dict(os.environ, DOCKER_HOST=f"unix://{paths[0]}")
+        for path in paths:
+            code = (
+                "import socket; c = socket.socket(socket.AF_UNIX); "
+                f"c.connect('{path}'); print('CONNECTED')"
+            )
+            result = run_bash(f'{PYTHON} -c "{code}"', tmp_path, sandboxed, env=env)
+            assert "CONNECTED" not in result.output, path
+    finally:
+        for srv in servers:
+            srv.close()
+        for path in paths:
+            path.unlink(missing_ok=True)
+        shutil.rmtree(where, ignore_errors=True)
 
 
 @requires_bwrap
