@@ -1,7 +1,10 @@
 """One task's conversation, kept as plain messages and rendered per turn.
 
 The prompt stays bounded: only the most recent calls are shown in full, older ones are
-summarised in one line, and tool output is clipped. A 135M model has an 8k window and
+summarised in one line, and tool output is clipped. Notes and reviewer feedback are
+clipped to NOTE_CHARS each, and the notes of one prompt to NOTES_CHARS: the newest are
+kept, the oldest summarised in one line (two 9.8k-character notes once left no room for
+any later turn). A 135M model has an 8k window and
 CPU prefill costs ~2 ms a token, so every token here is paid on every turn.
 """
 
@@ -13,6 +16,14 @@ from continual_lsp.tools.base import ToolCall, ToolResult
 
 KEEP_CALLS = 6
 RESULT_CHARS = 1500
+NOTE_CHARS = 600
+NOTES_CHARS = 1000
+
+
+def _clip(text: str, limit: int = NOTE_CHARS) -> str:
+    if len(text) <= limit:
+        return text
+    return text[:limit] + f" … ({len(text) - limit} chars cut)"
 
 
 class Conversation:
@@ -42,12 +53,29 @@ class Conversation:
         paths = [c.arguments.get("path") for c, _ in self.calls[-KEEP_CALLS:]]
         return [p for p in paths if isinstance(p, str)]
 
+    def _notes_text(self) -> str:
+        shown: list[str] = []
+        used = 0
+        for note in reversed(self.notes):
+            line = f"- {_clip(note)}"
+            if shown and used + len(line) > NOTES_CHARS:
+                break
+            shown.append(line)
+            used += len(line) + 1
+        older = self.notes[: len(self.notes) - len(shown)]
+        text = "Notes:\n" + "\n".join(reversed(shown))
+        if older:
+            plural = "s" if len(older) > 1 else ""
+            heads = "; ".join(_clip(n, 40) for n in older[-3:])
+            text = f"({len(older)} earlier note{plural} omitted: {heads})\n" + text
+        return text
+
     def messages(self, bullets: list[str] | None = None, keep: int = KEEP_CALLS) -> list[Message]:
         user = [f"Task: {self.task_text}"]
         if bullets:
             user.append("Rules from the reviewer:\n" + "\n".join(f"- {b}" for b in bullets))
         if self.notes:
-            user.append("Notes:\n" + "\n".join(f"- {n}" for n in self.notes))
+            user.append(self._notes_text())
         msgs = [Message(role="user", content="\n\n".join(user))]
         cut = len(self.calls) - keep
         older, recent = self.calls[:cut], self.calls[cut:]
@@ -69,7 +97,7 @@ class Conversation:
                 Message(
                     role="user",
                     content="The reviewer denied your last call: "
-                    + " ".join(self.feedback)
+                    + " ".join(_clip(f) for f in self.feedback)
                     + "\nPropose a different call.",
                 )
             )

@@ -36,3 +36,18 @@ def test_bullets_and_notes_are_in_the_first_turn() -> None:
     conv.add_note("tests live in tests/")
     first = conv.messages(["use pnpm"])[0].content
     assert "use pnpm" in first and "tests live in tests/" in first and "fix mean" in first
+
+
+def test_long_notes_are_capped_and_the_oldest_summarised() -> None:
+    """Issue 15: two 9.8k-character notes made every later turn too long for the model."""
+    from continual_lsp.agent.conversation import NOTE_CHARS, NOTES_CHARS
+
+    conv = Conversation("fix the build")
+    conv.add_note("A" * 9800)
+    conv.add_note("B" * 9800)
+    conv.add_note("use pnpm, not npm")
+    prompt = "\n".join(m.content for m in conv.messages())
+    assert len(prompt) < NOTES_CHARS + 500
+    assert "use pnpm, not npm" in prompt  # the newest note is always whole
+    assert "B" * NOTE_CHARS in prompt and "B" * (NOTE_CHARS + 1) not in prompt
+    assert "1 earlier note" in prompt  # the oldest is summarised, not silently dropped
