@@ -152,6 +152,13 @@ def iter_files(
             yield path
 
 
+def _printable(name: str) -> str:
+    """A file name as valid text: bytes that are not UTF-8 (surrogate escapes from the
+    file system) are shown as `\\xff`, never passed on as lone surrogates that no
+    encoder or tokenizer accepts."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def _glob_base(root: Path, pat: str, base: Path) -> tuple[Path, str]:
     if os.path.isabs(pat):
         # An absolute pattern inside the workspace is fine; it is matched from the root.
@@ -193,9 +200,9 @@ def run_glob(root: Path, pat: str, base: Path, output_cap: int) -> ToolResult:
             stopped = True
             break
         rel_to_base = path.relative_to(base).as_posix()
-        subject = rel_to_base if anchored else path.name
+        subject = _printable(rel_to_base if anchored else path.name)
         if regex.match(subject):
-            matches.append(display(root, path))
+            matches.append(_printable(display(root, path)))
     stop_note = f"\n[search stopped after {SEARCH_TIME_BUDGET_S:g} s; narrow the path]"
     if not matches:
         where = display(root, base)
@@ -248,7 +255,7 @@ def run_grep(root: Path, pat: str, base: Path, output_cap: int) -> ToolResult:
             continue  # unreadable files are skipped, as grep -s would
         if looks_binary(data):
             continue
-        rel = display(root, path)
+        rel = _printable(display(root, path))
         text = data.decode("utf-8", errors="replace")
         for number, line in enumerate(text.split("\n"), start=1):
             line = line.removesuffix("\r")

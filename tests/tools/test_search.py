@@ -54,3 +54,17 @@ def test_backtracking_only_syntax_is_refused_clearly(tmp_path: Path) -> None:
         ws.execute(ToolCall(tool="grep", arguments={"pat": "a(?=b)"}))
     out = ws.execute(ToolCall(tool="grep", arguments={"pat": r"\bab\b"})).output
     assert out == "a.txt:1:ab"
+
+
+def test_non_utf8_file_names_come_out_as_valid_text(tmp_path: Path) -> None:
+    """Issue 15: a name with a byte that is not UTF-8 reached the tokenizer as a lone
+    surrogate and killed the task."""
+    import os
+
+    with open(os.path.join(os.fsencode(tmp_path), b"bad\xffname.txt"), "w") as fh:
+        fh.write("needle\n")
+    ws = Workspace(tmp_path, Settings(sandbox="none"))
+    for tool, pat in (("glob", "*.txt"), ("grep", "needle")):
+        out = ws.execute(ToolCall(tool=tool, arguments={"pat": pat})).output
+        out.encode("utf-8")  # raises on a lone surrogate
+        assert "bad\\xffname.txt" in out
