@@ -65,6 +65,7 @@ class Settings(BaseModel):
     # stops a runaway allocation also breaks `npm test`. Set it where that is not a worry.
     bash_memory_limit_mb: int | None = Field(default=None, ge=16)
     bash_file_size_limit_mb: int = Field(default=1024, ge=1)
+    bash_tmp_size_mb: int = Field(default=256, ge=1)  # the sandbox's private /tmp (RAM)
     output_cap: int = 30_000
     sandbox: Literal["bwrap", "none"] = "bwrap"
     allow_unsandboxed: bool = False

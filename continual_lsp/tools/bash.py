@@ -78,6 +78,7 @@ def run_bash(
                     protected=protected,
                     hidden=settings.sandbox_hidden_paths,
                     env=base_env,
+                    tmp_size_bytes=settings.bash_tmp_size_mb << 20,
                     bwrap=shutil.which("bwrap") or "bwrap",
                 )
                 base_env = sandbox_env(base_env, [root])

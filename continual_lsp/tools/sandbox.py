@@ -330,6 +330,7 @@ def bwrap_argv(
     hidden: Sequence[str | os.PathLike[str]] = (),
     hide_secrets: bool = True,
     env: Mapping[str, str] | None = None,
+    tmp_size_bytes: int = 64 << 20,
     bwrap: str = "bwrap",
 ) -> list[str]:
     """The full bwrap command line that runs `argv` in `workdir` inside the sandbox.
@@ -339,7 +340,8 @@ def bwrap_argv(
     `protected` paths inside the writable dirs are bound read-only over them (see
     `protect_git`). `hidden` paths are covered like the home secrets, even without
     `hide_secrets`. `env` (default: this process's) is the command's environment,
-    whose DOCKER_HOST socket is covered too.
+    whose DOCKER_HOST socket is covered too. The private /tmp holds at most
+    `tmp_size_bytes` (it is RAM).
     """
     writable = [Path(os.path.realpath(d)) for d in writable_dirs]
     readable = [Path(os.path.realpath(d)) for d in readable_dirs]
@@ -365,13 +367,19 @@ def bwrap_argv(
         else:
             covers_before += cover
 
-    args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    args += ["--size", str(tmp_size_bytes), "--tmpfs", "/tmp"]
     args += covers_before
     for d in readable:
         args += ["--ro-bind", str(d), str(d)]
     for d in writable:
         args += ["--bind", str(d), str(d)]
     args += covers_after
+    # Empty covers are made read-only last (a workspace inside one needed its mount
+    # point first): they would otherwise be writable, unbounded RAM.
+    for target in targets:
+        if target.is_dir():
+            args += ["--remount-ro", str(target)]
     for path in protected:
         real = os.path.realpath(path)
         if os.path.exists(real):
@@ -460,7 +468,8 @@ def limit_argv(
     if cpu_seconds is not None:
         limits.append(f"ulimit -t {max(1, math.ceil(cpu_seconds))}")
     if file_size_bytes is not None:
-        limits.append(f"ulimit -f {max(1, file_size_bytes // 1024)}")
+        # POSIX sh (dash, bash as sh) counts `ulimit -f` in 512-byte blocks.
+        limits.append(f"ulimit -f {max(1, file_size_bytes // 512)}")
     script = " && ".join(limits) + ' && exec "$@"'
     return ["/bin/sh", "-c", script, "sh", *argv]
 

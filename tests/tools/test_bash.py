@@ -93,6 +93,31 @@ def test_file_size_limit_stops_a_runaway_write(tmp_path: Path, sandbox: str) -> 
     assert run_bash("head -c 1000 /dev/zero > small.bin", tmp_path, settings).ok
 
 
+@pytest.mark.parametrize(
+    "sandbox", ["none", pytest.param("bwrap", marks=requires_bwrap)], ids=["plain", "bwrap"]
+)
+def test_file_size_limit_is_the_setting_not_half_of_it(tmp_path: Path, sandbox: str) -> None:
+    """Issue 15: `ulimit -f` under dash counts 512-byte blocks, so 1 MB allowed 512 KiB."""
+    settings = Settings(sandbox=sandbox, bash_file_size_limit_mb=1)
+    assert run_bash("head -c 900000 /dev/zero > f.bin", tmp_path, settings).ok
+    assert (tmp_path / "f.bin").stat().st_size == 900000
+
+
+@requires_bwrap
+def test_private_tmp_is_bounded(tmp_path: Path, secret_home: Path) -> None:
+    """Issue 15: the private /tmp is RAM; without a size many files could fill it."""
+    settings = Settings(bash_tmp_size_mb=8, bash_timeout=10)
+    result = run_bash(
+        "for i in 1 2 3; do head -c 4000000 /dev/zero > /tmp/f$i || exit 3; done",
+        tmp_path,
+        settings,
+    )
+    assert result.exit_code == 3 and "No space left on device" in result.output
+    env = dict(os.environ, HOME=str(secret_home))
+    covered = run_bash("echo x > $HOME/.ssh/planted", tmp_path, settings, env=env)
+    assert "Read-only file system" in covered.output  # a covered secret is no RAM either
+
+
 def test_memory_limit_is_opt_in(tmp_path: Path) -> None:
     grab = f"{sys.executable} -c \"b = bytearray(300 * 2**20); print('allocated')\""
     assert run_bash(grab, tmp_path, Settings(sandbox="none")).output.strip() == "allocated"
