@@ -66,6 +66,7 @@ class Settings(BaseModel):
     bash_memory_limit_mb: int | None = Field(default=None, ge=16)
     bash_file_size_limit_mb: int = Field(default=1024, ge=1)
     bash_tmp_size_mb: int = Field(default=256, ge=1)  # the sandbox's private /tmp (RAM)
+    bash_max_processes: int = Field(default=256, ge=8)  # a fork bomb meets this, not the timeout
     output_cap: int = 30_000
     sandbox: Literal["bwrap", "none"] = "bwrap"
     allow_unsandboxed: bool = False

@@ -15,6 +15,7 @@ from continual_lsp.tools.sandbox import (
     bwrap_argv,
     home_dir,
     limit_argv,
+    process_limit,
     protect_git,
     sandbox_env,
     sandbox_status,
@@ -65,9 +66,13 @@ def run_bash(
         cpu_seconds=cpu_limit,
         memory_limit_bytes=memory_mb << 20 if memory_mb is not None else None,
         file_size_bytes=settings.bash_file_size_limit_mb << 20,
+        processes=settings.bash_max_processes if sandboxed else None,
     )
     try:
-        with protect_git([root] if sandboxed else []) as protected:
+        with (
+            protect_git([root] if sandboxed else []) as protected,
+            process_limit(settings.bash_max_processes) as join_cgroup,
+        ):
             if sandboxed:
                 argv = bwrap_argv(
                     argv,
@@ -83,7 +88,11 @@ def run_bash(
                 )
                 base_env = sandbox_env(base_env, [root])
             result = run_process(
-                argv, cwd=root, timeout=limit, output_cap=settings.output_cap, env=base_env
+                [*join_cgroup, *argv],
+                cwd=root,
+                timeout=limit,
+                output_cap=settings.output_cap,
+                env=base_env,
             )
     except OSError as exc:
         raise ToolError(f"cannot start the shell: {exc}") from exc

@@ -40,6 +40,8 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import time
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +61,8 @@ __all__ = [
     "home_dir",
     "host_sockets",
     "limit_argv",
+    "process_limit",
+    "process_limit_note",
     "protect_git",
     "run_sandboxed",
     "sandbox_env",
@@ -450,14 +454,81 @@ def sandbox_status(settings: Settings) -> tuple[bool, str | None]:
     )
 
 
+def _pids_cgroup_parent() -> Path | None:
+    """This process's cgroup under the pids controller, if it may create children there."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "pids" in controllers.split(","):
+            parent = Path("/sys/fs/cgroup/pids") / path.lstrip("/")
+        elif controllers == "":
+            parent = Path("/sys/fs/cgroup") / path.lstrip("/")
+            with contextlib.suppress(OSError):
+                if "pids" not in (parent / "cgroup.subtree_control").read_text().split():
+                    continue
+        else:
+            continue
+        if parent.is_dir() and os.access(parent, os.W_OK):
+            return parent
+    return None
+
+
+def process_limit_note() -> str | None:
+    """None if bash's process-count limit holds here, else why it does not.
+
+    RLIMIT_NPROC counts per user; inside bwrap's user namespace it counts only the
+    sandbox's processes, but it never binds uid 0, so a server running as root needs
+    a pids cgroup it may create.
+    """
+    if os.geteuid() != 0:
+        return None if bwrap_available()[0] else "no sandbox: RLIMIT_NPROC would count all"
+    if _pids_cgroup_parent() is None:
+        return "running as root without a writable pids cgroup"
+    return None
+
+
+@contextlib.contextmanager
+def process_limit(limit: int) -> Iterator[list[str]]:
+    """An argv prefix that starts a command in a fresh pids cgroup of `limit` tasks
+    (for a server running as root), or [] where `ulimit -u` does the job or nothing can.
+    The cgroup is removed afterwards."""
+    parent = _pids_cgroup_parent() if os.geteuid() == 0 else None
+    if parent is None:
+        yield []
+        return
+    group = parent / f"continual-lsp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        group.mkdir()
+        (group / "pids.max").write_text(str(limit))
+    except OSError:
+        with contextlib.suppress(OSError):
+            group.rmdir()
+        yield []
+        return
+    try:
+        yield ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(group / "cgroup.procs")]
+    finally:
+        for _ in range(40):  # killed processes leave the group once reaped
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                time.sleep(0.05)
+
+
 def limit_argv(
     argv: Sequence[str],
     *,
     cpu_seconds: float | None = None,
     memory_limit_bytes: int | None = None,
     file_size_bytes: int | None = None,
+    processes: int | None = None,
 ) -> list[str]:
-    """Wrap `argv` so it runs under rlimits (address space, CPU time, file size).
+    """Wrap `argv` so it runs under rlimits (address space, CPU time, file size,
+    process count: set that one only inside the sandbox, see `process_limit_note`).
 
     The limits are set by a tiny shell in the child rather than a preexec_fn: the
     server is multi-threaded, and preexec_fn is unsafe after threads have started.
@@ -470,6 +541,9 @@ def limit_argv(
     if file_size_bytes is not None:
         # POSIX sh (dash, bash as sh) counts `ulimit -f` in 512-byte blocks.
         limits.append(f"ulimit -f {max(1, file_size_bytes // 512)}")
+    if processes is not None:
+        # bash spells the process count -u; dash, -p.
+        limits.append(f"{{ ulimit -u {processes} || ulimit -p {processes}; }} 2>/dev/null")
     script = " && ".join(limits) + ' && exec "$@"'
     return ["/bin/sh", "-c", script, "sh", *argv]
 

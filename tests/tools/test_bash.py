@@ -118,6 +118,34 @@ def test_private_tmp_is_bounded(tmp_path: Path, secret_home: Path) -> None:
     assert "Read-only file system" in covered.output  # a covered secret is no RAM either
 
 
+@requires_bwrap
+def test_fork_bomb_meets_the_process_limit(tmp_path: Path) -> None:
+    """Issue 15: no process-count limit; a fork bomb lived until the timeout."""
+    if sandbox_mod.process_limit_note() is not None:
+        pytest.skip(sandbox_mod.process_limit_note())
+    code = (
+        "import os, time\n"
+        "n = 0\n"
+        "for i in range(80):\n"
+        "    try:\n"
+        "        pid = os.fork()\n"
+        "    except OSError:\n"
+        "        break\n"
+        "    if pid == 0:\n"
+        "        time.sleep(2)\n"
+        "        os._exit(0)\n"
+        "    n += 1\n"
+        "print('forked', n)\n"
+    )
+    script = tmp_path / "bomb.py"
+    script.write_text(code)
+    settings = Settings(bash_max_processes=32, bash_timeout=20)
+    result = run_bash(f"{PYTHON} bomb.py", tmp_path, settings)
+    forked = int(result.output.split("forked", 1)[1].split()[0])
+    assert forked < 32, result.output
+    assert run_bash("echo fine", tmp_path, settings).output == "fine\n"  # the next call runs
+
+
 def test_memory_limit_is_opt_in(tmp_path: Path) -> None:
     grab = f"{sys.executable} -c \"b = bytearray(300 * 2**20); print('allocated')\""
     assert run_bash(grab, tmp_path, Settings(sandbox="none")).output.strip() == "allocated"
