@@ -153,10 +153,21 @@ class Store:
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("PRAGMA foreign_keys=ON")
         self._migrate()
+        # Status reads (continual/status while a step trains) get their own connection
+        # and lock: `transaction()` holds `_lock` while BEGIN IMMEDIATE waits for the
+        # training worker's write lock, and a WAL reader never needs to wait for that.
+        self._reader = sqlite3.connect(
+            self.path, check_same_thread=False, isolation_level=None, timeout=30.0
+        )
+        self._reader.row_factory = sqlite3.Row
+        self._reader.execute("PRAGMA query_only=ON")
+        self._read_lock = threading.Lock()
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
+        with self._read_lock:
+            self._reader.close()
 
     # -- plumbing -----------------------------------------------------------------------
 
@@ -189,6 +200,11 @@ class Store:
     def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
         with self._lock:
             return self._db.execute(sql, args).fetchall()
+
+    def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        """A committed-state read that never waits on a writer (see `__init__`)."""
+        with self._read_lock:
+            return self._reader.execute(sql, args).fetchall()
 
     def _migrate(self) -> None:
         with self._lock:
@@ -486,7 +502,7 @@ class Store:
         if kinds:
             sql += f" AND kind IN ({','.join('?' * len(kinds))})"
             args = kinds
-        return int(self._query(sql, args)[0][0])
+        return int(self._read(sql, args)[0][0])
 
     # -- adapters -------------------------------------------------------------------------
 
@@ -526,12 +542,12 @@ class Store:
         return version
 
     def adapters(self) -> list[dict[str, Any]]:
-        rows = self._query("SELECT * FROM adapters ORDER BY version")
+        rows = self._read("SELECT * FROM adapters ORDER BY version")
         return [{**dict(r), "metrics": json.loads(r["metrics"])} for r in rows]
 
     def current_adapter(self) -> dict[str, Any] | None:
         """The newest active adapter version; None means the base model."""
-        rows = self._query("SELECT * FROM adapters WHERE active=1 ORDER BY version DESC LIMIT 1")
+        rows = self._read("SELECT * FROM adapters WHERE active=1 ORDER BY version DESC LIMIT 1")
         return {**dict(rows[0]), "metrics": json.loads(rows[0]["metrics"])} if rows else None
 
     def set_adapter_active(self, version: int, active: bool) -> None:

@@ -166,3 +166,35 @@ def test_store_files_are_private(tmp_path: Path) -> None:
     path.chmod(0o644)  # a store made by an older version is tightened on open
     Store(path).close()
     assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_status_reads_never_wait_on_the_training_workers_write_lock(tmp_path: Path) -> None:
+    """Issue 15 item 11: continual/status p99 was 94 ms while a step trained, because a
+    thread waiting for the worker's write lock held the store's lock for every read."""
+    import threading
+    import time
+
+    path = tmp_path / "s.sqlite3"
+    store = Store(path)
+    worker = sqlite3.connect(path, isolation_level=None)  # the training worker's process
+    worker.execute("BEGIN IMMEDIATE")
+    writer = threading.Thread(target=lambda: store.append_event("x", {}), daemon=True)
+    writer.start()  # the decide thread: now waiting inside transaction() for the worker
+    time.sleep(0.2)
+    answered: list[float] = []
+
+    def status_reads() -> None:
+        started = time.monotonic()
+        store.queue_depth()
+        store.adapters()
+        store.current_adapter()
+        answered.append(time.monotonic() - started)
+
+    reader = threading.Thread(target=status_reads, daemon=True)
+    reader.start()
+    reader.join(2)
+    worker.execute("COMMIT")
+    writer.join(10)
+    worker.close()
+    store.close()
+    assert answered and answered[0] < 0.5, "status waited for the worker's write lock"
