@@ -311,7 +311,10 @@ def protect_git(writable_dirs: Sequence[str | os.PathLike[str]]) -> Iterator[lis
             for path in git_protected_paths(d):
                 if not path.exists() and not path.is_symlink():
                     missing = [path, *(p for p in path.parents if not p.exists())]
-                    path.mkdir(parents=True)
+                    try:
+                        path.mkdir(parents=True)
+                    except OSError:
+                        continue  # a work tree this process cannot write: nor can bash
                     made += reversed(missing)
                 if not path.is_symlink():
                     paths.append(path)
