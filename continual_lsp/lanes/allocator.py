@@ -47,6 +47,7 @@ from continual_lsp.lanes.guards import (
     PathRule,
     SizeRule,
     ToolRule,
+    rule_summary,
 )
 from continual_lsp.lanes.learned import shipped_heads
 from continual_lsp.store.db import Store
@@ -235,12 +236,11 @@ def allocate(
     }
     cue = make_cue(text, context)
     if spec is not None:
-        kinds = sorted({r.kind for r in spec.rules})
         return LaneDecision(
             lane="CODE",
             reason=(
-                f"A guard can enforce this deterministically ({', '.join(kinds)} rule"
-                f"{'s' if len(spec.rules) > 1 else ''}), so it runs on every proposal."
+                "A guard compiled from this passed its self-check and runs on every proposal: "
+                + "; ".join(rule_summary(r) for r in spec.rules)[:400]
             ),
             confidence=0.9,
             kind=classify_kind(text, spec, behavioural),

@@ -39,6 +39,7 @@ from continual_lsp.lanes.guards import (
     SizeRule,
     ToolRule,
 )
+from continual_lsp.lanes.shapes import fires, shaped_rules, synthesise
 
 PACKAGE_MANAGERS = frozenset({"npm", "yarn", "pnpm", "bun"})
 
@@ -238,6 +239,10 @@ def compile_guard(text: str, context: dict[str, Any] | None = None) -> GuardSpec
     for m in re.finditer(r"\b(?:never|don'?t|do not)\s+use\s+the\s+(\w+)\s+tool\b", t, re.I):
         if m.group(1).lower() in {"read", "write", "edit", "edit_lines", "glob", "grep", "bash"}:
             rules.append(ToolRule(deny=[m.group(1).lower()]))
+    # Self-check what the phrase patterns built: a rule whose guard does not fire on the
+    # situation synthesised from its own literal, or fires on a harmless one, is dropped.
+    rules = [r for r in rules if (s := synthesise(r)) is None or fires(s)]
+    rules.extend(shaped_rules(t))
     if not rules and context:
         rules.extend(_from_denied_call(mentioned, context))
     if not rules:

@@ -65,8 +65,6 @@ KNOWN_CLI = frozenset(
         "rails",
         "bundle",
         "rake",
-        "airflow",
-        "breeze",
         "jest",
         "vitest",
         "eslint",

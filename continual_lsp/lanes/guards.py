@@ -614,5 +614,28 @@ def check_guards(
     return GuardSet.from_store(store).check(call, preview, history)
 
 
+def rule_summary(rule: Rule) -> str:
+    """One line of a rule's declarative form, for the ledger's reason."""
+    if isinstance(rule, CommandRule):
+        what = _literal_command(rule.pattern) or rule.pattern
+        return f"command {'rewrite' if rule.replace else 'deny'} `{what}`"
+    if isinstance(rule, PathRule):
+        return f"path {rule.mode} {', '.join(rule.globs)}"
+    if isinstance(rule, ContentRule):
+        where = f" in {', '.join(rule.path_globs)}" if rule.path_globs else ""
+        return (
+            f"content {'required' if rule.required else 'must not match'} /{rule.pattern}/{where}"
+        )
+    if isinstance(rule, CommitMessageRule):
+        return f"commit message {'must match' if rule.must_match else 'must not match'} /{rule.pattern}/"
+    if isinstance(rule, NamingRule):
+        return f"{rule.target} names {rule.style} case"
+    if isinstance(rule, SequenceRule):
+        return f"sequence: `{rule.step}` after changes, before {rule.before}"
+    if isinstance(rule, ToolRule):
+        return f"tool deny {', '.join(rule.deny)}" if rule.deny else "tool allow-list"
+    return rule.kind
+
+
 def spec_summary(spec: dict[str, Any]) -> str:
     return json.dumps(spec.get("rules", []))[:300]
