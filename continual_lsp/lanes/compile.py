@@ -47,7 +47,7 @@ PACKAGE_MANAGERS = frozenset({"npm", "yarn", "pnpm", "bun"})
 ACTIONS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"\bforce[- ]push\w*", re.I), r"\bgit\s+push\b[^;&|]*\s(--force\S*|-f)\b"),
     (re.compile(r"\bcommit\b(?!\s+messages?)", re.I), r"\bgit\s+commit\b"),
-    (re.compile(r"\bpush\b", re.I), r"\bgit\s+push\b"),
+    (re.compile(r"(?<![\w-])push\b", re.I), r"\bgit\s+push\b"),
     (re.compile(r"\b(open|create)\s+(a\s+)?(pull request|pr)\b", re.I), r"\bgh\s+pr\s+create\b"),
     (re.compile(r"\bswitch(ing)?\s+branch(es)?\b", re.I), r"\bgit\s+(checkout|switch)\b"),
     (re.compile(r"\bgit\s+config\b", re.I), r"\bgit\s+config\b"),
@@ -351,7 +351,11 @@ def _clause_rules(clause: str) -> list[Rule]:
         )[0]
         if "`" in span and any(i.code and i.polarity == "neg" for i in items):
             continue  # the backticked form already produced the rule
+        # "never commit `.env` files" forbids committing those files (a shape), not commits.
+        commits_an_object = re.search(r"\bcommit\s+(`|[\w.*/-]+\s+files?\b|\S+\.\w+\b)", span, re.I)
         for pat, regex in ACTIONS:
+            if commits_an_object and "commit" in regex:
+                continue
             if pat.search(span) and not re.search(r"\b(messages?|branch names?)\b", span, re.I):
                 rules.append(CommandRule(pattern=regex))
         # path prohibitions: "never edit files under vendor/", "never edit pubspec.yaml"

@@ -374,9 +374,11 @@ def _eval_rule(rule: Rule, call: ToolCall, preview: Preview | None) -> tuple[str
         if rule.replace is None:
             return "block", None
         new_cmd = re.sub(rule.pattern, rule.replace, cmd)
-        return (
-            ("rewrite", {**call.arguments, "cmd": new_cmd}) if new_cmd != cmd else ("allow", None)
-        )
+        if new_cmd == cmd:
+            # Only a normalised segment matched (`npx tsc`, `FOO=1 npm test`): the raw
+            # command cannot be rewritten in place, so the substitution's "never" holds.
+            return "block", None
+        return "rewrite", {**call.arguments, "cmd": new_cmd}
     if isinstance(rule, ContentRule):
         if call.tool not in FILE_CHANGING_TOOLS:
             return "allow", None

@@ -313,13 +313,17 @@ def git_shapes(text: str) -> list[Shaped]:
             )
         )
     m = re.search(
-        NEG + r"\s+commit\s+(?P<what>.+?)(?:\s+(?:unless|without|to|into)\b|[.;(]|$)", t, re.I
+        NEG + r"\s+commit\s+(?P<what>.+?)(?:\s+(?:unless|without|to|into)\b|[.;(](?:\s|$)|$)",
+        t,
+        re.I,
     )
     if m:
         what = m.group("what")
-        globs = _globs(what) + [
-            FILE_TYPES[w] for w in re.findall(r"\w+", what.lower()) if w in FILE_TYPES
+        named = [
+            b for b in _backticked(what) if re.fullmatch(r"[\w.*/-]+", b) and not is_commandish(b)
         ]
+        globs = named + [g for g in _globs(what) if g not in named]
+        globs += [FILE_TYPES[w] for w in re.findall(r"\w+", what.lower()) if w in FILE_TYPES]
         globs += {
             "excel": ["*.xlsx", "*.xls"],
             "secrets": [".env"],
