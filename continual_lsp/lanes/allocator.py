@@ -11,8 +11,9 @@
 3. CONTEXT otherwise: project facts, architecture, and judgements that have not recurred
    yet (they are promoted to WEIGHTS when their cluster reaches the bar).
 
-Optional: with XAI_API_KEY set, an LLM proposes {checkable, behavioural}; the spec still
-has to compile for a CODE guard to exist, and recurrence is always counted locally.
+Optional: with the setting `allocator = "xai"`, xAI proposes {checkable, behavioural}
+(`llm.py`); the spec still has to compile for a CODE guard to exist, and recurrence is
+always counted locally.
 """
 
 from __future__ import annotations
@@ -108,20 +109,6 @@ class LaneItem(BaseModel):
             recurrence=recurrence,
         )
 
-
-class _LLMAllocation(BaseModel):
-    checkable: bool
-    behavioural: bool
-    confidence: float
-
-
-_SYSTEM = (
-    "A reviewer gave a coding agent this rule or correction. checkable=true when a "
-    "deterministic function over the agent's proposed tool call (tool name, shell command, "
-    "file path, written content, sizes) could guarantee it. behavioural=true when it is a "
-    "judgement about how to work, write or communicate (rather than a fact about the "
-    "project). Give a confidence in [0,1]."
-)
 
 _KIND_RULES: list[tuple[str, re.Pattern[str]]] = [
     ("testing", re.compile(r"\b(tests?|testing|coverage|assert\w*|mocks?|fixtures?)\b", re.I)),
@@ -219,9 +206,10 @@ def allocate(
     behav_p = b_rule if p_behav is None else 0.4 * b_rule + 0.6 * p_behav
     cues = checkable_cues(text)
     llm_answer = None
-    if spec is None and use_llm is not False and llm.available():
+    if spec is None and use_llm is not False:
         # Only when the compiler found no guard: a compiled spec already settles CODE.
-        llm_answer = llm.parse(_SYSTEM, text, _LLMAllocation)
+        answer = llm.ask("allocate", text, settings)
+        llm_answer = answer if isinstance(answer, llm.Allocation) else None
     if llm_answer is not None:
         behav_p = 1.0 if llm_answer.behavioural else 0.0
         p_check = 1.0 if llm_answer.checkable else 0.0
@@ -253,7 +241,7 @@ def allocate(
         )
     if cues or (p_check is not None and p_check >= CHECKABLE_THRESHOLD):
         what = f" ({', '.join(cues)})" if cues else ""
-        generated = llm_guard_spec(text) if use_llm is not False else None
+        generated = llm_guard_spec(text, settings) if use_llm is not False else None
         if generated is not None:
             return LaneDecision(
                 lane="CODE",
@@ -346,7 +334,9 @@ def route_correction(
     text = text.strip()
     if not text:
         return None
-    detection: Detection = detect(text, denial=denial, use_llm=use_llm, embedder=embedder)
+    detection: Detection = detect(
+        text, denial=denial, use_llm=use_llm, embedder=embedder, settings=settings
+    )
     if not detection.is_correction:
         store.append_event("not_a_correction", {"confidence": detection.confidence})
         return None

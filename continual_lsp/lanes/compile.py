@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from continual_lsp.config import Settings
 from continual_lsp.lanes.features import (
     FILE_TYPES,
     HEDGE,
@@ -437,38 +438,20 @@ def checkable_cues(text: str) -> list[str]:
     return [name for name, pat in _CHECKABLE if pat.search(t)]
 
 
-_GUARD_SYSTEM = (
-    "Write a Python guard for a coding agent's tool calls. Define exactly one function "
-    "`def check(call, preview):` where call = {'tool': str, 'arguments': dict} (tools: read, "
-    "write, edit, edit_lines, glob, grep, bash; bash has arguments.cmd; file tools have "
-    "arguments.path and content/new) and preview is None or {'path', 'old_content', "
-    "'new_content', 'diff'}. Return None to allow, or {'action': 'block', 'message': str}, "
-    "or {'action': 'rewrite', 'message': str, 'arguments': {...}}. Standard library only "
-    "(re is fine); no I/O, no network, no subprocesses. If the rule cannot be checked on a "
-    "single call, set feasible=false."
-)
+def llm_guard_spec(text: str, settings: Settings | None = None) -> GuardSpec | None:
+    """Optional: ask xAI for guard code, run it once in the sandbox on a harmless call.
 
-
-def llm_guard_spec(text: str) -> GuardSpec | None:
-    """Optional: ask the LLM for guard code, run it once in the sandbox on a harmless call.
-
-    None when the LLM is not configured, declines, or its code does not behave. The code
-    only ever runs through `lanes.sandbox` (a subprocess), never in this process.
+    None when xAI is off (`allocator = "offline"`), declines, or its code does not behave.
+    The code only ever runs through `lanes.sandbox` (a subprocess), never in this process.
     """
-    from pydantic import BaseModel
-
     from continual_lsp.lanes import llm
     from continual_lsp.lanes.guards import PythonRule
     from continual_lsp.lanes.sandbox import run_guard_code
 
-    class _Guard(BaseModel):
-        feasible: bool
-        code: str = ""
-
-    if not llm.available():
+    answer = llm.ask("guard", text, settings)
+    if not isinstance(answer, llm.GeneratedGuard) or not answer.feasible:
         return None
-    answer = llm.parse(_GUARD_SYSTEM, text, _Guard)
-    if answer is None or not answer.feasible or "def check" not in answer.code:
+    if "def check" not in answer.code:
         return None
     probe = {"call": {"tool": "read", "arguments": {"path": "README.md"}}, "preview": None}
     result = run_guard_code(answer.code, probe)
