@@ -123,8 +123,8 @@ _KIND_RULES: list[tuple[str, re.Pattern[str]]] = [
     (
         "architecture",
         re.compile(
-            r"\b(api|endpoints?|silos?|layers?|modules?|architecture|shared|breaking|"
-            r"scheduler|services?|dependency|depend)\b",
+            r"\b(api|endpoints?|layers?|modules?|architecture|shared|breaking|"
+            r"services?|dependency|depend)\b",
             re.I,
         ),
     ),

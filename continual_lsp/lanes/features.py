@@ -196,7 +196,7 @@ BEHAVIOUR_WORDS = re.compile(
 )
 FACT_WORDS = re.compile(
     r"\b(is|are|lives?|contains?|located|defaults?|uses|built with|written in|"
-    r"implementation|directory|folder|server|port|localhost|silo|endpoint|naming convention)\b"
+    r"implementation|directory|folder|server|port|localhost|endpoint|naming convention)\b"
     r"|这是|是一个|基于|项目",
     re.I,
 )

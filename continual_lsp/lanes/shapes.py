@@ -214,6 +214,18 @@ def content_shapes(text: str) -> list[Shaped]:
         )
     if re.search(r"`\.then\(\)`|\braw\s+`?\.then\b", t, re.I) and re.search(NEG, t, re.I):
         deny(r"\.then\(", JS, "f().then(g);\n", "await f();\n", "src/example.ts")
+    # "don't use raw `<img>` tags", "no inline `<script>` tags in `index.html`".
+    for m in re.finditer(NEG + r"[^.]*?(?P<inline>\binline\s+)?`<(?P<tag>[a-z][\w-]*)>`", t, re.I):
+        tag = m.group("tag").lower()
+        inline = r"(?![^>]*\bsrc\s*=)" if m.group("inline") and tag == "script" else ""
+        named = [
+            g for g in _globs(t) if g.rsplit(".", 1)[-1] in ("html", "twig", "vue", "tsx", "jsx")
+        ]
+        globs = named or MARKUP
+        path = named[0] if named else "src/example.html"
+        deny(rf"<{tag}\b{inline}", globs, f"<{tag}>x</{tag}>\n", "<div>x</div>\n", path)
+    if re.search(r"\bdouble quotes? for (?:html )?attributes\b", t, re.I):
+        deny(r"\s[\w:-]+='", MARKUP, "<a href='/x'>x</a>\n", '<a href="/x">x</a>\n', "a.html")
     out.extend(_required_text(t))
     out.extend(_import_boundaries(t))
     return out
@@ -472,8 +484,10 @@ def path_shapes(text: str) -> list[Shaped]:
     if not globs:
         return []
     # With several paths, the one the prohibition governs comes last ("`src/components/`
-    # (app), `src/components/ui/` (do not hand-edit)").
-    target = [globs[-1]] if len(globs) > 1 and not re.search(r"\bavoid\b", t, re.I) else globs
+    # (app), `src/components/ui/` (do not hand-edit)"); a backticked path is the named one.
+    ticked = [g for g in globs if f"`{g.removesuffix('**')}`" in t or f"`{g}`" in t]
+    last = (ticked or globs)[-1:]
+    target = last if len(globs) > 1 and not re.search(r"\bavoid\b", t, re.I) else globs
     rule = PathRule(globs=target)
     inside = _example_path(target, "x.txt").replace("**", "x")
     inside = inside if "*" not in inside else inside.replace("*", "x")

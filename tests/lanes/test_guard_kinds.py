@@ -177,6 +177,29 @@ def test_content_shapes(text: str, bad: tuple[str, str], good: tuple[str, str]) 
     assert guard.check(write(*good), None).action == "allow", text
 
 
+def test_named_markup_tags() -> None:
+    guard = guard_from("Use the `picture.twig` include for all images — don't use raw `<img>` tags")
+    assert guard.check(write("templates/a.twig", '<img src="a.png">\n'), None).action == "block"
+    assert (
+        guard.check(write("templates/a.twig", "{% include 'picture.twig' %}\n"), None).action
+        == "allow"
+    )
+    inline = guard_from("Do not add inline `<script>` tags in `index.html`.")
+    assert inline.check(write("index.html", "<script>go()</script>\n"), None).action == "block"
+    assert (
+        inline.check(write("index.html", '<script src="app.js"></script>\n'), None).action
+        == "allow"
+    )
+
+
+def test_the_named_path_of_several_is_guarded() -> None:
+    guard = guard_from(
+        "**Components**: `src/components/` (app), `src/components/ui/` (shadcn/ui — do not hand-edit these)"
+    )
+    assert guard.check(write("src/components/ui/button.tsx"), None).action == "block"
+    assert guard.check(write("src/components/nav.tsx"), None).action == "allow"
+
+
 def test_naming_convention_of_new_files() -> None:
     guard = guard_from(
         "Use lowercase with dashes for directory names (e.g., `components/auth-wizard`)."
