@@ -144,7 +144,8 @@ def _items(clause: str) -> list[Item]:
         prev = clause[: m.start()].rstrip().lower()
         after_use = bool(re.search(r"\b(use|using)$", prev))
         identifier = _codey(word) or (word[0].isupper() and after_use)
-        if word.lower() in KNOWN_CLI or (identifier and not word.isupper()):
+        # "Python loops" names the language; a program is written in lower case or backticks.
+        if word in KNOWN_CLI or (identifier and not word.isupper()):
             found.append((m.start(), word, False))
     found.sort()
     items: list[Item] = []
@@ -353,7 +354,13 @@ def _clause_rules(clause: str) -> list[Rule]:
         if "`" in span and any(i.code and i.polarity == "neg" for i in items):
             continue  # the backticked form already produced the rule
         # "never commit `.env` files" forbids committing those files (a shape), not commits.
-        commits_an_object = re.search(r"\bcommit\s+(`|[\w.*/-]+\s+files?\b|\S+\.\w+\b)", span, re.I)
+        commits_an_object = re.search(
+            r"\bcommit\s+(`|[\w.*/-]+\s+files?\b|\S+\.\w+\b|"
+            r"(?!(?:or|and|nor|to|unless|without|until|anything|any|files?|changes|it|them|"
+            r"your|the|this|code|work)\b)[a-z]\w+\s+\w)",
+            span,
+            re.I,
+        )
         for pat, regex in ACTIONS:
             if commits_an_object and "commit" in regex:
                 continue

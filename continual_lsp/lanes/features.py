@@ -165,7 +165,7 @@ ALWAYS = re.compile(r"\b(always|only|must|should|shall|required?|ensure|make sur
 HEDGE = re.compile(
     r"\b(when in doubt|ideally|consider|try to|if you can|if possible|where appropriate|"
     r"use (?:your )?judge?ment|generally|usually|tend to|as much as possible|when it makes sense|"
-    r"unless (?:it|there) (?:is|makes)|preferably)\b",
+    r"unless (?:it|there) (?:is|makes)|unless (?:absolutely )?necessary|preferably)\b",
     re.I,
 )
 MODAL = re.compile(
