@@ -1,11 +1,11 @@
 """The allocator: the ordered policy of DESIGN §5, one decision per correction, with a reason.
 
-1. CODE when a deterministic function can guarantee the rule: the guard compiler
-   (`compile.py`) builds a declarative spec from the text. When it cannot, but the
-   learned `checkable` head is confident that a function could (a commit-message
-   language, a post-edit formatter run, a coverage bar), the decision is still CODE, with
-   no spec yet: the item is carried as a bullet until a guard is attached (by the
-   optional LLM guard writer, or by hand), and the reason says so.
+1. CODE iff a guard exists: the guard compiler (`compile.py`, `shapes.py`) builds a
+   declarative spec from the text and keeps only rules that pass their self-check (fire
+   on a synthesised violation, let a compliant call through). The learned `checkable`
+   head and the cue list only propose: a rule they call checkable but no guard compiles
+   from goes on down the policy, its reason saying that a guard could be attached (the
+   optional xAI guard writer is the last try).
 2. WEIGHTS when it is a behavioural judgement (how to work, communicate, write) AND its
    cluster has recurred at least `Settings.weights_recurrence` times.
 3. CONTEXT otherwise: project facts, architecture, and judgements that have not recurred
@@ -239,10 +239,13 @@ def allocate(
             recurrence=recurrence,
             features=features,
         )
-    if cues or (p_check is not None and p_check >= CHECKABLE_THRESHOLD):
-        what = f" ({', '.join(cues)})" if cues else ""
+    proposed = bool(cues) or (p_check is not None and p_check >= CHECKABLE_THRESHOLD)
+    if proposed:
+        # The classifier proposes, the compiler disposes: CODE only with a guard that
+        # exists. The optional LLM guard writer is the last try.
         generated = llm_guard_spec(text, settings) if use_llm is not False else None
         if generated is not None:
+            what = f" ({', '.join(cues)})" if cues else ""
             return LaneDecision(
                 lane="CODE",
                 reason=f"A deterministic check can guarantee this{what}; a generated guard "
@@ -256,24 +259,14 @@ def allocate(
                 recurrence=recurrence,
                 features=features,
             )
-        return LaneDecision(
-            lane="CODE",
-            reason=(
-                f"A deterministic check could guarantee this{what}, but no declarative guard "
-                "could be built from the text yet; it is carried as a bullet until a guard "
-                "is attached."
-            ),
-            confidence=0.75 if cues else round(float(p_check or 0.0), 3),
-            kind=classify_kind(text, None, behavioural),
-            checkable=True,
-            behavioural=behavioural,
-            spec={"pending": True},
-            cue=cue,
-            recurrence=recurrence,
-            features=features,
-        )
     kind = classify_kind(text, None, behavioural)
     conf = round(float(abs(behav_p - 0.5) * 2 * 0.5 + 0.5), 3)
+    no_guard = (
+        " A function could check it, but no guard compiled from the text; attach one to "
+        "move it to CODE."
+        if proposed
+        else ""
+    )
     if behavioural and met:
         return LaneDecision(
             lane="WEIGHTS",
@@ -284,9 +277,11 @@ def allocate(
                 if recurrence_met is None
                 else f"A behavioural judgement ({kind.replace('_', ' ')}) that recurs; "
                 "distilled into the adapter."
-            ),
+            )
+            + no_guard,
             confidence=conf,
             kind=kind,
+            checkable=proposed,
             behavioural=True,
             cue=cue,
             recurrence=recurrence,
@@ -303,9 +298,10 @@ def allocate(
         )
     return LaneDecision(
         lane="CONTEXT",
-        reason=reason,
+        reason=reason + no_guard,
         confidence=conf,
         kind=kind,
+        checkable=proposed,
         behavioural=behavioural,
         cue=cue,
         recurrence=recurrence,

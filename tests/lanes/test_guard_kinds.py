@@ -327,3 +327,14 @@ def test_restrictions() -> None:
     assert r.tools_blocked["write"] == ["vendor/**"]
     assert r.path_prefixes_never == ["vendor/"]
     assert r.command_prefixes_never == ["git push"]  # a rewrite is not a restriction
+
+
+def test_no_guard_no_code(embedder) -> None:
+    from continual_lsp.lanes.allocator import allocate
+
+    # A coverage bar is checkable in principle (the cue list says so), but no guard
+    # compiles from the text: not CODE, and the reason says a guard could be attached.
+    d = allocate("Every pull request MUST have 100% coverage.", 1, use_llm=False, embedder=embedder)
+    assert d.lane != "CODE" and d.checkable and "no guard compiled" in d.reason
+    code = allocate("Never force-push.", 1, use_llm=False, embedder=embedder)
+    assert code.lane == "CODE" and "command deny" in code.reason and code.spec["rules"]
