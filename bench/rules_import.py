@@ -5,7 +5,8 @@
 Each file (bench/data/rules-files, copied from repositories of the dev set, see its
 README) is imported into a fresh store through the real path (`import_rules`: split,
 detector, clusters, allocator, guard compiler). Reported per file: rules found, guards
-compiled (CODE with a declarative spec), CODE still waiting for a guard, items in WEIGHTS,
+compiled (CODE: a self-checked declarative spec), rules a function could check but no
+guard compiled from (routed on, their reason says so), items in WEIGHTS,
 bullets (what the context lane may inject), and the tokens the context lane carries per
 call, averaged over a fixed set of coding turns, against the baseline of the same run: the
 whole file pasted into every prompt. Token counts use the whitespace estimate of
@@ -56,7 +57,7 @@ def measure(path: Path) -> dict[str, float]:
         return {
             "rules": len(items),
             "guards": guards,
-            "code_pending": lanes.count("CODE") - guards,
+            "no_guard": sum(1 for it in items if "no guard compiled" in it.reason),
             "weights": lanes.count("WEIGHTS"),
             "bullets": bullets,
             "tokens_per_call": sum(carried) / len(carried),
@@ -72,7 +73,7 @@ def main() -> int:
     cols = [
         "rules",
         "guards",
-        "code_pending",
+        "no_guard",
         "weights",
         "bullets",
         "tokens_per_call",
