@@ -1,33 +1,37 @@
-"""Score the offline detector + allocator on the hand-labelled dev corrections.
+"""Score the offline detector + allocator on the dev set, validated by repository.
 
-    python bench/allocator.py [--data PATH] [--folds 6] [--seed 0] [--export]
+    python bench/allocator.py [--data PATH] [--folds 5] [--seed 0] [--repeats 3] [--export]
 
-k-fold cross-validation: in each fold the learned heads (logistic regression over MiniLM
+Headline: repository-grouped cross-validation. Rows are grouped by their source
+repository and whole repositories are dealt to folds, so no repository is on both sides of
+a fold (rules of one project share words: a random split would let the heads memorise a
+project's vocabulary). In each fold the learned heads (logistic regression over MiniLM
 embeddings + handcrafted features) are trained on the other folds only, then the full
-pipeline (detector -> guard compiler -> heads -> ordered policy) labels the held-out
-rows. The rules-only pipeline (no learned heads) is scored too.
+pipeline (detector -> guard compiler -> heads -> ordered policy) labels the held-out rows.
+The rules-only pipeline (no learned heads) is scored on every row too.
 
-Honesty note, printed with the results: the guard compiler's patterns and the detector's
-cue lists were written by hand by someone who had read this dev file. They are written
-as general shapes (command / flag / path / file-type prohibitions and substitutions, a
-lexicon of CLI programs and file types), not per-row strings, but the file was not held
-out from their author, so the rules-only numbers are optimistic; the learned heads are
-strictly cross-validated. The real check is the held-out set from other repositories.
+Honesty notes, printed with the results: the guard compiler's phrase patterns and the
+detector's cue lists were written by people who had read the 84-row starting set (`origin:
+corrections-dev`). The rule shapes of `lanes/shapes.py` (the guard kinds issue #17 lists)
+were written after reading which of the 390 added rows the compiler missed, so the
+rules-only figures are optimistic on those rows too; the learned heads are strictly
+cross-validated, and the real check is the held-out set from other repositories. The rule
+patterns are reviewed for over-fitting below: every literal word in them is looked up in
+the dev set, and a word that occurs in exactly one repository's rows is listed.
 
 Recurrence: the dev labels mark WEIGHTS for behavioural rules that plausibly recur,
-without counts (see data/README.md), so this bench calls the allocator with
-`recurrence_met=True`: a behavioural rule goes to WEIGHTS as if its cluster had recurred
-`weights_recurrence` times. In use, the same rule goes to CONTEXT until it recurs.
+without counts (see bench/data/README.md), so this bench calls the allocator with
+`recurrence_met=True`. In use, the same rule goes to CONTEXT until its cluster recurs.
 
-`--export` trains the heads on every row and writes continual_lsp/lanes/_router_weights.py
-(numbers only, no text).
+Writes bench/results/allocator.json. `--export` trains the heads on every row and writes
+continual_lsp/data/router_heads.json (numbers only, no text).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
+import re
 import sys
 import time
 from collections import Counter
@@ -38,19 +42,28 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from continual_lsp.lanes import learned  # noqa: E402
+from continual_lsp.lanes import allocator as allocator_module  # noqa: E402
+from continual_lsp.lanes import compile as guard_compile  # noqa: E402
+from continual_lsp.lanes import detector, features, learned, shapes  # noqa: E402
 from continual_lsp.lanes.allocator import allocate  # noqa: E402
 from continual_lsp.lanes.detector import detect_offline  # noqa: E402
-from continual_lsp.lanes.learned import Heads, featurize  # noqa: E402
+from continual_lsp.lanes.learned import HEADS_FILE, Heads, featurize  # noqa: E402
 
 LANES = ["CODE", "WEIGHTS", "CONTEXT", "NONE"]
-DEFAULT_DATA = Path(
-    os.environ.get("CONTINUAL_LSP_DEV_DATA", str(REPO.parent / "shared/data/corrections-dev.jsonl"))
-)
+DEFAULT_DATA = REPO / "bench/data/rules-dev.jsonl"
+RESULTS = REPO / "bench/results/allocator.json"
 
 
 def load(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def repository(source: str) -> str:
+    """`owner/repo:path` or a web address -> the group a row belongs to."""
+    s = source.removeprefix("https://github.com/")
+    if "://" in s:
+        return s.split("://", 1)[1].split("/", 1)[0]  # one group per site
+    return "/".join(s.split(":")[0].split("/")[:2]).lower()
 
 
 def predict_lane(text: str) -> tuple[str, bool]:
@@ -61,25 +74,24 @@ def predict_lane(text: str) -> tuple[str, bool]:
     return decision.lane, True
 
 
-def folds_of(rows: list[dict], k: int, seed: int) -> list[int]:
-    """Stratified by lane: each fold gets its share of every lane."""
+def grouped_folds(groups: list[str], k: int, seed: int) -> list[int]:
+    """Whole groups to folds, largest first onto the smallest fold (shuffled ties)."""
     rng = np.random.default_rng(seed)
-    fold = [0] * len(rows)
-    for lane in LANES:
-        idx = [i for i, r in enumerate(rows) if r["lane"] == lane]
-        rng.shuffle(idx)
-        for j, i in enumerate(idx):
-            fold[i] = j % k
-    return fold
+    sizes = Counter(groups)
+    names = list(sizes)
+    rng.shuffle(names)
+    names.sort(key=lambda g: -sizes[g])
+    load_ = [0] * k
+    where: dict[str, int] = {}
+    for g in names:
+        f = int(np.argmin(load_))
+        where[g] = f
+        load_[f] += sizes[g]
+    return [where[g] for g in groups]
 
 
-def report(name: str, rows: list[dict], pred: list[str], det: list[bool]) -> dict:
-    gold = [r["lane"] for r in rows]
-    n = len(rows)
-    acc = sum(g == p for g, p in zip(gold, pred, strict=True)) / n
-    print(f"\n== {name} ==")
-    print(f"lane accuracy: {acc:.3f} ({sum(g == p for g, p in zip(gold, pred, strict=True))}/{n})")
-    print(f"{'lane':8} {'prec':>6} {'recall':>6} {'f1':>6} {'n':>4}")
+def scores(gold: list[str], pred: list[str], det: list[bool]) -> dict:
+    n = len(gold)
     per = {}
     for lane in LANES:
         tp = sum(g == lane and p == lane for g, p in zip(gold, pred, strict=True))
@@ -87,96 +99,182 @@ def report(name: str, rows: list[dict], pred: list[str], det: list[bool]) -> dic
         fn = sum(g == lane and p != lane for g, p in zip(gold, pred, strict=True))
         prec = tp / (tp + fp) if tp + fp else 0.0
         rec = tp / (tp + fn) if tp + fn else 0.0
-        f1 = 2 * prec * rec / (prec + rec) if prec + rec else 0.0
-        per[lane] = {"precision": prec, "recall": rec, "f1": f1}
-        print(f"{lane:8} {prec:6.3f} {rec:6.3f} {f1:6.3f} {tp + fn:4d}")
-    print("confusion (rows = gold, cols = predicted):")
-    print(" " * 9 + " ".join(f"{lane:>8}" for lane in LANES))
-    for g in LANES:
-        counts = Counter(p for gg, p in zip(gold, pred, strict=True) if gg == g)
-        print(f"{g:8} " + " ".join(f"{counts.get(p, 0):8d}" for p in LANES))
+        per[lane] = {"precision": prec, "recall": rec, "n": tp + fn}
     gold_c = [g != "NONE" for g in gold]
     tp = sum(a and b for a, b in zip(gold_c, det, strict=True))
     fp = sum((not a) and b for a, b in zip(gold_c, det, strict=True))
     fn = sum(a and not b for a, b in zip(gold_c, det, strict=True))
     prec = tp / (tp + fp) if tp + fp else 0.0
     rec = tp / (tp + fn) if tp + fn else 0.0
-    f1 = 2 * prec * rec / (prec + rec) if prec + rec else 0.0
-    print(f"detector (correction vs request): precision {prec:.3f} recall {rec:.3f} F1 {f1:.3f}")
-    return {"accuracy": acc, "per_lane": per, "detector_f1": f1}
+    return {
+        "accuracy": sum(g == p for g, p in zip(gold, pred, strict=True)) / n,
+        "per_lane": per,
+        "detector_precision": prec,
+        "detector_recall": rec,
+        "detector_f1": 2 * prec * rec / (prec + rec) if prec + rec else 0.0,
+    }
+
+
+def report(name: str, gold: list[str], pred: list[str], det: list[bool]) -> dict:
+    s = scores(gold, pred, det)
+    print(f"\n== {name} ==")
+    print(f"lane accuracy: {s['accuracy']:.3f} ({round(s['accuracy'] * len(gold))}/{len(gold)})")
+    print(f"{'lane':8} {'prec':>6} {'recall':>6} {'n':>4}")
+    for lane in LANES:
+        p = s["per_lane"][lane]
+        print(f"{lane:8} {p['precision']:6.3f} {p['recall']:6.3f} {p['n']:4d}")
+    print("confusion (rows = gold, cols = predicted):")
+    print(" " * 9 + " ".join(f"{lane:>8}" for lane in LANES))
+    for g in LANES:
+        counts = Counter(p for gg, p in zip(gold, pred, strict=True) if gg == g)
+        print(f"{g:8} " + " ".join(f"{counts.get(p, 0):8d}" for p in LANES))
+    print(
+        f"detector (correction vs request): precision {s['detector_precision']:.3f} "
+        f"recall {s['detector_recall']:.3f} F1 {s['detector_f1']:.3f}"
+    )
+    return s
+
+
+# -- over-fitting review -----------------------------------------------------------------------
+
+_REVIEWED_MODULES = (features, guard_compile, detector, shapes, allocator_module)
+
+
+def pattern_words() -> set[str]:
+    """Every literal word (3+ letters) the rule patterns and lexicons name."""
+    words: set[str] = set()
+
+    def add(text: str) -> None:
+        # Regex syntax (\b, \s, (?:…)) is not vocabulary: drop escapes, keep letter runs.
+        plain = re.sub(r"\\[a-zA-Z]", " ", text)
+        words.update(w.lower() for w in re.findall(r"[A-Za-z][A-Za-z_-]{2,}", plain))
+
+    def visit(value: object) -> None:
+        if isinstance(value, re.Pattern):
+            add(value.pattern)
+        elif isinstance(value, str):
+            add(value)
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                visit(k)
+                visit(v)
+        elif isinstance(value, (list, tuple, frozenset, set)):
+            for v in value:
+                visit(v)
+
+    for module in _REVIEWED_MODULES:
+        for name, value in vars(module).items():
+            if name.isupper() or (name.startswith("_") and name[1:].isupper()):
+                visit(value)
+    return words
+
+
+def overfit_review(rows: list[dict]) -> list[tuple[str, str]]:
+    """(word, repository) for each pattern word found in exactly one dev repository."""
+    by_word: dict[str, set[str]] = {}
+    texts = [(r["text"].lower(), repository(r["source"])) for r in rows]
+    for w in sorted(pattern_words()):
+        rx = re.compile(r"(?<![a-z])" + re.escape(w) + r"(?![a-z])")
+        by_word[w] = {repo for t, repo in texts if rx.search(t)}
+    return [(w, next(iter(repos))) for w, repos in by_word.items() if len(repos) == 1]
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    ap.add_argument("--folds", type=int, default=6)
+    ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repeats", type=int, default=3, help="grouped-CV repeats (seeds)")
     ap.add_argument("--export", action="store_true")
     ap.add_argument("--errors", action="store_true", help="list misrouted rows (ids only)")
-    ap.add_argument("--repeats", type=int, default=5, help="CV repeats (seeds) for the mean")
     args = ap.parse_args()
     rows = load(args.data)
     texts = [r["text"] for r in rows]
-    labels = [r["lane"] for r in rows]
+    gold = [r["lane"] for r in rows]
+    groups = [repository(r["source"]) for r in rows]
     t0 = time.time()
     x = featurize(texts)
-    print(f"{len(rows)} rows from {args.data}; embeddings in {time.time() - t0:.1f}s")
-    note = __doc__.split("Honesty note, printed with the results: ")[1].split("`--export`")[0]
-    print("NOTE: " + note.strip())
+    print(
+        f"{len(rows)} rows from {len(set(groups))} repositories ({args.data.name}); "
+        f"embeddings in {time.time() - t0:.1f}s"
+    )
+    note = __doc__.split("Honesty notes, printed with the results: ")[1].split("Recurrence:")[0]
+    print("NOTE: " + " ".join(note.split()))
 
-    # Rules only: no learned heads.
     learned.set_heads(None)
-    learned._loaded = True
+    learned._loaded = True  # rules only: no heads at all
     learned._cached = None
     results = [predict_lane(t) for t in texts]
     rules = report(
-        "rules only (no learned heads)", rows, [r[0] for r in results], [r[1] for r in results]
+        "rules only (no learned heads), every row",
+        gold,
+        [lane for lane, _ in results],
+        [det for _, det in results],
     )
 
     def run_cv(seed: int) -> tuple[list[str], list[bool]]:
-        fold = folds_of(rows, args.folds, seed)
+        fold = grouped_folds(groups, args.folds, seed)
         pred = [""] * len(rows)
         det = [False] * len(rows)
         for f in range(args.folds):
             train = [i for i in range(len(rows)) if fold[i] != f]
-            learned.set_heads(Heads.fit(x[train], [labels[i] for i in train]))
+            learned.set_heads(Heads.fit(x[train], [gold[i] for i in train]))
             for i in range(len(rows)):
                 if fold[i] == f:
                     pred[i], det[i] = predict_lane(texts[i])
         return pred, det
 
-    pred, det = run_cv(args.seed)
-    cv = report(f"rules + learned heads, {args.folds}-fold CV (seed {args.seed})", rows, pred, det)
-    if args.errors:
-        for r, p in zip(rows, pred, strict=True):
-            if r["lane"] != p:
-                print(f"  {r['id']}: gold {r['lane']:8} predicted {p}")
-    accs = []
-    for seed in range(args.seed, args.seed + args.repeats):
-        p, _ = run_cv(seed)
-        accs.append(sum(a == r["lane"] for a, r in zip(p, rows, strict=True)) / len(rows))
-    print(
-        f"\nCV lane accuracy over {args.repeats} fold splits (seeds {args.seed}..): "
-        f"mean {np.mean(accs):.3f}, min {min(accs):.3f}, max {max(accs):.3f}"
+    runs = [run_cv(seed) for seed in range(args.seed, args.seed + args.repeats)]
+    report(
+        f"rules + learned heads, {args.folds}-fold CV grouped by repository (seed {args.seed})",
+        gold,
+        *runs[0],
     )
+    if args.errors:
+        for r, p in zip(rows, runs[0][0], strict=True):
+            if r["lane"] != p:
+                print(f"  {r['id']}: gold {r['lane']:8} predicted {p:8} {r['text'][:90]}")
+    all_scores = [scores(gold, p, d) for p, d in runs]
+    mean = {
+        "grouped_cv_accuracy": float(np.mean([s["accuracy"] for s in all_scores])),
+        "code_recall": float(np.mean([s["per_lane"]["CODE"]["recall"] for s in all_scores])),
+        "none_precision": float(np.mean([s["per_lane"]["NONE"]["precision"] for s in all_scores])),
+        "detector_f1": float(np.mean([s["detector_f1"] for s in all_scores])),
+    }
+    print(
+        f"\nmean over {args.repeats} grouped splits: "
+        + ", ".join(f"{k} {v:.3f}" for k, v in mean.items())
+        + f"; rules-only accuracy (baseline, same run) {rules['accuracy']:.3f}, "
+        f"ratio {mean['grouped_cv_accuracy'] / rules['accuracy']:.2f}"
+    )
+
+    flagged = overfit_review(rows)
+    print(
+        f"\nover-fitting review: {len(pattern_words())} literal words in the rule patterns "
+        f"and lexicons; {len(flagged)} occur in exactly one dev repository:"
+    )
+    print(f"  {' '.join(w for w, _ in flagged)}")
+    print(
+        "  Read by hand (2026-12-03): general vocabulary of software work and English that "
+        "is rare in this set; the project names this review found (airflow, breeze, silo, "
+        "scheduler) were removed from the patterns."
+    )
+
     if args.export:
-        heads = Heads.fit(x, labels)
-        out = REPO / "continual_lsp/lanes/_router_weights.py"
-        out.write_text(heads.to_python())
+        heads = Heads.fit(x, gold)
+        out = REPO / "continual_lsp" / HEADS_FILE
+        out.write_text(heads.to_json())
         print(f"\nexported heads trained on all {len(rows)} rows to {out.relative_to(REPO)}")
     learned.set_heads(None)
-    print(
-        "\nsummary: "
-        + json.dumps(
-            {
-                "rules_only_accuracy": round(rules["accuracy"], 3),
-                "cv_accuracy": round(cv["accuracy"], 3),
-                "cv_accuracy_mean": round(float(np.mean(accs)), 3),
-                "cv_detector_f1": round(cv["detector_f1"], 3),
-                "target": 0.85,
-            }
-        )
-    )
+    evidence = {
+        "rows": len(rows),
+        "repositories": len(set(groups)),
+        **{k: round(v, 3) for k, v in mean.items()},
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(evidence, indent=2) + "\n")
+    print(f"\nsummary ({RESULTS.relative_to(REPO)}): {json.dumps(evidence)}")
+    print("targets: grouped_cv_accuracy >= 0.85, code_recall >= 0.85, none_precision >= 0.90")
     return 0
 
 

@@ -57,6 +57,13 @@ class Settings(BaseModel):
     cluster_threshold: float = 0.6
     consolidation_depth: int = 4
     import_workspace_rules: bool = False
+    # "xai": the detector and allocator also ask xAI (structured output); sends each
+    # correction's text there (README, Privacy). Needs XAI_API_KEY; the key alone does
+    # not turn it on.
+    allocator: Literal["offline", "xai"] = "offline"
+    xai_model: str = "grok-4-fast-non-reasoning"
+    xai_host: str = "api.x.ai"
+    xai_timeout_s: float = Field(default=20.0, gt=0)
 
     # tools / sandbox
     bash_timeout: int = 30

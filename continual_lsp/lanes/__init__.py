@@ -6,7 +6,13 @@ at import time so that `import continual_lsp.lanes` stays cheap):
 
 - `allocator.route_correction(store, text, context, settings, *, denial=False, source=None)
   -> LaneItem | None` — detect, cluster, allocate, persist one correction.
-- `guards.check_guards(store, call, preview) -> GuardVerdict` — run every active guard.
+- `guards.check_guards(store, call, preview, history=()) -> GuardVerdict` — run every
+  active guard; `history` (the task's executed calls, oldest first) lets sequence rules
+  ("after changing X run Y") block a `git commit` that skips the step, and
+  `GuardSet.from_store(store).missing_steps(history)` lists steps due before finishing.
+- `GuardSpec.restrictions() -> Restrictions` — a guard's unconditional denials (tools per
+  path glob, path prefixes never touched, command prefixes never run), for narrowing the
+  decoding grammar.
 - `context.bullets_for_turn(store, task_text, recent_calls, recent_paths, *, tokenizer)
   -> list[str]` and `context.render_bullets(bullets) -> str`.
 - `ledger.build_ledger(store) -> LedgerResult`, `ledger.revert(store, item_id) -> str`.

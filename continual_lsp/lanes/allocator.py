@@ -1,18 +1,19 @@
 """The allocator: the ordered policy of DESIGN §5, one decision per correction, with a reason.
 
-1. CODE when a deterministic function can guarantee the rule: the guard compiler
-   (`compile.py`) builds a declarative spec from the text. When it cannot, but the
-   learned `checkable` head is confident that a function could (a commit-message
-   language, a post-edit formatter run, a coverage bar), the decision is still CODE, with
-   no spec yet: the item is carried as a bullet until a guard is attached (by the
-   optional LLM guard writer, or by hand), and the reason says so.
+1. CODE iff a guard exists: the guard compiler (`compile.py`, `shapes.py`) builds a
+   declarative spec from the text and keeps only rules that pass their self-check (fire
+   on a synthesised violation, let a compliant call through). The learned `checkable`
+   head and the cue list only propose: a rule they call checkable but no guard compiles
+   from goes on down the policy, its reason saying that a guard could be attached (the
+   optional xAI guard writer is the last try).
 2. WEIGHTS when it is a behavioural judgement (how to work, communicate, write) AND its
    cluster has recurred at least `Settings.weights_recurrence` times.
 3. CONTEXT otherwise: project facts, architecture, and judgements that have not recurred
    yet (they are promoted to WEIGHTS when their cluster reaches the bar).
 
-Optional: with XAI_API_KEY set, an LLM proposes {checkable, behavioural}; the spec still
-has to compile for a CODE guard to exist, and recurrence is always counted locally.
+Optional: with the setting `allocator = "xai"`, xAI proposes {checkable, behavioural}
+(`llm.py`); the spec still has to compile for a CODE guard to exist, and recurrence is
+always counted locally.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from continual_lsp.lanes.guards import (
     PathRule,
     SizeRule,
     ToolRule,
+    rule_summary,
 )
 from continual_lsp.lanes.learned import shipped_heads
 from continual_lsp.store.db import Store
@@ -108,20 +110,6 @@ class LaneItem(BaseModel):
         )
 
 
-class _LLMAllocation(BaseModel):
-    checkable: bool
-    behavioural: bool
-    confidence: float
-
-
-_SYSTEM = (
-    "A reviewer gave a coding agent this rule or correction. checkable=true when a "
-    "deterministic function over the agent's proposed tool call (tool name, shell command, "
-    "file path, written content, sizes) could guarantee it. behavioural=true when it is a "
-    "judgement about how to work, write or communicate (rather than a fact about the "
-    "project). Give a confidence in [0,1]."
-)
-
 _KIND_RULES: list[tuple[str, re.Pattern[str]]] = [
     ("testing", re.compile(r"\b(tests?|testing|coverage|assert\w*|mocks?|fixtures?)\b", re.I)),
     (
@@ -135,8 +123,8 @@ _KIND_RULES: list[tuple[str, re.Pattern[str]]] = [
     (
         "architecture",
         re.compile(
-            r"\b(api|endpoints?|silos?|layers?|modules?|architecture|shared|breaking|"
-            r"scheduler|services?|dependency|depend)\b",
+            r"\b(api|endpoints?|layers?|modules?|architecture|shared|breaking|"
+            r"services?|dependency|depend)\b",
             re.I,
         ),
     ),
@@ -218,9 +206,10 @@ def allocate(
     behav_p = b_rule if p_behav is None else 0.4 * b_rule + 0.6 * p_behav
     cues = checkable_cues(text)
     llm_answer = None
-    if spec is None and use_llm is not False and llm.available():
+    if spec is None and use_llm is not False:
         # Only when the compiler found no guard: a compiled spec already settles CODE.
-        llm_answer = llm.parse(_SYSTEM, text, _LLMAllocation)
+        answer = llm.ask("allocate", text, settings)
+        llm_answer = answer if isinstance(answer, llm.Allocation) else None
     if llm_answer is not None:
         behav_p = 1.0 if llm_answer.behavioural else 0.0
         p_check = 1.0 if llm_answer.checkable else 0.0
@@ -235,12 +224,11 @@ def allocate(
     }
     cue = make_cue(text, context)
     if spec is not None:
-        kinds = sorted({r.kind for r in spec.rules})
         return LaneDecision(
             lane="CODE",
             reason=(
-                f"A guard can enforce this deterministically ({', '.join(kinds)} rule"
-                f"{'s' if len(spec.rules) > 1 else ''}), so it runs on every proposal."
+                "A guard compiled from this passed its self-check and runs on every proposal: "
+                + "; ".join(rule_summary(r) for r in spec.rules)[:400]
             ),
             confidence=0.9,
             kind=classify_kind(text, spec, behavioural),
@@ -251,10 +239,13 @@ def allocate(
             recurrence=recurrence,
             features=features,
         )
-    if cues or (p_check is not None and p_check >= CHECKABLE_THRESHOLD):
-        what = f" ({', '.join(cues)})" if cues else ""
-        generated = llm_guard_spec(text) if use_llm is not False else None
+    proposed = bool(cues) or (p_check is not None and p_check >= CHECKABLE_THRESHOLD)
+    if proposed:
+        # The classifier proposes, the compiler disposes: CODE only with a guard that
+        # exists. The optional LLM guard writer is the last try.
+        generated = llm_guard_spec(text, settings) if use_llm is not False else None
         if generated is not None:
+            what = f" ({', '.join(cues)})" if cues else ""
             return LaneDecision(
                 lane="CODE",
                 reason=f"A deterministic check can guarantee this{what}; a generated guard "
@@ -268,24 +259,14 @@ def allocate(
                 recurrence=recurrence,
                 features=features,
             )
-        return LaneDecision(
-            lane="CODE",
-            reason=(
-                f"A deterministic check could guarantee this{what}, but no declarative guard "
-                "could be built from the text yet; it is carried as a bullet until a guard "
-                "is attached."
-            ),
-            confidence=0.75 if cues else round(float(p_check or 0.0), 3),
-            kind=classify_kind(text, None, behavioural),
-            checkable=True,
-            behavioural=behavioural,
-            spec={"pending": True},
-            cue=cue,
-            recurrence=recurrence,
-            features=features,
-        )
     kind = classify_kind(text, None, behavioural)
     conf = round(float(abs(behav_p - 0.5) * 2 * 0.5 + 0.5), 3)
+    no_guard = (
+        " A function could check it, but no guard compiled from the text; attach one to "
+        "move it to CODE."
+        if proposed
+        else ""
+    )
     if behavioural and met:
         return LaneDecision(
             lane="WEIGHTS",
@@ -296,9 +277,11 @@ def allocate(
                 if recurrence_met is None
                 else f"A behavioural judgement ({kind.replace('_', ' ')}) that recurs; "
                 "distilled into the adapter."
-            ),
+            )
+            + no_guard,
             confidence=conf,
             kind=kind,
+            checkable=proposed,
             behavioural=True,
             cue=cue,
             recurrence=recurrence,
@@ -315,9 +298,10 @@ def allocate(
         )
     return LaneDecision(
         lane="CONTEXT",
-        reason=reason,
+        reason=reason + no_guard,
         confidence=conf,
         kind=kind,
+        checkable=proposed,
         behavioural=behavioural,
         cue=cue,
         recurrence=recurrence,
@@ -346,7 +330,9 @@ def route_correction(
     text = text.strip()
     if not text:
         return None
-    detection: Detection = detect(text, denial=denial, use_llm=use_llm, embedder=embedder)
+    detection: Detection = detect(
+        text, denial=denial, use_llm=use_llm, embedder=embedder, settings=settings
+    )
     if not detection.is_correction:
         store.append_event("not_a_correction", {"confidence": detection.confidence})
         return None

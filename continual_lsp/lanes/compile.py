@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from continual_lsp.config import Settings
 from continual_lsp.lanes.features import (
     FILE_TYPES,
     HEDGE,
@@ -39,6 +40,7 @@ from continual_lsp.lanes.guards import (
     SizeRule,
     ToolRule,
 )
+from continual_lsp.lanes.shapes import fires, shaped_rules, synthesise
 
 PACKAGE_MANAGERS = frozenset({"npm", "yarn", "pnpm", "bun"})
 
@@ -46,7 +48,7 @@ PACKAGE_MANAGERS = frozenset({"npm", "yarn", "pnpm", "bun"})
 ACTIONS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"\bforce[- ]push\w*", re.I), r"\bgit\s+push\b[^;&|]*\s(--force\S*|-f)\b"),
     (re.compile(r"\bcommit\b(?!\s+messages?)", re.I), r"\bgit\s+commit\b"),
-    (re.compile(r"\bpush\b", re.I), r"\bgit\s+push\b"),
+    (re.compile(r"(?<![\w-])push\b", re.I), r"\bgit\s+push\b"),
     (re.compile(r"\b(open|create)\s+(a\s+)?(pull request|pr)\b", re.I), r"\bgh\s+pr\s+create\b"),
     (re.compile(r"\bswitch(ing)?\s+branch(es)?\b", re.I), r"\bgit\s+(checkout|switch)\b"),
     (re.compile(r"\bgit\s+config\b", re.I), r"\bgit\s+config\b"),
@@ -142,7 +144,8 @@ def _items(clause: str) -> list[Item]:
         prev = clause[: m.start()].rstrip().lower()
         after_use = bool(re.search(r"\b(use|using)$", prev))
         identifier = _codey(word) or (word[0].isupper() and after_use)
-        if word.lower() in KNOWN_CLI or (identifier and not word.isupper()):
+        # "Python loops" names the language; a program is written in lower case or backticks.
+        if word in KNOWN_CLI or (identifier and not word.isupper()):
             found.append((m.start(), word, False))
     found.sort()
     items: list[Item] = []
@@ -238,6 +241,10 @@ def compile_guard(text: str, context: dict[str, Any] | None = None) -> GuardSpec
     for m in re.finditer(r"\b(?:never|don'?t|do not)\s+use\s+the\s+(\w+)\s+tool\b", t, re.I):
         if m.group(1).lower() in {"read", "write", "edit", "edit_lines", "glob", "grep", "bash"}:
             rules.append(ToolRule(deny=[m.group(1).lower()]))
+    # Self-check what the phrase patterns built: a rule whose guard does not fire on the
+    # situation synthesised from its own literal, or fires on a harmless one, is dropped.
+    rules = [r for r in rules if (s := synthesise(r)) is None or fires(s)]
+    rules.extend(shaped_rules(t))
     if not rules and context:
         rules.extend(_from_denied_call(mentioned, context))
     if not rules:
@@ -346,7 +353,17 @@ def _clause_rules(clause: str) -> list[Rule]:
         )[0]
         if "`" in span and any(i.code and i.polarity == "neg" for i in items):
             continue  # the backticked form already produced the rule
+        # "never commit `.env` files" forbids committing those files (a shape), not commits.
+        commits_an_object = re.search(
+            r"\bcommit\s+(`|[\w.*/-]+\s+files?\b|\S+\.\w+\b|"
+            r"(?!(?:or|and|nor|to|unless|without|until|anything|any|files?|changes|it|them|"
+            r"your|the|this|code|work)\b)[a-z]\w+\s+\w)",
+            span,
+            re.I,
+        )
         for pat, regex in ACTIONS:
+            if commits_an_object and "commit" in regex:
+                continue
             if pat.search(span) and not re.search(r"\b(messages?|branch names?)\b", span, re.I):
                 rules.append(CommandRule(pattern=regex))
         # path prohibitions: "never edit files under vendor/", "never edit pubspec.yaml"
@@ -428,38 +445,20 @@ def checkable_cues(text: str) -> list[str]:
     return [name for name, pat in _CHECKABLE if pat.search(t)]
 
 
-_GUARD_SYSTEM = (
-    "Write a Python guard for a coding agent's tool calls. Define exactly one function "
-    "`def check(call, preview):` where call = {'tool': str, 'arguments': dict} (tools: read, "
-    "write, edit, edit_lines, glob, grep, bash; bash has arguments.cmd; file tools have "
-    "arguments.path and content/new) and preview is None or {'path', 'old_content', "
-    "'new_content', 'diff'}. Return None to allow, or {'action': 'block', 'message': str}, "
-    "or {'action': 'rewrite', 'message': str, 'arguments': {...}}. Standard library only "
-    "(re is fine); no I/O, no network, no subprocesses. If the rule cannot be checked on a "
-    "single call, set feasible=false."
-)
+def llm_guard_spec(text: str, settings: Settings | None = None) -> GuardSpec | None:
+    """Optional: ask xAI for guard code, run it once in the sandbox on a harmless call.
 
-
-def llm_guard_spec(text: str) -> GuardSpec | None:
-    """Optional: ask the LLM for guard code, run it once in the sandbox on a harmless call.
-
-    None when the LLM is not configured, declines, or its code does not behave. The code
-    only ever runs through `lanes.sandbox` (a subprocess), never in this process.
+    None when xAI is off (`allocator = "offline"`), declines, or its code does not behave.
+    The code only ever runs through `lanes.sandbox` (a subprocess), never in this process.
     """
-    from pydantic import BaseModel
-
     from continual_lsp.lanes import llm
     from continual_lsp.lanes.guards import PythonRule
     from continual_lsp.lanes.sandbox import run_guard_code
 
-    class _Guard(BaseModel):
-        feasible: bool
-        code: str = ""
-
-    if not llm.available():
+    answer = llm.ask("guard", text, settings)
+    if not isinstance(answer, llm.GeneratedGuard) or not answer.feasible:
         return None
-    answer = llm.parse(_GUARD_SYSTEM, text, _Guard)
-    if answer is None or not answer.feasible or "def check" not in answer.code:
+    if "def check" not in answer.code:
         return None
     probe = {"call": {"tool": "read", "arguments": {"path": "README.md"}}, "preview": None}
     result = run_guard_code(answer.code, probe)

@@ -10,8 +10,8 @@ project ("Kotlin with Jetpack Compose").
 A denial's comment is a correction by construction (`denial=True`): the reviewer just
 rejected a call and said why.
 
-Optional: with XAI_API_KEY set and xai_sdk importable (and `use_llm` not False), an LLM
-answers with structured output; any failure falls back to the offline path.
+Optional: with the setting `allocator = "xai"` (and `use_llm` not False), xAI answers with
+structured output (`llm.py`); any failure falls back to the offline path.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import re
 import numpy as np
 from pydantic import BaseModel, Field
 
+from continual_lsp.config import Settings
 from continual_lsp.lanes import llm
 from continual_lsp.lanes.embed import Embedder, get_embedder
 from continual_lsp.lanes.features import (
@@ -52,19 +53,6 @@ class Detection(BaseModel):
     source: str  # "denial" | "offline" | "llm"
     rule_score: float = 0.5
     head_score: float | None = None
-
-
-class _LLMDetection(BaseModel):
-    is_correction: bool
-    confidence: float
-
-
-_SYSTEM = (
-    "You classify one message sent to a coding agent. is_correction=true when it is a "
-    "standing rule, preference, correction of the agent's behaviour, or a fact about the "
-    "project the agent should remember; false when it is an ordinary one-off request or "
-    "question about a specific task. Answer with confidence in [0,1]."
-)
 
 
 def rule_score(text: str) -> float:
@@ -104,12 +92,13 @@ def detect(
     denial: bool = False,
     use_llm: bool | None = None,
     embedder: Embedder | None = None,
+    settings: Settings | None = None,
 ) -> Detection:
     if denial:
         return Detection(is_correction=True, confidence=1.0, source="denial", rule_score=1.0)
-    if use_llm is not False and llm.available():
-        answer = llm.parse(_SYSTEM, text, _LLMDetection)
-        if answer is not None:
+    if use_llm is not False:
+        answer = llm.ask("detect", text, settings)
+        if isinstance(answer, llm.Detection):
             conf = float(min(max(answer.confidence, 0.0), 1.0))
             return Detection(is_correction=answer.is_correction, confidence=conf, source="llm")
     return detect_offline(text, embedder=embedder)

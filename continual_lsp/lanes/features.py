@@ -65,8 +65,6 @@ KNOWN_CLI = frozenset(
         "rails",
         "bundle",
         "rake",
-        "airflow",
-        "breeze",
         "jest",
         "vitest",
         "eslint",
@@ -167,7 +165,7 @@ ALWAYS = re.compile(r"\b(always|only|must|should|shall|required?|ensure|make sur
 HEDGE = re.compile(
     r"\b(when in doubt|ideally|consider|try to|if you can|if possible|where appropriate|"
     r"use (?:your )?judge?ment|generally|usually|tend to|as much as possible|when it makes sense|"
-    r"unless (?:it|there) (?:is|makes)|preferably)\b",
+    r"unless (?:it|there) (?:is|makes)|unless (?:absolutely )?necessary|preferably)\b",
     re.I,
 )
 MODAL = re.compile(
@@ -198,7 +196,7 @@ BEHAVIOUR_WORDS = re.compile(
 )
 FACT_WORDS = re.compile(
     r"\b(is|are|lives?|contains?|located|defaults?|uses|built with|written in|"
-    r"implementation|directory|folder|server|port|localhost|silo|endpoint|naming convention)\b"
+    r"implementation|directory|folder|server|port|localhost|endpoint|naming convention)\b"
     r"|这是|是一个|基于|项目",
     re.I,
 )

@@ -16,13 +16,15 @@ from __future__ import annotations
 import json
 import logging
 import re
-from functools import lru_cache
+import shlex
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from continual_lsp.store.db import Store
 from continual_lsp.tools.base import FILE_CHANGING_TOOLS, Preview, ToolCall
+from continual_lsp.tools.search import glob_regex
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,44 @@ class ContentRule(_Rule):
     pattern: str  # regex searched in the lines a call adds
     path_globs: list[str] = Field(default_factory=list)  # empty: every file
     ignore_case: bool = False
+    exclude_globs: list[str] = Field(default_factory=list)  # files the rule does not cover
+    # True: the file's new content must contain `pattern` (a required header); False:
+    # the added lines must not.
+    required: bool = False
+
+
+class CommitMessageRule(_Rule):
+    """A check on the message of `git commit -m …` (every -m, in every command segment)."""
+
+    kind: Literal["commit_message"] = "commit_message"
+    pattern: str
+    must_match: bool = False  # True: a convention every message follows; False: forbidden
+    ignore_case: bool = False
+
+
+class NamingRule(_Rule):
+    """File or directory names of new files (write) in a case style, optionally prefixed."""
+
+    kind: Literal["naming"] = "naming"
+    style: Literal["kebab", "snake", "camel", "pascal"]
+    target: Literal["file", "directory"] = "file"
+    path_globs: list[str] = Field(default_factory=list)
+    prefix: str = ""
+
+
+class SequenceRule(_Rule):
+    """A step that must follow a change before the agent commits or finishes.
+
+    Checked on the task's history (the calls executed so far): when the proposal is
+    `git commit` (or the task's finish) and a file matching `after_globs` changed since
+    the last command matching `command`, the guard blocks and names `step`.
+    """
+
+    kind: Literal["sequence"] = "sequence"
+    command: str  # regex: a bash command that counts as the step
+    step: str  # the command to propose when the step is missing
+    before: Literal["commit", "finish"] = "commit"
+    after_globs: list[str] = Field(default_factory=list)  # empty: any file change
 
 
 class SizeRule(_Rule):
@@ -80,9 +120,29 @@ class PythonRule(_Rule):
 
 
 Rule = Annotated[
-    ToolRule | PathRule | CommandRule | ContentRule | SizeRule | PythonRule,
+    ToolRule
+    | PathRule
+    | CommandRule
+    | ContentRule
+    | SizeRule
+    | CommitMessageRule
+    | NamingRule
+    | SequenceRule
+    | PythonRule,
     Field(discriminator="kind"),
 ]
+
+
+class Restrictions(BaseModel):
+    """What a guard forbids outright, in the terms a decoding grammar can narrow by.
+
+    Only unconditional denials: a rewrite, a content check or a sequence is not a
+    restriction on which call may be proposed.
+    """
+
+    tools_blocked: dict[str, list[str]] = Field(default_factory=dict)  # tool -> globs ("**": all)
+    path_prefixes_never: list[str] = Field(default_factory=list)  # never touched by file tools
+    command_prefixes_never: list[str] = Field(default_factory=list)  # bash never starts with
 
 
 class GuardSpec(BaseModel):
@@ -90,6 +150,48 @@ class GuardSpec(BaseModel):
 
     message: str  # shown to the agent as the correction when the guard blocks
     rules: list[Rule]
+
+    def restrictions(self) -> Restrictions:
+        """The unconditional denials of this spec (see `Restrictions`)."""
+        out = Restrictions()
+        for rule in self.rules:
+            if isinstance(rule, ToolRule) and not rule.existing_files_only:
+                for tool in rule.deny:
+                    out.tools_blocked[tool] = ["**"]
+            elif isinstance(rule, PathRule) and rule.mode == "deny":
+                prefixes = [p for p in map(_glob_prefix, rule.globs) if p]
+                if set(rule.tools) >= FILE_CHANGING_TOOLS:
+                    out.path_prefixes_never.extend(prefixes)
+                for tool in rule.tools:
+                    out.tools_blocked.setdefault(tool, []).extend(rule.globs)
+            elif isinstance(rule, CommandRule) and rule.replace is None:
+                prefix = _literal_command(rule.pattern)
+                if prefix:
+                    out.command_prefixes_never.append(prefix)
+        return out
+
+
+def _glob_prefix(glob: str) -> str | None:
+    """`vendor/**` -> `vendor/`; None when the glob has no literal directory prefix."""
+    head = re.split(r"[*?\[{]", glob, maxsplit=1)[0]
+    return head if head.endswith("/") and head != "/" else None
+
+
+def _literal_command(pattern: str) -> str | None:
+    """The literal command a compiled deny pattern stands for (`git push`), else None."""
+    body = pattern
+    for prefix in (_SEGMENT_START, r"\b"):
+        body = body.removeprefix(prefix)
+    for suffix in (r"(?![\w-])", r"(?=\s|$)", r"\b"):
+        body = body.removesuffix(suffix)
+    words = [re.sub(r"\\(.)", r"\1", w) for w in body.split(r"\s+")]
+    if words and all(re.fullmatch(r"[\w.+@:/=-]+", w) for w in words):
+        return " ".join(words)
+    return None
+
+
+# How the compiler anchors a program at the start of a command segment.
+_SEGMENT_START = r"(^|[;&|(]\s*|\bsudo\s+)"
 
 
 class GuardVerdict(BaseModel):
@@ -105,36 +207,21 @@ ALLOW = GuardVerdict(action="allow")
 # -- helpers ---------------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=512)
-def glob_regex(glob: str) -> re.Pattern[str]:
-    """gitignore-like: a glob without '/' matches a basename anywhere; `**` spans dirs;
-    a trailing '/' means "everything under"."""
-    g = glob.strip()
-    if g.endswith("/"):
-        g += "**"
-    anchored = "/" in g.rstrip("/")
-    out = []
-    i = 0
-    while i < len(g):
-        c = g[i]
-        if g.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-            continue
-        if g.startswith("**", i):
-            out.append(".*")
-            i += 2
-            continue
-        out.append({"*": "[^/]*", "?": "[^/]"}.get(c, re.escape(c)))
-        i += 1
-    body = "".join(out)
-    return re.compile(("^" if anchored else r"(?:^|.*/)") + body.lstrip("/") + "$")
-
-
 def path_matches(path: str, globs: list[str]) -> bool:
+    """gitignore-like over the glob tool's glob syntax: a glob without '/' matches a
+    basename anywhere; a trailing '/' means everything under it."""
     p = path.replace("\\", "/")
     p = p[2:] if p.startswith("./") else p
-    return any(glob_regex(g).match(p) for g in globs)
+    for g in globs:
+        g = g.strip()
+        if g.endswith("/"):
+            g += "**"
+        g = g.lstrip("/")
+        if "/" not in g:
+            g = "**/" + g
+        if glob_regex(g).match(p):
+            return True
+    return False
 
 
 def added_text(call: ToolCall, preview: Preview | None) -> str:
@@ -156,6 +243,89 @@ def call_path(call: ToolCall, preview: Preview | None) -> str | None:
         return preview.path
     path = call.arguments.get("path")
     return str(path) if isinstance(path, str) else None
+
+
+# Words that run the rest of the segment as a command of its own.
+_WRAPPERS = frozenset({"sudo", "env", "command", "exec", "nohup", "time", "nice", "xargs"})
+# Package runners: `npx tsc` and `pnpm dlx tsc` also run `tsc`.
+_RUNNERS = {"npx": 1, "bunx": 1, "pnpx": 1, "uvx": 1, "pnpm": 2, "yarn": 2, "bun": 2}
+_OPERATORS = frozenset({"&&", "||", ";", "|", "&", "|&", ";;", "(", ")", "((", "))", "$("})
+
+
+def command_segments(cmd: str) -> list[str]:
+    """Every simple command of a compound one, normalised, for judging one at a time.
+
+    Split with `shlex` (quotes respected, control operators `&&`, `||`, `;`, `|`, `&`
+    and subshell parentheses as tokens); each segment loses its `VAR=value` prefixes and
+    wrappers (`sudo`, `env`, …); `npx X` / `pnpm dlx X` also yield `X …`. A command
+    shlex cannot parse (an unclosed quote) is split on the operators by a regex.
+    """
+    try:
+        lexer = shlex.shlex(cmd, posix=True, punctuation_chars=";&|()")
+        lexer.whitespace_split = True
+        tokens = list(lexer)
+    except ValueError:
+        tokens = [t for t in re.split(r"(&&|\|\||[;&|()])|\s+", cmd) if t]
+    segments: list[list[str]] = [[]]
+    for tok in tokens:
+        if tok in _OPERATORS or set(tok) <= set(";&|()"):
+            segments.append([])
+        else:
+            segments[-1].append(tok)
+    out: list[str] = []
+    for words in segments:
+        while words and (re.fullmatch(r"[A-Za-z_]\w*=.*", words[0]) or words[0] in _WRAPPERS):
+            words = words[1:]
+            while words and words[0].startswith("-"):
+                words = words[1:]  # a wrapper's own flags (`sudo -E`, `nice -n`)
+                if words and words[0].isdigit():
+                    words = words[1:]
+        if not words:
+            continue
+        out.append(shlex.join(words))
+        skip = _RUNNERS.get(words[0])
+        if skip == 1 and len(words) > 1:
+            out.append(shlex.join(words[1:]))
+        elif skip == 2 and len(words) > 2 and words[1] in ("dlx", "exec", "x"):
+            out.append(shlex.join(words[2:]))
+    return out
+
+
+def commit_messages(cmd: str) -> list[str]:
+    """The messages of every `git commit -m …` in a command (empty: none given)."""
+    messages: list[str] = []
+    for seg in command_segments(cmd):
+        try:
+            words = shlex.split(seg)
+        except ValueError:
+            words = seg.split()
+        if words[:2] != ["git", "commit"]:
+            continue
+        for i, w in enumerate(words[2:], start=2):
+            if w in ("-m", "--message") or re.fullmatch(r"-[a-z]*m", w):
+                if i + 1 < len(words):
+                    messages.append(words[i + 1])
+            elif w.startswith("--message="):
+                messages.append(w.split("=", 1)[1])
+    return messages
+
+
+def is_commit(call: ToolCall) -> bool:
+    if call.tool != "bash":
+        return False
+    return any(seg.startswith("git commit") for seg in command_segments(_cmd(call)))
+
+
+def _cmd(call: ToolCall) -> str:
+    return str(call.arguments.get("cmd", ""))
+
+
+_CASE_STYLES = {
+    "kebab": r"[a-z0-9]+(-[a-z0-9]+)*",
+    "snake": r"[a-z0-9]+(_[a-z0-9]+)*",
+    "camel": r"[a-z][a-zA-Z0-9]*",
+    "pascal": r"[A-Z][a-zA-Z0-9]*",
+}
 
 
 _BASH_WRITES = re.compile(r"(>|\bsed\s+-i|\brm\b|\bmv\b|\bcp\b|\btee\b|\btouch\b|\btruncate\b)")
@@ -196,26 +366,60 @@ def _eval_rule(rule: Rule, call: ToolCall, preview: Preview | None) -> tuple[str
         if call.tool != "bash":
             return "allow", None
         cmd = str(call.arguments.get("cmd", ""))
-        if not re.search(rule.pattern, cmd):
+        hit = re.search(rule.pattern, cmd) or any(
+            re.search(rule.pattern, seg) for seg in command_segments(cmd)
+        )
+        if not hit:
             return "allow", None
         if rule.replace is None:
             return "block", None
         new_cmd = re.sub(rule.pattern, rule.replace, cmd)
-        return (
-            ("rewrite", {**call.arguments, "cmd": new_cmd}) if new_cmd != cmd else ("allow", None)
-        )
+        if new_cmd == cmd:
+            # Only a normalised segment matched (`npx tsc`, `FOO=1 npm test`): the raw
+            # command cannot be rewritten in place, so the substitution's "never" holds.
+            return "block", None
+        return "rewrite", {**call.arguments, "cmd": new_cmd}
     if isinstance(rule, ContentRule):
         if call.tool not in FILE_CHANGING_TOOLS:
             return "allow", None
         path = call_path(call, preview)
         if rule.path_globs and (path is None or not path_matches(path, rule.path_globs)):
             return "allow", None
+        if rule.exclude_globs and path is not None and path_matches(path, rule.exclude_globs):
+            return "allow", None
         flags = re.M | (re.I if rule.ignore_case else 0)
+        if rule.required:
+            whole = preview.new_content if preview is not None else None
+            if whole is None and call.tool == "write":
+                whole = str(call.arguments.get("content", ""))
+            if whole is None:
+                return "allow", None  # an edit without its preview: the file is not known
+            return ("allow", None) if re.search(rule.pattern, whole, flags) else ("block", None)
         return (
             ("block", None)
             if re.search(rule.pattern, added_text(call, preview), flags)
             else ("allow", None)
         )
+    if isinstance(rule, CommitMessageRule):
+        flags = re.I if rule.ignore_case else 0
+        for msg in commit_messages(_cmd(call)) if call.tool == "bash" else []:
+            if bool(re.search(rule.pattern, msg, flags)) != rule.must_match:
+                return "block", None
+        return "allow", None
+    if isinstance(rule, NamingRule):
+        path = call_path(call, preview)
+        new_file = call.tool == "write" and (preview is None or preview.old_content is None)
+        if not new_file or path is None:
+            return "allow", None
+        if rule.path_globs and not path_matches(path, rule.path_globs):
+            return "allow", None
+        parts = path.replace("\\", "/").strip("/").split("/")
+        names = [parts[-1].split(".")[0]] if rule.target == "file" else parts[:-1]
+        style = re.compile(re.escape(rule.prefix) + _CASE_STYLES[rule.style])
+        ok = all(style.fullmatch(n) for n in names if n and not n.startswith("."))
+        return ("allow", None) if ok else ("block", None)
+    if isinstance(rule, SequenceRule):
+        return "allow", None  # judged on the task's history (`Guard.check(history=…)`)
     if isinstance(rule, SizeRule):
         if call.tool not in FILE_CHANGING_TOOLS:
             return "allow", None
@@ -240,10 +444,20 @@ class Guard:
         self.id = guard_id
         self.spec = spec
 
-    def check(self, call: ToolCall, preview: Preview | None) -> GuardVerdict:
+    def check(
+        self, call: ToolCall, preview: Preview | None, history: Sequence[ToolCall] = ()
+    ) -> GuardVerdict:
         current = call
         rewritten = False
         for rule in self.spec.rules:
+            if isinstance(rule, SequenceRule):
+                if rule.before == "commit" and is_commit(current) and step_missing(rule, history):
+                    return GuardVerdict(
+                        action="block",
+                        message=f"{self.spec.message} Run `{rule.step}` first.",
+                        guard_id=self.id,
+                    )
+                continue
             if isinstance(rule, PythonRule):
                 verdict = _run_python_rule(rule, current, preview)
                 if verdict is None:
@@ -264,6 +478,21 @@ class Guard:
                 guard_id=self.id,
             )
         return ALLOW
+
+
+def step_missing(rule: SequenceRule, history: Sequence[ToolCall]) -> bool:
+    """A matching file changed after the last run of the rule's step."""
+    last_change = last_step = -1
+    for i, call in enumerate(history):
+        if call.tool in FILE_CHANGING_TOOLS:
+            path = call_path(call, None)
+            if path is not None and (not rule.after_globs or path_matches(path, rule.after_globs)):
+                last_change = i
+        elif call.tool == "bash" and any(
+            re.search(rule.command, seg) for seg in command_segments(_cmd(call))
+        ):
+            last_step = i
+    return last_change > last_step
 
 
 class GuardFailure(Exception):
@@ -319,13 +548,15 @@ class GuardSet:
                 log.warning("guard %s has an invalid spec, skipped: %s", item["id"], exc)
         return cls(guards, store)
 
-    def check(self, call: ToolCall, preview: Preview | None = None) -> GuardVerdict:
+    def check(
+        self, call: ToolCall, preview: Preview | None = None, history: Sequence[ToolCall] = ()
+    ) -> GuardVerdict:
         current = call
         notes: list[str] = []
         last_id: str | None = None
         for guard in self.guards:
             try:
-                verdict = guard.check(current, preview)
+                verdict = guard.check(current, preview, history)
             except GuardFailure as exc:
                 self._failed(guard, str(exc))
                 continue
@@ -344,6 +575,22 @@ class GuardSet:
             )
         return ALLOW
 
+    def missing_steps(
+        self, history: Sequence[ToolCall], before: str = "finish"
+    ) -> list[tuple[str, str]]:
+        """(guard id, step) for each sequence step due before the task commits or finishes:
+        the agent proposes these instead of finishing."""
+        due = []
+        for guard in self.guards:
+            for rule in guard.spec.rules:
+                if (
+                    isinstance(rule, SequenceRule)
+                    and (before == "finish" or rule.before == before)
+                    and step_missing(rule, history)
+                ):
+                    due.append((guard.id, rule.step))
+        return due
+
     def _failed(self, guard: Guard, error: str) -> None:
         log.warning("guard %s failed open: %s", guard.id, error)
         if self.store is None:
@@ -357,9 +604,39 @@ class GuardSet:
             self.guards = [g for g in self.guards if g.id != guard.id]
 
 
-def check_guards(store: Store, call: ToolCall, preview: Preview | None = None) -> GuardVerdict:
-    """The agent's entry point: run every active guard of `store` on one proposal."""
-    return GuardSet.from_store(store).check(call, preview)
+def check_guards(
+    store: Store,
+    call: ToolCall,
+    preview: Preview | None = None,
+    history: Sequence[ToolCall] = (),
+) -> GuardVerdict:
+    """The agent's entry point: run every active guard of `store` on one proposal.
+
+    `history`: the task's executed calls, oldest first (sequence rules need them)."""
+    return GuardSet.from_store(store).check(call, preview, history)
+
+
+def rule_summary(rule: Rule) -> str:
+    """One line of a rule's declarative form, for the ledger's reason."""
+    if isinstance(rule, CommandRule):
+        what = _literal_command(rule.pattern) or rule.pattern
+        return f"command {'rewrite' if rule.replace else 'deny'} `{what}`"
+    if isinstance(rule, PathRule):
+        return f"path {rule.mode} {', '.join(rule.globs)}"
+    if isinstance(rule, ContentRule):
+        where = f" in {', '.join(rule.path_globs)}" if rule.path_globs else ""
+        return (
+            f"content {'required' if rule.required else 'must not match'} /{rule.pattern}/{where}"
+        )
+    if isinstance(rule, CommitMessageRule):
+        return f"commit message {'must match' if rule.must_match else 'must not match'} /{rule.pattern}/"
+    if isinstance(rule, NamingRule):
+        return f"{rule.target} names {rule.style} case"
+    if isinstance(rule, SequenceRule):
+        return f"sequence: `{rule.step}` after changes, before {rule.before}"
+    if isinstance(rule, ToolRule):
+        return f"tool deny {', '.join(rule.deny)}" if rule.deny else "tool allow-list"
+    return rule.kind
 
 
 def spec_summary(spec: dict[str, Any]) -> str:

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from continual_lsp.config import Settings
-from continual_lsp.lanes import llm
 from continual_lsp.lanes.allocator import allocate, route_correction
 from continual_lsp.lanes.clusters import assign_cluster
-from continual_lsp.lanes.compile import llm_guard_spec
 from continual_lsp.lanes.detector import detect
 
 
@@ -118,28 +114,3 @@ def test_one_guard_for_the_same_rule_in_other_words(store, embedder) -> None:
     items = [route_correction(store, t, None, s, denial=True, embedder=embedder) for t in texts]
     assert items[0].lane == "CODE" and items[0].id == items[1].id
     assert len(store.lane_items(active_only=True)) == 1
-
-
-def test_llm_fallback_when_key_unset(monkeypatch, embedder) -> None:
-    monkeypatch.delenv("XAI_API_KEY", raising=False)
-    monkeypatch.delenv("CONTINUAL_LSP_XAI_DISABLE", raising=False)
-    assert not llm.available()
-    assert detect("Never modify git config.", embedder=embedder).source == "offline"
-
-
-def test_llm_fallback_when_the_service_is_unreachable(monkeypatch, embedder) -> None:
-    pytest.importorskip("xai_sdk")
-    monkeypatch.setenv("XAI_API_KEY", "xai-test-not-a-key")
-    monkeypatch.delenv("CONTINUAL_LSP_XAI_DISABLE", raising=False)
-    monkeypatch.setenv("CONTINUAL_LSP_XAI_HOST", "127.0.0.1:9")  # nothing listens there
-    monkeypatch.setenv("CONTINUAL_LSP_XAI_TIMEOUT", "2")
-    assert llm.available()
-    det = detect("Never modify git config.", embedder=embedder)
-    assert det.source == "offline" and det.is_correction
-    d = allocate("Never modify git config.", 1, Settings(), embedder=embedder)
-    assert d.lane == "CODE"
-    assert os.environ["CONTINUAL_LSP_XAI_HOST"] == "127.0.0.1:9"
-    # The optional guard writer falls back too: a checkable rule stays CODE, guard pending.
-    assert llm_guard_spec("Every pull request MUST have 100% coverage.") is None
-    d = allocate("Every pull request MUST have 100% coverage.", 1, Settings(), embedder=embedder)
-    assert d.lane == "CODE" and d.spec == {"pending": True}

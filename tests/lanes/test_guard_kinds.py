@@ -1,0 +1,340 @@
+"""Every guard kind fires on a violating call and lets a compliant one through.
+
+The guards are compiled from rule text where a rule's shape is what is under test, and
+built from specs where the evaluation is.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from continual_lsp.lanes.compile import compile_guard
+from continual_lsp.lanes.guards import (
+    CommandRule,
+    Guard,
+    GuardSet,
+    GuardSpec,
+    PathRule,
+    SequenceRule,
+    ToolRule,
+    command_segments,
+    commit_messages,
+)
+from continual_lsp.lanes.shapes import Shaped, Situation, fires, synthesise
+from continual_lsp.tools.base import ToolCall
+
+
+def bash(cmd: str) -> ToolCall:
+    return ToolCall(tool="bash", arguments={"cmd": cmd})
+
+
+def write(path: str, content: str = "x\n") -> ToolCall:
+    return ToolCall(tool="write", arguments={"path": path, "content": content})
+
+
+def guard_from(text: str) -> Guard:
+    spec = compile_guard(text)
+    assert spec is not None, text
+    return Guard("g", spec)
+
+
+# -- command policy: compound commands ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cmd", "segments"),
+    [
+        ("cd x && npm i", ["cd x", "npm i"]),
+        ("FOO=1 npm test", ["npm test"]),
+        ("pnpm test | tee log", ["pnpm test", "tee log"]),
+        ("npm test; git push -f", ["npm test", "git push -f"]),
+        ("sudo -E npm i", ["npm i"]),
+        ("(cd a && make) || echo 'a && b'", ["cd a", "make", "echo 'a && b'"]),
+        ("npx tsc --noEmit", ["npx tsc --noEmit", "tsc --noEmit"]),
+        ("pnpm dlx tsc", ["pnpm dlx tsc", "tsc"]),
+    ],
+)
+def test_command_segments(cmd: str, segments: list[str]) -> None:
+    assert command_segments(cmd) == segments
+
+
+def test_unparseable_command_is_still_split() -> None:
+    assert command_segments('echo "open && npm i')[-1] == "npm i"
+
+
+def test_deny_judges_every_segment() -> None:
+    guard = Guard("g", GuardSpec(message="no npm", rules=[CommandRule(pattern=r"^npm\b")]))
+    for cmd in ("cd x && npm i", "FOO=1 npm test", "sudo npm i", "(npm ci)"):
+        assert guard.check(bash(cmd), None).action == "block", cmd
+    assert guard.check(bash("pnpm i && echo npm"), None).action == "allow"
+
+
+def test_force_push_in_any_segment_from_text() -> None:
+    guard = guard_from("Never force-push.")
+    assert guard.check(bash("npm test; git push -f"), None).action == "block"
+    assert guard.check(bash("npm test; git push"), None).action == "allow"
+
+
+def test_piped_command_is_judged() -> None:
+    guard = guard_from("Never run `pnpm test` here; use `pnpm test:ci`.")
+    assert guard.check(bash("pnpm test | tee log"), None).action in ("block", "rewrite")
+    assert guard.check(bash("pnpm lint | tee log"), None).action == "allow"
+
+
+def test_package_runners_are_seen_through() -> None:
+    guard = guard_from("NEVER run bare `tsc` - always use `yarn typecheck`.")
+    assert guard.check(bash("npx tsc --noEmit"), None).action in ("block", "rewrite")
+    assert guard.check(bash("pnpm dlx tsc"), None).action in ("block", "rewrite")
+    assert guard.check(bash("yarn typecheck"), None).action == "allow"
+
+
+def test_deny_wins_over_a_rewrite() -> None:
+    rewrite = Guard(
+        "r",
+        GuardSpec(
+            message="pnpm", rules=[CommandRule(pattern=r"(^|&&\s*)npm\b", replace=r"\1pnpm")]
+        ),
+    )
+    deny = Guard("d", GuardSpec(message="no push", rules=[CommandRule(pattern=r"\bgit\s+push\b")]))
+    verdict = GuardSet([rewrite, deny]).check(bash("npm test && git push"))
+    assert verdict.action == "block" and verdict.guard_id == "d"
+
+
+# -- path scope ---------------------------------------------------------------------------------
+
+
+def test_path_scope_from_text() -> None:
+    guard = guard_from(
+        "`src/components/ui/` holds generated shadcn components — do not hand-edit these."
+    )
+    assert guard.check(write("src/components/ui/button.tsx"), None).action == "block"
+    assert guard.check(write("src/components/nav.tsx"), None).action == "allow"
+
+
+def test_path_allow_mode_and_bash_writes() -> None:
+    only = Guard(
+        "g", GuardSpec(message="only docs", rules=[PathRule(globs=["docs/**"], mode="allow")])
+    )
+    assert only.check(write("src/a.py"), None).action == "block"
+    assert only.check(write("docs/a.md"), None).action == "allow"
+    never = Guard("g", GuardSpec(message="not vendor", rules=[PathRule(globs=["vendor/**"])]))
+    assert never.check(bash("rm -rf vendor/lib"), None).action == "block"
+    assert never.check(bash("ls vendor/lib"), None).action == "allow"
+
+
+# -- content on added lines ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "bad", "good"),
+    [
+        (
+            "Use named exports only — no default exports",
+            ("src/a.ts", "export default 1\n"),
+            ("src/a.ts", "export const a = 1\n"),
+        ),
+        (
+            "No emojis in code or commits.",
+            ("src/a.py", "ok = '\u2705'\n"),
+            ("src/a.py", "ok = 'yes'\n"),
+        ),
+        (
+            "Never leave console.log in committed code.",
+            ("src/a.js", "console.log(x)\n"),
+            ("src/a.js", "log.debug(x)\n"),
+        ),
+        (
+            "Do not use print() for diagnostics; use the logger.",
+            ("a.py", "print('x')\n"),
+            ("a.py", "log.info('x')\n"),
+        ),
+        (
+            "Remove debugger statements; never commit `debugger`.",
+            ("a.js", "debugger;\n"),
+            ("a.js", "x();\n"),
+        ),
+        ("4-space indentation, no tabs", ("a.py", "if x:\n\ty()\n"), ("a.py", "if x:\n    y()\n")),
+        (
+            "`client/` never imports `server/`",
+            ("client/a.ts", "import { db } from '../server/db';\n"),
+            ("client/a.ts", "import { x } from './x';\n"),
+        ),
+        (
+            "Never import `openai` directly; all LLM calls go through `core/llm_client.py`.",
+            ("agents/a.py", "import openai\n"),
+            ("agents/a.py", "from core import llm_client\n"),
+        ),
+        (
+            'Every new file must start with "SPDX-License-Identifier: MIT".',
+            ("src/a.py", "x = 1\n"),
+            ("src/a.py", "# SPDX-License-Identifier: MIT\nx = 1\n"),
+        ),
+    ],
+)
+def test_content_shapes(text: str, bad: tuple[str, str], good: tuple[str, str]) -> None:
+    guard = guard_from(text)
+    assert guard.check(write(*bad), None).action == "block", text
+    assert guard.check(write(*good), None).action == "allow", text
+
+
+def test_named_markup_tags() -> None:
+    guard = guard_from("Use the `picture.twig` include for all images — don't use raw `<img>` tags")
+    assert guard.check(write("templates/a.twig", '<img src="a.png">\n'), None).action == "block"
+    assert (
+        guard.check(write("templates/a.twig", "{% include 'picture.twig' %}\n"), None).action
+        == "allow"
+    )
+    inline = guard_from("Do not add inline `<script>` tags in `index.html`.")
+    assert inline.check(write("index.html", "<script>go()</script>\n"), None).action == "block"
+    assert (
+        inline.check(write("index.html", '<script src="app.js"></script>\n'), None).action
+        == "allow"
+    )
+
+
+def test_the_named_path_of_several_is_guarded() -> None:
+    guard = guard_from(
+        "**Components**: `src/components/` (app), `src/components/ui/` (shadcn/ui — do not hand-edit these)"
+    )
+    assert guard.check(write("src/components/ui/button.tsx"), None).action == "block"
+    assert guard.check(write("src/components/nav.tsx"), None).action == "allow"
+
+
+def test_naming_convention_of_new_files() -> None:
+    guard = guard_from(
+        "Use lowercase with dashes for directory names (e.g., `components/auth-wizard`)."
+    )
+    assert guard.check(write("src/AuthWizard/index.ts"), None).action == "block"
+    assert guard.check(write("src/auth-wizard/index.ts"), None).action == "allow"
+    snake = guard_from("Python file names use snake_case.")
+    assert snake.check(write("pkg/makeDataset.py"), None).action == "block"
+    assert snake.check(write("pkg/make_dataset.py"), None).action == "allow"
+
+
+# -- git policy -----------------------------------------------------------------------------------
+
+
+def test_commit_messages_are_read_from_every_m() -> None:
+    assert commit_messages("git add . && git commit -am 'feat: x' -m body") == ["feat: x", "body"]
+    assert commit_messages("git status") == []
+
+
+def test_conventional_commits() -> None:
+    guard = guard_from("Commit messages follow Conventional Commits.")
+    assert guard.check(bash("git add -A && git commit -m 'updated things'"), None).action == "block"
+    assert guard.check(bash("git commit -m 'fix(api): handle empty body'"), None).action == "allow"
+    assert guard.check(bash("git status"), None).action == "allow"
+
+
+def test_no_commit_and_never_commit_files() -> None:
+    guard = guard_from(
+        "Never commit, push, or open a pull request unless the user explicitly asks."
+    )
+    assert guard.check(bash("npm test && git commit -m 'fix: x'"), None).action == "block"
+    assert guard.check(bash("git diff"), None).action == "allow"
+    files = guard_from("Do not commit `.env` files.")
+    assert files.check(bash("git add .env"), None).action == "block"
+    assert files.check(bash("git add src/app.py"), None).action == "allow"
+
+
+def test_no_agent_attribution_in_commit_message() -> None:
+    guard = guard_from("**Never** add `Co-Authored-By:` or any agent attribution to commits.")
+    assert (
+        guard.check(bash("git commit -m 'fix: x\n\nCo-Authored-By: bot'"), None).action == "block"
+    )
+    assert guard.check(bash("git commit -m 'fix: x'"), None).action == "allow"
+
+
+# -- sequence ---------------------------------------------------------------------------------------
+
+
+def test_after_a_change_run_the_formatter_before_commit() -> None:
+    guard = guard_from("Run `gofmt` on any Go file you edit.")
+    commit = bash("git commit -m 'fix: x'")
+    changed = [write("cmd/main.go")]
+    verdict = guard.check(commit, None, changed)
+    assert verdict.action == "block" and "gofmt" in verdict.message
+    assert guard.check(commit, None, [*changed, bash("gofmt -w cmd/main.go")]).action == "allow"
+    # A change after the step makes it due again; a change elsewhere does not.
+    assert (
+        guard.check(commit, None, [*changed, bash("gofmt -w ."), write("a.go")]).action == "block"
+    )
+    assert guard.check(commit, None, [write("README.md")]).action == "allow"
+
+
+def test_before_commit_run_the_check_and_missing_steps_at_finish() -> None:
+    guard = guard_from("Before every commit: run `composer check` and stage any resulting changes.")
+    history = [write("src/A.php")]
+    assert guard.check(bash("git commit -m 'fix: a'"), None, history).action == "block"
+    assert (
+        guard.check(bash("git commit -m 'fix: a'"), None, [*history, bash("composer check")]).action
+        == "allow"
+    )
+    assert GuardSet([guard]).missing_steps(history) == [("g", "composer check")]
+    assert GuardSet([guard]).missing_steps([*history, bash("composer check")]) == []
+
+
+def test_sequence_without_history_does_not_block() -> None:
+    rule = SequenceRule(command=r"\bmake test\b", step="make test")
+    assert (
+        Guard("g", GuardSpec(message="m", rules=[rule])).check(bash("git commit -m x"), None).action
+        == "allow"
+    )
+
+
+# -- the compiler decides ----------------------------------------------------------------------------
+
+
+def test_self_check_drops_a_guard_that_blocks_compliant_code() -> None:
+    # "never `=`" compiles to a content rule on `=`, which also blocks `:=`: not kept.
+    spec = compile_guard("Use `:=` for ALL assignments (never `=`)")
+    assert spec is None or all(r.kind != "content" or r.pattern != "=" for r in spec.rules)
+
+
+def test_synthesised_situations() -> None:
+    shaped = synthesise(CommandRule(pattern=r"(^|[;&|(]\s*|\bsudo\s+)git\s+push(?![\w-])"))
+    assert shaped is not None and fires(shaped)
+    broken = Shaped(
+        CommandRule(pattern="."), Situation(bash("git push")), Situation(bash("echo ok"))
+    )
+    assert not fires(broken)
+
+
+def test_ordinary_requests_compile_to_nothing() -> None:
+    for text in (
+        "Write unit tests for the login function",
+        "Update the changelog",
+        "Run gofmt and go vet",
+    ):
+        assert compile_guard(text) is None, text
+
+
+# -- what a decoding grammar can narrow by ------------------------------------------------------------
+
+
+def test_restrictions() -> None:
+    spec = GuardSpec(
+        message="m",
+        rules=[
+            ToolRule(deny=["bash"]),
+            PathRule(globs=["vendor/**"]),
+            CommandRule(pattern=r"(^|[;&|(]\s*|\bsudo\s+)git\s+push(?![\w-])"),
+            CommandRule(pattern=r"(^|[;&|(]\s*|\bsudo\s+)npm(?=\s|$)", replace=r"\g<1>pnpm"),
+        ],
+    )
+    r = spec.restrictions()
+    assert r.tools_blocked["bash"] == ["**"]
+    assert r.tools_blocked["write"] == ["vendor/**"]
+    assert r.path_prefixes_never == ["vendor/"]
+    assert r.command_prefixes_never == ["git push"]  # a rewrite is not a restriction
+
+
+def test_no_guard_no_code(embedder) -> None:
+    from continual_lsp.lanes.allocator import allocate
+
+    # A coverage bar is checkable in principle (the cue list says so), but no guard
+    # compiles from the text: not CODE, and the reason says a guard could be attached.
+    d = allocate("Every pull request MUST have 100% coverage.", 1, use_llm=False, embedder=embedder)
+    assert d.lane != "CODE" and d.checkable and "no guard compiled" in d.reason
+    code = allocate("Never force-push.", 1, use_llm=False, embedder=embedder)
+    assert code.lane == "CODE" and "command deny" in code.reason and code.spec["rules"]
