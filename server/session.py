@@ -482,11 +482,12 @@ class Session:
                         await self._sync_buffer(proposal, uri, before)
                 if outcome.next_proposal is not None:
                     self.announce(outcome.next_proposal)
-        learned = outcome.learned
+        following = outcome.next_proposal
         return DecideResult(
             ok=outcome.ok,
-            learned=learned,
-            next_proposal_id=outcome.next_proposal.id if outcome.next_proposal else None,
+            learned=outcome.learned,
+            next_proposal_id=following.id if following else None,
+            next_proposal=self.notification(following) if following else None,
         )
 
     async def _check_decidable(self, agent: Agent, proposal: Proposal) -> None:

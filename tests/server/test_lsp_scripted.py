@@ -483,3 +483,50 @@ def test_review_reads_stdin_and_writes_stdout(workspace: Path, tmp_path: Path) -
     ]
     assert lines[-1]["pendingProposalId"] == lines[-2]["proposalId"]
     assert "decisions ran out" in proc.stderr
+
+
+def test_responses_carry_the_state_when_notifications_wait(workspace: Path, tmp_path: Path) -> None:
+    """A client that reads a response and the notification behind it in one read and
+    processes only the response (Emacs 28's jsonrpc) still has every proposal: from the
+    startTask and decide results, and from continual/pending."""
+    store = tmp_path / "store.sqlite3"
+
+    async def scenario() -> None:
+        ed = Editor(workspace, understands_proposals=True)
+        deferred: list[Any] = []
+        handle = ed.client.protocol.handle_message
+
+        def only_responses(message: Any) -> None:
+            if getattr(message, "method", None) == "continual/proposal":
+                deferred.append(message)  # stays unprocessed until released below
+            else:
+                handle(message)
+
+        ed.client.protocol.handle_message = only_responses  # type: ignore[method-assign]
+        try:
+            await started(ed, store, "--script", "flow")
+            task = await ed.request("continual/startTask", {"text": "fix mean()"})
+            first = task["proposal"]
+            assert first["taskId"] == task["taskId"] and first["tool"] == "edit_lines"
+            assert "+    return sum(values) / len(values)" in first["diff"]
+            pending = await ed.request("continual/pending", {})
+            assert pending["proposals"] == [first]
+
+            approved = await ed.request(
+                "continual/decide", {"proposalId": first["proposalId"], "decision": "approve"}
+            )
+            second = approved["nextProposal"]
+            assert second["proposalId"] == approved["nextProposalId"] != first["proposalId"]
+            assert second["uri"].endswith("tests/test_ops.py")
+            assert (await ed.request("continual/pending", {}))["proposals"] == [second]
+
+            assert ed.notes["continual/proposal"] == []  # nothing came from a notification
+            # The notifications were sent all the same, with the same payloads.
+            await ed.wait_until(lambda: len(deferred) == 2)
+            for message in deferred:
+                handle(message)
+            assert ed.notes["continual/proposal"] == [first, second]
+        finally:
+            await ed.stop()
+
+    run(scenario)
