@@ -654,7 +654,7 @@ def test_documents_outside_the_workspace_are_not_written(fuzzed: Fuzzed) -> None
     )
     server.notify("textDocument/didSave", {"textDocument": {"uri": uri}, "text": "changed\n"})
     for command, args in (
-        ("continual.approve", [str(secret), {"editIncluded": True}]),
+        ("continual.approve", [str(secret)]),
         ("continual.edit", ["../outside/secret.txt", {"path": str(secret), "content": "x"}]),
         ("continual.deny", [uri]),
         ("continual.showDiff", ["../../outside/secret.txt"]),

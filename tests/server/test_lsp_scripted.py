@@ -77,12 +77,11 @@ def test_stdio_approve_deny_edit_flow(workspace: Path, tmp_path: Path) -> None:
                 "Show diff",
             ]
             approve = actions[0]
-            assert approve.edit is not None and approve.command is not None
+            # The command alone: the server applies the edit (versioned applyEdit), so a
+            # client that sends didChange late cannot race it into a double edit.
+            assert approve.edit is None and approve.command is not None
             assert approve.command.command == "continual.approve"
-            assert list(approve.command.arguments or []) == [
-                first["proposalId"],
-                {"editIncluded": True},
-            ]
+            assert list(approve.command.arguments or []) == [first["proposalId"]]
 
             # Show diff opens a .diff file
             shown = await ed.command("continual.showDiff", first["proposalId"])
@@ -92,8 +91,7 @@ def test_stdio_approve_deny_edit_flow(workspace: Path, tmp_path: Path) -> None:
                 in Path(shown["uri"].removeprefix("file://")).read_text()
             )
 
-            # approve as a client does with a code action: edit, then command
-            ed.apply_workspace_edit(approve.edit)
+            # approve as a client runs the code action: its command
             result = await ed.command("continual.approve", first["proposalId"])
             assert result["ok"] is True
             on_disk = (workspace / "src/calc/ops.py").read_text()
