@@ -234,9 +234,9 @@ class Session:
     def holding(self) -> Iterator[None]:
         """Hold proposal/taskDone notifications until the current response is written.
 
-        `continual/startTask` answers `{taskId}` and "the first proposal follows": the
-        agent announces the proposal before its call returns, so without holding it the
-        client would see a proposal for a task id it does not know yet.
+        `continual/startTask` answers `{taskId, proposal}` and the notification repeats
+        the proposal: the agent announces it before its call returns, so without holding
+        it the client would see a proposal for a task id it does not know yet.
         """
         self._holds += 1
         try:

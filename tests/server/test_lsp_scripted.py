@@ -57,9 +57,10 @@ def test_stdio_approve_deny_edit_flow(workspace: Path, tmp_path: Path) -> None:
             first = await ed.wait_for("continual/proposal")
             assert first["taskId"] == task["taskId"]
             assert first["tool"] == "edit_lines" and first["uri"] == ops
-            # {taskId} is answered first; "the first proposal follows as a notification"
+            # the response comes first and carries the proposal; the notification repeats it
             answered = ed.order.index(("response", task))
             assert answered < ed.order.index(("notify", "continual/proposal"))
+            assert task["proposal"] == first
             assert "-    return sum(values) // len(values)" in first["diff"]
 
             # diagnostics on the changed line, then the four code actions there
