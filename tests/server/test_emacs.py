@@ -4,19 +4,14 @@ plain eglot client that knows nothing of continual/*."""
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from continual_lsp.store import Store
-
-from .harness import REPO
+from .harness import REPO, decisions, editor_env, run_editor
 
 pytestmark = [
     pytest.mark.emacs,
@@ -33,8 +28,6 @@ DENY_TEXT = "Never weaken a test; fix the code instead."
 def run_emacs(workspace: Path, tmp_path: Path, script: str, *, module: bool) -> dict[str, Any]:
     """Emacs starts the server itself (as eglot does); its stderr goes to a file, which
     eglot would otherwise swallow. A private HOME, the shared model cache."""
-    from continual_lsp.policy.model_files import cache_dir
-
     store, report, log = (
         tmp_path / "store.sqlite3",
         tmp_path / "report.json",
@@ -52,40 +45,16 @@ def run_emacs(workspace: Path, tmp_path: Path, script: str, *, module: bool) -> 
     if module:
         server.append("--training")  # the denial takes a real SDPO step
     command = ["sh", "-c", 'cd "$1" && shift && exec "$@" 2>>"$0"', str(log), str(REPO), *server]
-    env = {
-        **os.environ,
-        "CONTINUAL_WS": str(workspace),
-        "CONTINUAL_OUT": str(report),
-        "CONTINUAL_CMD": json.dumps(command),
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-        "HOME": str(tmp_path),
-        "CONTINUAL_LSP_CACHE": str(cache_dir().parent),
-    }
+    env = editor_env(workspace, tmp_path, report, command)
     if module:
         env["CONTINUAL_MODULE"] = str(REPO / "server" / "emacs" / "continual.el")
-    proc = subprocess.run(
-        ["emacs", "--batch", "-Q", "-l", str(Path(__file__).parent / "emacs_flow.el")],
-        cwd=workspace,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=420,
-    )
-    result = json.loads(report.read_text()) if report.exists() else {}
+    flow = str(Path(__file__).parent / "emacs_flow.el")
+    proc, result = run_editor(["emacs", "--batch", "-Q", "-l", flow], workspace, env, report, 420)
     server_log = log.read_text()[-3000:] if log.exists() else ""
     assert proc.returncode == 0 and result.get("ok") is True, (
         f"{result.get('error')}\n{result}\n--- emacs\n{proc.stderr[-3000:]}\n--- server\n{server_log}"
     )
     return result
-
-
-def decisions(store: Path) -> list[dict[str, Any]]:
-    s = Store(store)
-    try:
-        rows = [s.decision(r[0]) for r in s._query("SELECT proposal_id FROM decisions")]
-    finally:
-        s.close()
-    return [d for d in rows if d]
 
 
 def test_emacs_module_deny_learn_approve_by_code_action(workspace: Path, tmp_path: Path) -> None:
@@ -118,7 +87,7 @@ def test_emacs_module_deny_learn_approve_by_code_action(workspace: Path, tmp_pat
     assert result["pending_ids"] == [result["bash_id"]]
     assert result["training_steps"] >= 1
     # the store: deny with the correction, two approvals; the weakened test never written
-    kinds = sorted(d["decision"] for d in decisions(tmp_path / "store.sqlite3"))
+    kinds = sorted(d["decision"] for d in decisions(tmp_path / "store.sqlite3").values())
     assert kinds == ["approve", "approve", "deny"]
     assert "== 1.5" in (workspace / "tests/test_ops.py").read_text()
 
@@ -144,5 +113,5 @@ def test_emacs_plain_client_diagnostics_code_actions_and_message_request(
     assert len(result["confirmations"]) == 1
     assert result["approve_buffer"] == "    return sum(values) / len(values)"
     assert "return sum(values) / len(values)" in (workspace / "src/calc/ops.py").read_text()
-    kinds = sorted(d["decision"] for d in decisions(tmp_path / "store.sqlite3"))
+    kinds = sorted(d["decision"] for d in decisions(tmp_path / "store.sqlite3").values())
     assert kinds == ["approve", "approve"]

@@ -57,6 +57,7 @@ CONTINUAL_METHODS = (
     "continual/ledger",
     "continual/revert",
     "continual/status",
+    "continual/pending",
 )
 COMMANDS = ("continual.approve", "continual.deny", "continual.edit", "continual.showDiff")
 
@@ -350,6 +351,7 @@ FIELDS: dict[str, list[str]] = {
     "continual/ledger": ["lane", "active"],
     "continual/revert": ["itemId"],
     "continual/status": [],
+    "continual/pending": [],
 }
 
 

@@ -22,22 +22,13 @@ from pygls.exceptions import JsonRpcException
 
 from continual_lsp.store import Store
 
-from .harness import REPO, Editor, start_tcp_server
+from .harness import REPO, Editor, decisions, start_tcp_server
 
 DENY_TEXT = "Never weaken a test; fix the code instead."
 
 
 def run(coro_fn: Callable[[], Awaitable[None]]) -> None:
     asyncio.run(asyncio.wait_for(coro_fn(), 180))
-
-
-def decisions(store_path: Path) -> dict[str, dict[str, Any]]:
-    store = Store(store_path)
-    try:
-        rows = store._query("SELECT proposal_id FROM decisions")
-        return {r[0]: store.decision(r[0]) for r in rows}  # type: ignore[misc]
-    finally:
-        store.close()
 
 
 async def started(editor: Editor, store: Path, *args: str) -> None:
