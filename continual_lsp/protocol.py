@@ -37,6 +37,9 @@ class StartTaskParams(Wire):
 
 class StartTaskResult(Wire):
     task_id: str
+    # The first proposal, also sent as `continual/proposal`: a client that processes the
+    # response before (or without) the notification still has it.
+    proposal: ProposalNotification | None = None
 
 
 Decision = Literal["approve", "deny", "edit"]
@@ -59,6 +62,7 @@ class DecideResult(Wire):
     ok: bool
     learned: Learned | None = None
     next_proposal_id: str | None = None
+    next_proposal: ProposalNotification | None = None
 
 
 class NoteParams(Wire):
@@ -109,6 +113,17 @@ class StatusResult(Wire):
     pending_proposal_id: str | None = None
 
 
+class PendingParams(Wire):
+    pass
+
+
+class PendingResult(Wire):
+    """What waits for the reviewer in this session: a resync after a reconnect or a lost
+    notification."""
+
+    proposals: list[ProposalNotification]
+
+
 # -- server → client notifications -------------------------------------------------------------
 
 
@@ -152,6 +167,7 @@ METHOD_NOTE = "continual/note"
 METHOD_LEDGER = "continual/ledger"
 METHOD_REVERT = "continual/revert"
 METHOD_STATUS = "continual/status"
+METHOD_PENDING = "continual/pending"
 NOTIFY_PROPOSAL = "continual/proposal"
 NOTIFY_LEARNED = "continual/learned"
 NOTIFY_ROUTED = "continual/routed"

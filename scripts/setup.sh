@@ -11,7 +11,8 @@ SUDO=""
 [ "$(id -u)" != 0 ] && command -v sudo >/dev/null && SUDO="sudo"
 
 apt_packages=(bubblewrap)
-[ "$want_tests" = 1 ] && apt_packages+=(neovim)
+# The editor end-to-end tests drive a real headless Neovim and Emacs (eglot).
+[ "$want_tests" = 1 ] && apt_packages+=(neovim emacs-nox elpa-eglot)
 missing=()
 for pkg in "${apt_packages[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")

@@ -55,7 +55,6 @@ T = TypeVar("T")
 
 FILE_TOOLS = ("write", "edit", "edit_lines")
 PROGRESS_CREATE_S = 5.0
-EDIT_ARRIVAL_S = 3.0  # how long an Approve command waits for its code action's didChange
 # Initialization option / experimental capability by which a client says it renders
 # `continual/proposal` itself (the VS Code extension, the Neovim module); without it
 # non-file proposals are also offered through window/showMessageRequest.
@@ -235,9 +234,9 @@ class Session:
     def holding(self) -> Iterator[None]:
         """Hold proposal/taskDone notifications until the current response is written.
 
-        `continual/startTask` answers `{taskId}` and "the first proposal follows": the
-        agent announces the proposal before its call returns, so without holding it the
-        client would see a proposal for a task id it does not know yet.
+        `continual/startTask` answers `{taskId, proposal}` and the notification repeats
+        the proposal: the agent announces it before its call returns, so without holding
+        it the client would see a proposal for a task id it does not know yet.
         """
         self._holds += 1
         try:
@@ -425,8 +424,13 @@ class Session:
                 return doc.version
         return None
 
-    async def apply(self, uri: str, before: str, after: str, label: str) -> None:
-        edit = self.workspace_edit(uri, before, after, self.doc_version(uri))
+    async def apply(
+        self, uri: str, before: str, after: str, label: str, *, versioned: bool = True
+    ) -> None:
+        """Change the client's buffer from `before` to `after`. Versioned: at the version
+        the server last saw, so a client whose buffer moved on refuses it."""
+        version = self.doc_version(uri) if versioned else None
+        edit = self.workspace_edit(uri, before, after, version)
         try:
             result = await self.ls.workspace_apply_edit_async(
                 lsp.ApplyWorkspaceEditParams(edit=edit, label=label)
@@ -456,11 +460,8 @@ class Session:
         decision: str,
         correction: str | None = None,
         edited_arguments: dict[str, Any] | None = None,
-        *,
-        edit_included: bool = False,
     ) -> DecideResult:
-        """Record a decision and act on it. `edit_included`: the client ran the Approve
-        code action, which applies its WorkspaceEdit before the command."""
+        """Record a decision and act on it."""
         proposal = await self.lookup(proposal_id)
         agent = await self.ready_agent()
         with contextlib.suppress(JsonRpcException):
@@ -470,7 +471,7 @@ class Session:
         async with self._decide_lock:
             with self.holding():
                 if decision == "approve":
-                    outcome = await self._approve(agent, proposal, edit_included)
+                    outcome = await self._approve(agent, proposal)
                 else:
                     uri = self.proposal_uri(proposal)
                     before = self.buffer_text(uri) if uri else None
@@ -482,11 +483,12 @@ class Session:
                         await self._sync_buffer(proposal, uri, before)
                 if outcome.next_proposal is not None:
                     self.announce(outcome.next_proposal)
-        learned = outcome.learned
+        following = outcome.next_proposal
         return DecideResult(
             ok=outcome.ok,
-            learned=learned,
-            next_proposal_id=outcome.next_proposal.id if outcome.next_proposal else None,
+            learned=outcome.learned,
+            next_proposal_id=following.id if following else None,
+            next_proposal=self.notification(following) if following else None,
         )
 
     async def _check_decidable(self, agent: Agent, proposal: Proposal) -> None:
@@ -511,41 +513,25 @@ class Session:
                     "it was not applied and is now stale"
                 )
 
-    async def _approve(self, agent: Agent, proposal: Proposal, edit_included: bool = False) -> Any:
+    async def _approve(self, agent: Agent, proposal: Proposal) -> Any:
+        """One path for every client: the server changes an open buffer itself with a
+        versioned workspace/applyEdit (the client refuses it if its buffer moved on, e.g.
+        a didChange still on its way), then the agent writes the file. A file not open in
+        the client is written by the agent alone. Nothing depends on when the client
+        sends its changes."""
         preview = proposal.preview
         uri = self.proposal_uri(proposal)
         buffer = self.buffer_text(uri) if uri else None
-        if edit_included and preview is not None and uri is not None and buffer is not None:
-            # Clients debounce didChange (Neovim: 150 ms), so the command can arrive before
-            # the edit it follows. Wait for it rather than applying the edit a second time.
-            deadline = self.loop.time() + EDIT_ARRIVAL_S
-            while buffer != preview.new_content and self.loop.time() < deadline:
-                await asyncio.sleep(0.02)
-                buffer = self.buffer_text(uri)
-        client_applied = False
+        we_applied = False
         if preview is not None and uri is not None and buffer is not None:
             old = preview.old_content or ""
-            # Before the buffer is touched (or kept as the client changed it): an already
-            # decided or stale proposal is refused here, so nothing is undone below
-            # that this decision did not do.
-            try:
-                await self._check_decidable(agent, proposal)
-            except RequestFailed:
-                row = await self.call(agent.store.proposal, proposal.id)
-                if buffer == preview.new_content != old and (row or {}).get("status") != "approve":
-                    # The code action's edit reached the buffer but the decision cannot be
-                    # recorded: take the edit back (both, or neither).
-                    with contextlib.suppress(Exception):
-                        await self.apply(uri, buffer, old, "Undo approve")
-                raise
-            if buffer == preview.new_content and buffer != old:
-                # The Approve code action carries the edit: the client applied it before
-                # running continual.approve.
-                client_applied = True
-            elif buffer == old:
+            # Before the buffer is touched: an already decided or stale proposal is
+            # refused here.
+            await self._check_decidable(agent, proposal)
+            if buffer == old:
                 await self.apply(uri, old, preview.new_content, f"Approve {proposal.id}")
-                client_applied = True
-            else:
+                we_applied = True
+            elif buffer != preview.new_content:  # else the reviewer typed it in already
                 raise RequestFailed(
                     f"{preview.path} has unsaved changes in the editor since proposal "
                     f"{proposal.id} was made; save or undo them first, or deny the proposal"
@@ -553,12 +539,17 @@ class Session:
         try:
             outcome = await self.call(agent.decide, proposal.id, "approve")
         except Exception:
-            if client_applied and preview is not None and uri is not None:
+            if we_applied and preview is not None and uri is not None:
                 # Both or neither: the decision was not recorded, so the buffer goes back.
-                current = self.buffer_text(uri)
-                if current == preview.new_content:
-                    with contextlib.suppress(Exception):
-                        await self.apply(uri, current, preview.old_content or "", "Undo approve")
+                # Unversioned: the client's didChange for our edit may not have come yet.
+                with contextlib.suppress(Exception):
+                    await self.apply(
+                        uri,
+                        preview.new_content,
+                        preview.old_content or "",
+                        "Undo approve",
+                        versioned=False,
+                    )
             self.forget(proposal.id)
             raise
         self.forget(proposal.id)

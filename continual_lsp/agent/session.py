@@ -256,9 +256,10 @@ class Agent:
             adapter_version=row["adapter_version"],
         )
 
-    def pending_proposal(self) -> Proposal | None:
-        pending = next((t.pending for t in self._tasks.values() if t.pending), None)
-        return self.proposal(pending) if pending else None
+    def pending_proposals(self) -> list[Proposal]:
+        """The proposal each open task waits on, oldest task first."""
+        found = (self.proposal(t.pending) for t in self._tasks.values() if t.pending)
+        return [p for p in found if p is not None]
 
     def record_manual_edit(
         self, proposal_id: str, diff: str, new_content: str | None = None

@@ -15,6 +15,7 @@ from . import (
     initialize,
     ledger,
     note,
+    pending,
     revert,
     shutdown,
     start_task,
@@ -38,6 +39,7 @@ MODULES = (
     ledger,
     revert,
     status,
+    pending,
     shutdown,
 )
 

@@ -1,7 +1,8 @@
 """textDocument/codeAction: on the lines a pending proposal changes, offer *Approve*
-(carrying the WorkspaceEdit and the command that records the decision), *Deny with
-correction…*, *Edit proposal…* and *Show diff*. Pure in-memory work: no agent call, so
-it stays fast while the agent samples or trains."""
+(the command alone: the server applies the edit with a versioned workspace/applyEdit, so
+approving never races the client's didChange), *Deny with correction…*, *Edit proposal…*
+and *Show diff*. Pure in-memory work: no agent call, so it stays fast while the agent
+samples or trains."""
 
 from __future__ import annotations
 
@@ -30,13 +31,6 @@ def actions_for(session: Session, uri: str, proposal: Proposal) -> list[lsp.Code
     pid = proposal.id
     diagnostics = [d for d in session.diagnostics_for(uri) if d.code == pid]
     summary = describe_call(proposal.call.tool, proposal.call.arguments)
-    edit = None
-    buffer = session.buffer_text(uri)
-    preview = proposal.preview
-    if preview is not None and buffer is not None and buffer == (preview.old_content or ""):
-        # Only when the buffer still holds what the proposal was computed against; with
-        # unsaved changes the command alone answers with a clear error instead.
-        edit = session.workspace_edit(uri, buffer, preview.new_content, session.doc_version(uri))
 
     def action(title: str, command: str, *, preferred: bool = False) -> lsp.CodeAction:
         return lsp.CodeAction(
@@ -44,13 +38,7 @@ def actions_for(session: Session, uri: str, proposal: Proposal) -> list[lsp.Code
             kind=lsp.CodeActionKind.QuickFix,
             diagnostics=diagnostics or None,
             is_preferred=preferred or None,
-            edit=edit if command == APPROVE else None,
-            command=lsp.Command(
-                title=title,
-                command=command,
-                # Tells continual.approve the client applies this action's edit itself.
-                arguments=[pid, {"editIncluded": True}] if command == APPROVE and edit else [pid],
-            ),
+            command=lsp.Command(title=title, command=command, arguments=[pid]),
         )
 
     return [

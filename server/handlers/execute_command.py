@@ -1,7 +1,7 @@
 """workspace/executeCommand for the four proposal commands.
 
-    continual.approve  [proposalId, {editIncluded?}]   the Approve code action sets
-                       editIncluded: its edit is applied by the client, not again here
+    continual.approve  [proposalId]   an open buffer is changed by the server's own
+                       versioned workspace/applyEdit, then the file is written
     continual.deny     [proposalId, correction?]   no correction: open a correction file
     continual.edit     [proposalId, editedArguments?]   none: open the proposal as a file
     continual.showDiff [proposalId]
@@ -31,11 +31,8 @@ def _args(command: str, args: tuple[Any, ...], usage: str, max_args: int) -> tup
 def register(ls: ContinualServer) -> None:
     @ls.command(APPROVE)
     async def approve(ls: ContinualServer, *args: Any) -> dict[str, Any]:
-        pid, options = _args(APPROVE, args, "[proposalId, {editIncluded?}]", 2)
-        if options is not None and not isinstance(options, dict):
-            raise JsonRpcInvalidParams(message=f"{APPROVE}: the second argument must be an object")
-        included = bool((options or {}).get("editIncluded"))
-        return (await ls.session.decide(pid, "approve", edit_included=included)).dump()
+        pid, _ = _args(APPROVE, args, "[proposalId]", 1)
+        return (await ls.session.decide(pid, "approve")).dump()
 
     @ls.command(DENY)
     async def deny(ls: ContinualServer, *args: Any) -> dict[str, Any]:

@@ -1,4 +1,6 @@
-"""continual/startTask {text} → {taskId}; the first proposal follows as a notification."""
+"""continual/startTask {text} → {taskId, proposal?}. The first proposal is in the result
+and also follows as a `continual/proposal` notification: a client that processes the
+response first (or loses the notification) still has it."""
 
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ async def start_task(ls: ContinualServer, params: Any) -> dict[str, Any]:
         task_id, proposal = await session.call(agent.start_task, args.text)
         if proposal is not None:
             session.announce(proposal)
-    return StartTaskResult(task_id=task_id).dump()
+    first = session.notification(proposal) if proposal is not None else None
+    return StartTaskResult(task_id=task_id, proposal=first).dump()
 
 
 def register(ls: ContinualServer) -> None:

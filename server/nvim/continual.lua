@@ -5,8 +5,9 @@
 --   require('continual').setup({ cmd = { 'continual-lsp', 'serve' } })
 --
 -- Commands: :ContinualStart {task}, :ContinualApprove, :ContinualDeny, :ContinualEdit,
--- :ContinualDiff, :ContinualLedger, :ContinualStatus (the last four take an optional
--- proposal id; the default is the latest proposal).
+-- :ContinualDiff (these four take an optional proposal id; the default is the latest
+-- proposal), :ContinualPending (show what waits, e.g. after a reconnect),
+-- :ContinualLedger, :ContinualStatus.
 local M = {}
 
 M.config = {
@@ -74,12 +75,21 @@ local function describe(p)
   return string.format('%s %s', p.tool, args.path or args.cmd or args.pat or '')
 end
 
+-- A proposal comes in a response (startTask, decide, pending) and as a notification:
+-- shown once, whichever is processed first.
+local function receive(p)
+  if type(p) ~= 'table' or not p.proposalId or M.state.proposals[p.proposalId] then
+    return
+  end
+  M.state.proposals[p.proposalId] = p
+  M.state.last = p.proposalId
+  notify(string.format('proposed %s [%s]  :ContinualApprove / :ContinualDeny / :ContinualEdit / :ContinualDiff',
+    describe(p), p.proposalId))
+end
+
 local handlers = {
   ['continual/proposal'] = function(_, p)
-    M.state.proposals[p.proposalId] = p
-    M.state.last = p.proposalId
-    notify(string.format('proposed %s [%s]  :ContinualApprove / :ContinualDeny / :ContinualEdit / :ContinualDiff',
-      describe(p), p.proposalId))
+    receive(p)
   end,
   ['continual/learned'] = function(_, n)
     notify(string.format('learned: step %d, loss %.4f, %.1fs', n.step, n.loss, n.seconds))
@@ -172,6 +182,7 @@ function M.setup(opts)
   cmd('ContinualStart', function(o)
     request('continual/startTask', { text = o.args }, function(r)
       notify('task ' .. r.taskId .. ' started')
+      receive(r.proposal)
     end)
   end, { nargs = '+' })
   cmd('ContinualApprove', function(o)
@@ -179,6 +190,7 @@ function M.setup(opts)
     if id then
       command('continual.approve', { id }, function(r)
         notify('approved ' .. id .. (r and r.nextProposalId and (', next ' .. r.nextProposalId) or ''))
+        receive(r and r.nextProposal)
       end)
     end
   end, { nargs = '?' })
@@ -189,8 +201,9 @@ function M.setup(opts)
     end
     vim.ui.input({ prompt = 'Correction: ' }, function(text)
       if text and text ~= '' then
-        command('continual.deny', { id, text }, function()
+        command('continual.deny', { id, text }, function(r)
           notify('denied ' .. id)
+          receive(r and r.nextProposal)
         end)
       else -- no text: the server opens a correction file; save it to send it
         command('continual.deny', { id })
@@ -222,6 +235,16 @@ function M.setup(opts)
         vim.api.nvim_buf_set_lines(0, 0, -1, false, lines)
         vim.bo.modifiable = false
       end)
+    end)
+  end, {})
+  cmd('ContinualPending', function() -- resync after a reconnect or a lost message
+    request('continual/pending', {}, function(r)
+      for _, p in ipairs(r.proposals or {}) do
+        receive(p)
+      end
+      if #(r.proposals or {}) == 0 then
+        notify('no proposal waits')
+      end
     end)
   end, {})
   cmd('ContinualStatus', function()

@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import re
+import subprocess
 import sys
 from collections import defaultdict
 from collections.abc import Callable
@@ -25,6 +26,8 @@ from typing import Any, Union
 from lsprotocol import types as lsp
 from pygls.lsp.client import LanguageClient
 from pygls.protocol import JsonRPCNotification, JsonRPCResponseMessage, default_converter
+
+from continual_lsp.store import Store
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -389,3 +392,43 @@ async def start_tcp_server(
 
 def read_json(path: Path) -> Any:
     return json.loads(path.read_text())
+
+
+def decisions(store_path: Path) -> dict[str, dict[str, Any]]:
+    """Every recorded decision, by proposal id."""
+    store = Store(store_path)
+    try:
+        rows = store._query("SELECT proposal_id FROM decisions")
+        return {r[0]: store.decision(r[0]) for r in rows}  # type: ignore[misc]
+    finally:
+        store.close()
+
+
+def run_editor(
+    argv: list[str], cwd: Path, env: dict[str, str], report: Path, timeout: float
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """Run a headless editor script to its end; its JSON report ({} if none was written)."""
+    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return proc, (json.loads(report.read_text()) if report.exists() else {})
+
+
+def editor_env(
+    workspace: Path, home: Path, report: Path, server: list[str], **extra: str
+) -> dict[str, str]:
+    """For a real editor (Neovim, Emacs) that starts the server itself: a private HOME, but
+    the model cache is shared (without it every server would dequantise the GGUF again,
+    ~20 s)."""
+    from continual_lsp.policy.model_files import cache_dir
+
+    return {
+        **os.environ,
+        "CONTINUAL_WS": str(workspace),
+        "CONTINUAL_OUT": str(report),
+        "CONTINUAL_CMD": json.dumps(server),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        "HOME": str(home),
+        "XDG_STATE_HOME": str(home / "state"),
+        "XDG_DATA_HOME": str(home / "data"),
+        "CONTINUAL_LSP_CACHE": str(cache_dir().parent),
+        **extra,
+    }

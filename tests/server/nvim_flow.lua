@@ -128,10 +128,11 @@ local function flow()
   local started = sync('continual/startTask', { text = 'fix mean() so test_mean passes' }, ops)
   table.insert(report.steps, 'started ' .. started.taskId)
 
-  -- 1. approve through the code action (edit + continual.approve)
+  -- 1. approve through the code action (the command: the server applies the edit)
   local diag = wait_for_proposal_on(ops)
   local actions = actions_at(ops, diag.lnum)
-  assert(actions['Approve'] and actions['Approve'].edit, 'no Approve action with an edit')
+  assert(actions['Approve'] and actions['Approve'].command, 'no Approve action')
+  assert(not actions['Approve'].edit, 'the Approve action carries an edit: it would race didChange')
   assert(actions['Deny with correction'] and actions['Edit proposal'] and actions['Show diff'])
   local approved = run_action(actions['Approve'])
   report.approve_buffer = vim.api.nvim_buf_get_lines(ops, 6, 7, false)[1]

@@ -69,9 +69,18 @@ ADD_DOCSTRING = {
     },
 }
 RUN_TESTS = {"tool": "bash", "arguments": {"cmd": "echo tests-ran"}}
+# A file no editor has open: approving it writes the disk directly.
+WRITE_CHANGES = {
+    "tool": "write",
+    "arguments": {"path": "CHANGES.md", "content": "- mean() returns a float\n"},
+}
 
 SCRIPTS: dict[str, list[dict[str, Any]]] = {
     # approve → deny (retry) → edit → bash → repeat (task ends)
     "flow": [FIX_MEAN, WRONG_TEST, ADD_DOCSTRING, RUN_TESTS, RUN_TESTS],
     "bash": [RUN_TESTS, RUN_TESTS],
+    # Emacs: deny (retry) → approve by code action → approve a file not open → bash
+    "emacs": [WRONG_TEST, FIX_MEAN, WRITE_CHANGES, RUN_TESTS, RUN_TESTS],
+    # a plain client: bash by showMessageRequest, then a file proposal
+    "plain": [RUN_TESTS, FIX_MEAN],
 }

@@ -57,6 +57,7 @@ CONTINUAL_METHODS = (
     "continual/ledger",
     "continual/revert",
     "continual/status",
+    "continual/pending",
 )
 COMMANDS = ("continual.approve", "continual.deny", "continual.edit", "continual.showDiff")
 
@@ -350,6 +351,7 @@ FIELDS: dict[str, list[str]] = {
     "continual/ledger": ["lane", "active"],
     "continual/revert": ["itemId"],
     "continual/status": [],
+    "continual/pending": [],
 }
 
 
@@ -654,7 +656,7 @@ def test_documents_outside_the_workspace_are_not_written(fuzzed: Fuzzed) -> None
     )
     server.notify("textDocument/didSave", {"textDocument": {"uri": uri}, "text": "changed\n"})
     for command, args in (
-        ("continual.approve", [str(secret), {"editIncluded": True}]),
+        ("continual.approve", [str(secret)]),
         ("continual.edit", ["../outside/secret.txt", {"path": str(secret), "content": "x"}]),
         ("continual.deny", [uri]),
         ("continual.showDiff", ["../../outside/secret.txt"]),

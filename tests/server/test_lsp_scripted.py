@@ -22,22 +22,13 @@ from pygls.exceptions import JsonRpcException
 
 from continual_lsp.store import Store
 
-from .harness import REPO, Editor, start_tcp_server
+from .harness import REPO, Editor, decisions, start_tcp_server
 
 DENY_TEXT = "Never weaken a test; fix the code instead."
 
 
 def run(coro_fn: Callable[[], Awaitable[None]]) -> None:
     asyncio.run(asyncio.wait_for(coro_fn(), 180))
-
-
-def decisions(store_path: Path) -> dict[str, dict[str, Any]]:
-    store = Store(store_path)
-    try:
-        rows = store._query("SELECT proposal_id FROM decisions")
-        return {r[0]: store.decision(r[0]) for r in rows}  # type: ignore[misc]
-    finally:
-        store.close()
 
 
 async def started(editor: Editor, store: Path, *args: str) -> None:
@@ -57,9 +48,10 @@ def test_stdio_approve_deny_edit_flow(workspace: Path, tmp_path: Path) -> None:
             first = await ed.wait_for("continual/proposal")
             assert first["taskId"] == task["taskId"]
             assert first["tool"] == "edit_lines" and first["uri"] == ops
-            # {taskId} is answered first; "the first proposal follows as a notification"
+            # the response comes first and carries the proposal; the notification repeats it
             answered = ed.order.index(("response", task))
             assert answered < ed.order.index(("notify", "continual/proposal"))
+            assert task["proposal"] == first
             assert "-    return sum(values) // len(values)" in first["diff"]
 
             # diagnostics on the changed line, then the four code actions there
@@ -77,12 +69,11 @@ def test_stdio_approve_deny_edit_flow(workspace: Path, tmp_path: Path) -> None:
                 "Show diff",
             ]
             approve = actions[0]
-            assert approve.edit is not None and approve.command is not None
+            # The command alone: the server applies the edit (versioned applyEdit), so a
+            # client that sends didChange late cannot race it into a double edit.
+            assert approve.edit is None and approve.command is not None
             assert approve.command.command == "continual.approve"
-            assert list(approve.command.arguments or []) == [
-                first["proposalId"],
-                {"editIncluded": True},
-            ]
+            assert list(approve.command.arguments or []) == [first["proposalId"]]
 
             # Show diff opens a .diff file
             shown = await ed.command("continual.showDiff", first["proposalId"])
@@ -92,8 +83,7 @@ def test_stdio_approve_deny_edit_flow(workspace: Path, tmp_path: Path) -> None:
                 in Path(shown["uri"].removeprefix("file://")).read_text()
             )
 
-            # approve as a client does with a code action: edit, then command
-            ed.apply_workspace_edit(approve.edit)
+            # approve as a client runs the code action: its command
             result = await ed.command("continual.approve", first["proposalId"])
             assert result["ok"] is True
             on_disk = (workspace / "src/calc/ops.py").read_text()
@@ -483,3 +473,50 @@ def test_review_reads_stdin_and_writes_stdout(workspace: Path, tmp_path: Path) -
     ]
     assert lines[-1]["pendingProposalId"] == lines[-2]["proposalId"]
     assert "decisions ran out" in proc.stderr
+
+
+def test_responses_carry_the_state_when_notifications_wait(workspace: Path, tmp_path: Path) -> None:
+    """A client that reads a response and the notification behind it in one read and
+    processes only the response (Emacs 28's jsonrpc) still has every proposal: from the
+    startTask and decide results, and from continual/pending."""
+    store = tmp_path / "store.sqlite3"
+
+    async def scenario() -> None:
+        ed = Editor(workspace, understands_proposals=True)
+        deferred: list[Any] = []
+        handle = ed.client.protocol.handle_message
+
+        def only_responses(message: Any) -> None:
+            if getattr(message, "method", None) == "continual/proposal":
+                deferred.append(message)  # stays unprocessed until released below
+            else:
+                handle(message)
+
+        ed.client.protocol.handle_message = only_responses  # type: ignore[method-assign]
+        try:
+            await started(ed, store, "--script", "flow")
+            task = await ed.request("continual/startTask", {"text": "fix mean()"})
+            first = task["proposal"]
+            assert first["taskId"] == task["taskId"] and first["tool"] == "edit_lines"
+            assert "+    return sum(values) / len(values)" in first["diff"]
+            pending = await ed.request("continual/pending", {})
+            assert pending["proposals"] == [first]
+
+            approved = await ed.request(
+                "continual/decide", {"proposalId": first["proposalId"], "decision": "approve"}
+            )
+            second = approved["nextProposal"]
+            assert second["proposalId"] == approved["nextProposalId"] != first["proposalId"]
+            assert second["uri"].endswith("tests/test_ops.py")
+            assert (await ed.request("continual/pending", {}))["proposals"] == [second]
+
+            assert ed.notes["continual/proposal"] == []  # nothing came from a notification
+            # The notifications were sent all the same, with the same payloads.
+            await ed.wait_until(lambda: len(deferred) == 2)
+            for message in deferred:
+                handle(message)
+            assert ed.notes["continual/proposal"] == [first, second]
+        finally:
+            await ed.stop()
+
+    run(scenario)

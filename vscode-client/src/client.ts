@@ -16,6 +16,7 @@ import {
   METHOD_DECIDE,
   METHOD_LEDGER,
   METHOD_NOTE,
+  METHOD_PENDING,
   METHOD_REVERT,
   METHOD_START_TASK,
   METHOD_STATUS,
@@ -26,7 +27,9 @@ import {
   parseDecideResult,
   parseLearned,
   parseLedger,
+  parsePending,
   parseProposal,
+  parseStartTaskResult,
   parseRouted,
   parseStatus,
   parseTaskDone,
@@ -60,6 +63,7 @@ export function readServerSettings(): ServerSettings {
 
 export class ContinualClient implements vscode.Disposable {
   readonly onProposal = new vscode.EventEmitter<ProposalNotification>();
+  private readonly offered = new Set<string>();
   readonly onLearned = new vscode.EventEmitter<LearnedNotification>();
   readonly onRouted = new vscode.EventEmitter<RoutedNotification>();
   readonly onTaskDone = new vscode.EventEmitter<TaskDoneNotification>();
@@ -124,7 +128,7 @@ export class ContinualClient implements vscode.Disposable {
       const next: Connection = event.newState === State.Running ? "running" : event.newState === State.Starting ? "starting" : "stopped";
       this.setConnection(next);
     });
-    client.onNotification(NOTIFY_PROPOSAL, (raw: unknown) => this.dispatch(raw, parseProposal, this.onProposal, NOTIFY_PROPOSAL));
+    client.onNotification(NOTIFY_PROPOSAL, (raw: unknown) => this.dispatch(raw, parseProposal, { fire: (p) => this.offer(p) }, NOTIFY_PROPOSAL));
     client.onNotification(NOTIFY_LEARNED, (raw: unknown) => this.dispatch(raw, parseLearned, this.onLearned, NOTIFY_LEARNED));
     client.onNotification(NOTIFY_ROUTED, (raw: unknown) => this.dispatch(raw, parseRouted, this.onRouted, NOTIFY_ROUTED));
     client.onNotification(NOTIFY_TASK_DONE, (raw: unknown) => this.dispatch(raw, parseTaskDone, this.onTaskDone, NOTIFY_TASK_DONE));
@@ -166,7 +170,14 @@ export class ContinualClient implements vscode.Disposable {
     }
   }
 
-  private dispatch<T>(raw: unknown, parse: (v: unknown) => T | undefined, emitter: vscode.EventEmitter<T>, method: string): void {
+  /** A proposal arrives in a response and as a notification: the UI sees it once. */
+  private offer(proposal: ProposalNotification | undefined): void {
+    if (!proposal || this.offered.has(proposal.proposalId)) return;
+    this.offered.add(proposal.proposalId);
+    this.onProposal.fire(proposal);
+  }
+
+  private dispatch<T>(raw: unknown, parse: (v: unknown) => T | undefined, emitter: Pick<vscode.EventEmitter<T>, "fire">, method: string): void {
     const parsed = parse(raw);
     if (parsed === undefined) {
       this.output.warn(`Ignoring a malformed ${method} notification: ${JSON.stringify(raw)}`);
@@ -183,12 +194,20 @@ export class ContinualClient implements vscode.Disposable {
   }
 
   async startTask(text: string): Promise<StartTaskResult> {
-    const result = (await this.request(METHOD_START_TASK, { text })) as Partial<StartTaskResult> | null;
-    return { taskId: typeof result?.taskId === "string" ? result.taskId : "" };
+    const result = parseStartTaskResult(await this.request(METHOD_START_TASK, { text }));
+    this.offer(result.proposal);
+    return result;
   }
 
   async decide(params: DecideParams): Promise<DecideResult> {
-    return parseDecideResult(await this.request(METHOD_DECIDE, params));
+    const result = parseDecideResult(await this.request(METHOD_DECIDE, params));
+    this.offer(result.nextProposal);
+    return result;
+  }
+
+  /** What the server waits on: a resync after a restart or a lost notification. */
+  async pending(): Promise<ProposalNotification[]> {
+    return parsePending(await this.request(METHOD_PENDING, {})).proposals;
   }
 
   async note(text: string): Promise<void> {

@@ -69,15 +69,15 @@ export class ProposalController implements vscode.Disposable {
     void vscode.window.showInformationMessage(`Continual: task finished — ${summary}`);
   }
 
-  /** After a (re)start: keep only what the server still waits for. */
+  /** After a (re)start: keep what the server still waits for, show what is missing. */
   async resync(): Promise<void> {
     try {
-      const status = await this.client.status();
-      const keep = status?.pendingProposalId ? [status.pendingProposalId] : [];
-      for (const id of this.pending.retain(keep)) await this.forget(id);
+      const waiting = await this.client.pending();
+      for (const id of this.pending.retain(waiting.map((p) => p.proposalId))) await this.forget(id);
       this.fireChanged();
+      for (const proposal of waiting) if (!this.pending.has(proposal.proposalId)) await this.receive(proposal);
     } catch (error) {
-      this.output.warn(`Status after start: ${String(error)}`);
+      this.output.warn(`Pending proposals after start: ${String(error)}`);
     }
   }
 

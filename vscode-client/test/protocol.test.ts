@@ -4,8 +4,10 @@ import {
   parseDecideResult,
   parseLearned,
   parseLedger,
+  parsePending,
   parseProposal,
   parseRouted,
+  parseStartTaskResult,
   parseStatus,
   parseTaskDone,
 } from "../src/core/protocol";
@@ -80,6 +82,19 @@ describe("payload parsing", () => {
       nextProposalId: "n",
     });
     expect(parseDecideResult("x")).toEqual({ ok: false });
+  });
+
+  it("takes the proposal a response carries, and ignores a malformed one", () => {
+    const proposal = { proposalId: "p2", taskId: "t", tool: "bash", arguments: { cmd: "ls" }, readOnly: false };
+    expect(parseStartTaskResult({ taskId: "t", proposal })).toEqual({ taskId: "t", proposal });
+    expect(parseStartTaskResult({ taskId: "t", proposal: { tool: "bash" } })).toEqual({ taskId: "t" });
+    expect(parseDecideResult({ ok: true, nextProposalId: "p2", nextProposal: proposal })).toEqual({
+      ok: true,
+      nextProposalId: "p2",
+      nextProposal: proposal,
+    });
+    expect(parsePending({ proposals: [proposal, { junk: 1 }] })).toEqual({ proposals: [proposal] });
+    expect(parsePending(null)).toEqual({ proposals: [] });
   });
 
   it("knows the file-changing tools", () => {

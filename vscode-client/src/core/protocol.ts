@@ -7,6 +7,7 @@ export const METHOD_NOTE = "continual/note";
 export const METHOD_LEDGER = "continual/ledger";
 export const METHOD_REVERT = "continual/revert";
 export const METHOD_STATUS = "continual/status";
+export const METHOD_PENDING = "continual/pending";
 export const NOTIFY_PROPOSAL = "continual/proposal";
 export const NOTIFY_LEARNED = "continual/learned";
 export const NOTIFY_ROUTED = "continual/routed";
@@ -32,6 +33,8 @@ export interface StartTaskParams {
 
 export interface StartTaskResult {
   taskId: string;
+  /** The first proposal (also sent as a notification): no need to rely on its timing. */
+  proposal?: ProposalNotification;
 }
 
 export interface DecideParams {
@@ -51,6 +54,11 @@ export interface DecideResult {
   ok: boolean;
   learned?: Learned;
   nextProposalId?: string;
+  nextProposal?: ProposalNotification;
+}
+
+export interface PendingResult {
+  proposals: ProposalNotification[];
 }
 
 export interface NoteParams {
@@ -230,5 +238,20 @@ export function parseDecideResult(value: unknown): DecideResult {
     result.learned = { step: learned.step, loss: learned.loss, seconds: learned.seconds };
   }
   if (typeof value.nextProposalId === "string") result.nextProposalId = value.nextProposalId;
+  const next = parseProposal(value.nextProposal);
+  if (next) result.nextProposal = next;
   return result;
+}
+
+export function parseStartTaskResult(value: unknown): StartTaskResult {
+  if (!isRecord(value)) return { taskId: "" };
+  const result: StartTaskResult = { taskId: typeof value.taskId === "string" ? value.taskId : "" };
+  const proposal = parseProposal(value.proposal);
+  if (proposal) result.proposal = proposal;
+  return result;
+}
+
+export function parsePending(value: unknown): PendingResult {
+  const raw = isRecord(value) && Array.isArray(value.proposals) ? value.proposals : [];
+  return { proposals: raw.map(parseProposal).filter((p): p is ProposalNotification => p !== undefined) };
 }

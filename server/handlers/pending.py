@@ -1,0 +1,25 @@
+"""continual/pending {} → {proposals}: what waits for the reviewer in this session, so a
+client can resync after a reconnect or a lost notification without relying on timing."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from continual_lsp.protocol import METHOD_PENDING, PendingParams, PendingResult
+
+from ..errors import validate
+
+if TYPE_CHECKING:
+    from ..app import ContinualServer
+
+
+async def pending(ls: ContinualServer, params: Any) -> dict[str, Any]:
+    validate(PendingParams, METHOD_PENDING, params)
+    session = ls.session
+    agent = await session.agent()
+    waiting = await session.call(agent.pending_proposals)
+    return PendingResult(proposals=[session.notification(p) for p in waiting]).dump()
+
+
+def register(ls: ContinualServer) -> None:
+    ls.feature(METHOD_PENDING)(pending)
