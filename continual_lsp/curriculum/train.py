@@ -139,12 +139,40 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def cmd_train(args: argparse.Namespace) -> None:
-    import torch
+def build_model(cfg: TrainConfig) -> Any:
+    """The embedded base with a fresh LoRA adapter of the recipe's shape."""
     from peft import LoraConfig, get_peft_model
 
     from continual_lsp.config import EMBEDDED_MODEL
     from continual_lsp.policy.model_files import load_model_and_tokenizer
+
+    base, _tokenizer = load_model_and_tokenizer(EMBEDDED_MODEL)
+    lora = LoraConfig(
+        r=cfg.rank,
+        lora_alpha=2 * cfg.rank,
+        target_modules=cfg.targets,
+        lora_dropout=0.0,
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(base, lora)
+
+
+def cmd_export(args: argparse.Namespace) -> None:
+    """Write the adapter of a run's last checkpoint (to look at a run still training)."""
+    import torch
+
+    run = Path(args.run)
+    cfg = TrainConfig.model_validate_json((run / "config.json").read_text())
+    model = build_model(cfg)
+    state = torch.load(run / "checkpoint.pt", weights_only=False)
+    model.load_state_dict(state["adapter"], strict=False)
+    export(model, Path(args.out))
+    print(json.dumps({"step": state["step"], "adapter": args.out}))
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    import torch
+
     from continual_lsp.policy.training import _cache_layers, _forward
 
     cfg = TrainConfig.model_validate_json(Path(args.config).read_text()) if args.config else None
@@ -162,15 +190,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     total_steps = math.ceil(len(order) / cfg.accumulate)
     prefix = common_prefix(sequences)
 
-    base, _tokenizer = load_model_and_tokenizer(EMBEDDED_MODEL)
-    lora = LoraConfig(
-        r=cfg.rank,
-        lora_alpha=2 * cfg.rank,
-        target_modules=cfg.targets,
-        lora_dropout=0.0,
-        task_type="CAUSAL_LM",
-    )
-    model = get_peft_model(base, lora)
+    model = build_model(cfg)
     params = [p for p in model.parameters() if p.requires_grad]
     optim = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     ckpt = out / "checkpoint.pt"
@@ -255,8 +275,11 @@ def main(argv: list[str] | None = None) -> None:
     tr.add_argument("--data", nargs="+", default=[])
     tr.add_argument("--out", default="")
     tr.add_argument("--config", help="a TrainConfig JSON file instead of --data/--out")
+    ex = sub.add_parser("export", help="write the adapter of a run's last checkpoint")
+    ex.add_argument("--run", required=True)
+    ex.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    {"generate": cmd_generate, "train": cmd_train}[args.command](args)
+    {"generate": cmd_generate, "train": cmd_train, "export": cmd_export}[args.command](args)
 
 
 if __name__ == "__main__":
