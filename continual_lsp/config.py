@@ -24,7 +24,7 @@ class Settings(BaseModel):
     seed: int = 0
     # Merge the shipped starter adapter (tool use, reading a correction; issue 13) into
     # the embedded model at load. Other models are loaded as they are.
-    starter: bool = False
+    starter: bool = True
 
     # learning
     enable_training: bool = True
