@@ -81,39 +81,34 @@ class Builder:
 
     # -- source files ----------------------------------------------------------------------
 
-    def py_module(self, target_fn: str, body: list[str], fillers: list[str]) -> tuple[str, int]:
-        """A module with the target function among fillers; (text, first line of target)."""
+    def functions(self, body: list[str], fillers: list[str], js: bool) -> tuple[list[str], int]:
+        """The target function among filler functions; (lines, first line of the target)."""
         lines: list[str] = []
         start = 0
         slot = self.rng.randrange(len(fillers) + 1)
         for i in range(len(fillers) + 1):
             if lines:
-                lines += ["", ""]
+                lines += [""] if js else ["", ""]
             if i == slot:
                 start = len(lines) + 1
                 lines += body
+                continue
+            name = fillers[i if i < slot else i - 1]
+            a, b = self.pick("args")
+            good, _ = self.rng.choice(_JS_OPS if js else _OPS)
+            if js:
+                lines += [f"function {name}({a}, {b}) {{", f"  return {a} {good} {b};", "}"]
             else:
-                name = fillers[i if i < slot else i - 1]
-                a, b = self.pick("args")
-                good, _ = self.rng.choice(_OPS)
                 lines += [f"def {name}({a}, {b}):", f"    return {a} {good} {b}"]
+        return lines, start
+
+    def py_module(self, target_fn: str, body: list[str], fillers: list[str]) -> tuple[str, int]:
+        """A module with the target function among fillers; (text, first line of target)."""
+        lines, start = self.functions(body, fillers, js=False)
         return "\n".join(lines) + "\n", start
 
     def js_module(self, target_fn: str, body: list[str], fillers: list[str]) -> tuple[str, int]:
-        lines: list[str] = []
-        start = 0
-        slot = self.rng.randrange(len(fillers) + 1)
-        for i in range(len(fillers) + 1):
-            if lines:
-                lines.append("")
-            if i == slot:
-                start = len(lines) + 1
-                lines += body
-            else:
-                name = fillers[i if i < slot else i - 1]
-                a, b = self.pick("args")
-                good, _ = self.rng.choice(_JS_OPS)
-                lines += [f"function {name}({a}, {b}) {{", f"  return {a} {good} {b};", "}"]
+        lines, start = self.functions(body, fillers, js=True)
         names = ", ".join([target_fn, *fillers])
         lines += ["", f"module.exports = {{ {names} }};"]
         return "\n".join(lines) + "\n", start
