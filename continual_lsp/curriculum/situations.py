@@ -49,6 +49,15 @@ _OPS = [("+", "-"), ("-", "+"), ("*", "+"), ("+", "*"), ("//", "*")]
 _JS_OPS = [("+", "-"), ("-", "+"), ("*", "+"), ("+", "*")]
 
 
+def js_test(d: str, stem: str, fn: str, args: str, expected: object) -> str:
+    """A node:test file that checks `fn(args) === expected`."""
+    return (
+        "const test = require('node:test');\nconst assert = require('node:assert');\n"
+        f"const {{ {fn} }} = require('../{d}/{stem}');\n\n"
+        f"test('{fn}', () => {{\n  assert.strictEqual({fn}({args}), {expected});\n}});\n"
+    )
+
+
 class Builder:
     """Draws situations from a vocabulary. One instance per generated set."""
 
@@ -156,11 +165,7 @@ class Builder:
             path = f"{d}/{stem}.js"
             body = [f"function {fn}({a}, {b}) {{", f"  return {a} {bad} {b};", "}"]
             text, start = self.js_module(fn, body, fillers)
-            tests = (
-                "const test = require('node:test');\nconst assert = require('node:assert');\n"
-                f"const {{ {fn} }} = require('../{d}/{stem}');\n\n"
-                f"test('{fn}', () => {{\n  assert.strictEqual({fn}({x}, {y}), {expected});\n}});\n"
-            )
+            tests = js_test(d, stem, fn, f"{x}, {y}", expected)
             files = self.js_project(text, path, tests)
             check = "node --test"
             n, old, new = start + 1, body[1], f"  return {a} {good} {b};"
@@ -223,11 +228,7 @@ class Builder:
                 "}",
             ]
             text, start = self.js_module(fn, body, fillers)
-            tests = (
-                "const test = require('node:test');\nconst assert = require('node:assert');\n"
-                f"const {{ {fn} }} = require('../{d}/{stem}');\n\n"
-                f"test('{fn}', () => {{\n  assert.strictEqual({fn}({m}), {expected});\n}});\n"
-            )
+            tests = js_test(d, stem, fn, f"{m}", expected)
             files = self.js_project(text, path, tests)
             n, old, new = start + 2, body[2], f"  for (let i = 1; i <= {lim}; i++) {{"
             check = "node --test"
