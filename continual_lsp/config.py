@@ -22,6 +22,9 @@ class Settings(BaseModel):
     max_new_tokens: int = 192
     temperature: float = 0.0
     seed: int = 0
+    # Merge the shipped starter adapter (tool use, reading a correction; issue 13) into
+    # the embedded model at load. Other models are loaded as they are.
+    starter: bool = True
 
     # learning
     enable_training: bool = True

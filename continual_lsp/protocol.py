@@ -111,6 +111,8 @@ class StatusResult(Wire):
     training_steps: int
     queue_depth: int
     pending_proposal_id: str | None = None
+    # The starter adapter merged into the base (`starter-<sha256 prefix>`), None when off.
+    starter: str | None = None
 
 
 class PendingParams(Wire):

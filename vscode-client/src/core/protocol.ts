@@ -96,6 +96,8 @@ export interface StatusResult {
   trainingSteps: number;
   queueDepth: number;
   pendingProposalId?: string;
+  /** The starter adapter merged into the base model, absent when it is off. */
+  starter?: string;
 }
 
 export interface ProposalNotification {
@@ -217,7 +219,7 @@ export function parseLedger(value: unknown): LedgerResult {
 
 export function parseStatus(value: unknown): StatusResult | undefined {
   if (!isRecord(value)) return undefined;
-  const { backend, model, adapterVersion, trainingSteps, queueDepth, pendingProposalId } = value;
+  const { backend, model, adapterVersion, trainingSteps, queueDepth, pendingProposalId, starter } = value;
   if (typeof backend !== "string" || typeof model !== "string") return undefined;
   const status: StatusResult = {
     backend,
@@ -227,6 +229,7 @@ export function parseStatus(value: unknown): StatusResult | undefined {
   };
   if (typeof adapterVersion === "string") status.adapterVersion = adapterVersion;
   if (typeof pendingProposalId === "string") status.pendingProposalId = pendingProposalId;
+  if (typeof starter === "string") status.starter = starter;
   return status;
 }
 

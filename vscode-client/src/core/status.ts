@@ -40,7 +40,7 @@ export function formatStatus(state: StatusState): StatusView {
   const icon = training ? "$(sync~spin)" : "$(mortar-board)";
   const parts: string[] = [];
   parts.push(status ? status.backend : "Continual");
-  parts.push(status?.adapterVersion ?? "base");
+  parts.push(status?.adapterVersion ?? (status?.starter ? "starter" : "base"));
   const learned = state.lastLearned;
   if (training) parts.push("training…");
   else if (learned) parts.push(`loss ${formatLoss(learned.loss)} (${learned.seconds.toFixed(1)}s)`);
@@ -51,6 +51,7 @@ export function formatStatus(state: StatusState): StatusView {
     status ? `Backend: ${status.backend}` : "",
     status ? `Model: ${status.model}` : "",
     `Adapter: ${status?.adapterVersion ?? "base (no adapter yet)"}`,
+    status ? `Starter: ${status.starter ?? "off"}` : "",
     status ? `Training steps: ${status.trainingSteps}` : "",
     status ? `Queue depth: ${status.queueDepth}` : "",
     learned

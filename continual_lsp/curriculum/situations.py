@@ -1,0 +1,603 @@
+"""Procedurally generated workspaces with one defect or request each (the starter curriculum).
+
+A `Situation` is a small workspace (file path → text), a task text, and the ideal calls:
+look first (read / grep / glob), make the smallest change, run the project's check when
+there is one. Everything is drawn from a `random.Random` and a vocabulary (`vocab.json`
+for training; `bench/agent_skill.py` passes its own held-out vocabulary), so a seed gives
+the same curriculum on any machine.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from continual_lsp.tools.base import ToolCall
+
+VOCAB_FILE = Path(__file__).with_name("vocab.json")
+
+
+def load_vocab(path: Path = VOCAB_FILE) -> dict[str, Any]:
+    return dict(json.loads(path.read_text(encoding="utf-8")))
+
+
+def call(tool: str, **arguments: Any) -> ToolCall:
+    return ToolCall(tool=tool, arguments=arguments)  # type: ignore[arg-type]
+
+
+@dataclass
+class Situation:
+    """One task on one workspace; `change` is the index in `plan` of the first change."""
+
+    kind: str
+    language: str
+    files: dict[str, str]
+    task: str
+    plan: list[ToolCall]
+    change: int
+    target: str  # the path the change is on ("" for a bash-only task)
+    check: str | None  # the command that passes once the task is done
+    # What corrections need: the fixed line's number and text, the line it replaced, …
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+# Binary operators and a wrong one for each; (good, bad).
+_OPS = [("+", "-"), ("-", "+"), ("*", "+"), ("+", "*"), ("//", "*")]
+_JS_OPS = [("+", "-"), ("-", "+"), ("*", "+"), ("+", "*")]
+
+
+def js_test(d: str, stem: str, fn: str, args: str, expected: object) -> str:
+    """A node:test file that checks `fn(args) === expected`."""
+    return (
+        "const test = require('node:test');\nconst assert = require('node:assert');\n"
+        f"const {{ {fn} }} = require('../{d}/{stem}');\n\n"
+        f"test('{fn}', () => {{\n  assert.strictEqual({fn}({args}), {expected});\n}});\n"
+    )
+
+
+class Builder:
+    """Draws situations from a vocabulary. One instance per generated set."""
+
+    def __init__(self, vocab: dict[str, Any], rng: random.Random) -> None:
+        self.v = vocab
+        self.rng = rng
+
+    # -- small helpers ---------------------------------------------------------------------
+
+    def pick(self, key: str) -> Any:
+        return self.rng.choice(self.v[key])
+
+    def names(self, k: int) -> list[str]:
+        return self.rng.sample(self.v["functions"], k)
+
+    def template(self, kind: str, **slots: Any) -> str:
+        return str(self.rng.choice(self.v["task_templates"][kind])).format(**slots)
+
+    def look(self, path: str, fn: str | None, named: bool) -> list[ToolCall]:
+        """The looking calls before a change: read the named file, else find it first."""
+        if named or fn is None:
+            return [call("read", path=path)]
+        return [call("grep", pat=fn), call("read", path=path)]
+
+    def change_call(self, path: str, n: int, old_line: str, new_line: str) -> ToolCall:
+        """The smallest change of line `n`: edit_lines or edit, drawn."""
+        if self.rng.random() < 0.6 or not old_line.strip() or "\n" in new_line:
+            return call("edit_lines", path=path, start=n, end=n, content=new_line)
+        return call("edit", path=path, old=old_line.strip(), new=new_line.strip())
+
+    # -- source files ----------------------------------------------------------------------
+
+    def functions(self, body: list[str], fillers: list[str], js: bool) -> tuple[list[str], int]:
+        """The target function among filler functions; (lines, first line of the target)."""
+        lines: list[str] = []
+        start = 0
+        slot = self.rng.randrange(len(fillers) + 1)
+        for i in range(len(fillers) + 1):
+            if lines:
+                lines += [""] if js else ["", ""]
+            if i == slot:
+                start = len(lines) + 1
+                lines += body
+                continue
+            name = fillers[i if i < slot else i - 1]
+            a, b = self.pick("args")
+            good, _ = self.rng.choice(_JS_OPS if js else _OPS)
+            if js:
+                lines += [f"function {name}({a}, {b}) {{", f"  return {a} {good} {b};", "}"]
+            else:
+                lines += [f"def {name}({a}, {b}):", f"    return {a} {good} {b}"]
+        return lines, start
+
+    def py_module(self, target_fn: str, body: list[str], fillers: list[str]) -> tuple[str, int]:
+        """A module with the target function among fillers; (text, first line of target)."""
+        lines, start = self.functions(body, fillers, js=False)
+        return "\n".join(lines) + "\n", start
+
+    def js_module(self, target_fn: str, body: list[str], fillers: list[str]) -> tuple[str, int]:
+        lines, start = self.functions(body, fillers, js=True)
+        names = ", ".join([target_fn, *fillers])
+        lines += ["", f"module.exports = {{ {names} }};"]
+        return "\n".join(lines) + "\n", start
+
+    def py_project(self, module: str, path: str, tests: str | None) -> dict[str, str]:
+        pkg = path.split("/")[0]
+        files = {path: module, f"{pkg}/__init__.py": ""}
+        if tests is not None:
+            stem = Path(path).stem
+            files[f"tests/test_{stem}.py"] = tests
+        files["README.md"] = f"# {Path(path).stem}\n\nRun the tests with `python3 -m pytest -q`.\n"
+        return files
+
+    def js_project(self, module: str, path: str, tests: str | None) -> dict[str, str]:
+        stem = Path(path).stem
+        files = {path: module}
+        if tests is not None:
+            files[f"tests/{stem}.test.js"] = tests
+        files["package.json"] = json.dumps(
+            {"name": stem, "version": "1.0.0", "scripts": {"test": "node --test"}}, indent=2
+        )
+        return files
+
+    # -- situation kinds -------------------------------------------------------------------
+
+    def operator(self) -> Situation:
+        lang = self.rng.choice(["py", "py", "js", "go", "rs"])
+        fn, *fillers = self.names(self.rng.randint(1, 3))
+        a, b = self.pick("args")
+        good, bad = self.rng.choice(_JS_OPS if lang != "py" else _OPS)
+        x, y = self.rng.randint(5, 9), self.rng.randint(2, 4)
+        expected = {"+": x + y, "-": x - y, "*": x * y, "//": x // y}[good]
+        d, stem = self.pick("dirs"), self.pick("stems")
+        named = self.rng.random() < 0.5
+        check: str | None = None
+        if lang == "py":
+            path = f"{d}/{stem}.py"
+            body = [f"def {fn}({a}, {b}):", f"    return {a} {bad} {b}"]
+            text, start = self.py_module(fn, body, fillers)
+            tests = f"from {d}.{stem} import {fn}\n\n\ndef test_{fn}():\n    assert {fn}({x}, {y}) == {expected}\n"
+            files = self.py_project(text, path, tests)
+            check = "python3 -m pytest -q"
+            n, old, new = start + 1, body[1], f"    return {a} {good} {b}"
+        elif lang == "js":
+            path = f"{d}/{stem}.js"
+            body = [f"function {fn}({a}, {b}) {{", f"  return {a} {bad} {b};", "}"]
+            text, start = self.js_module(fn, body, fillers)
+            tests = js_test(d, stem, fn, f"{x}, {y}", expected)
+            files = self.js_project(text, path, tests)
+            check = "node --test"
+            n, old, new = start + 1, body[1], f"  return {a} {good} {b};"
+        elif lang == "go":
+            path = f"{d}/{stem}.go"
+            lines = [
+                f"package {d}",
+                "",
+                f"func {fn}({a}, {b} int) int {{",
+                f"\treturn {a} {bad} {b}",
+                "}",
+            ]
+            files = {
+                path: "\n".join(lines) + "\n",
+                "go.mod": f"module example.org/{stem}\n\ngo 1.21\n",
+            }
+            n, old, new = 4, lines[3], f"\treturn {a} {good} {b}"
+        else:
+            path = f"src/{stem}.rs"
+            lines = [f"pub fn {fn}({a}: i64, {b}: i64) -> i64 {{", f"    {a} {bad} {b}", "}"]
+            files = {
+                path: "\n".join(lines) + "\n",
+                "Cargo.toml": f'[package]\nname = "{stem}"\nversion = "0.1.0"\n',
+            }
+            n, old, new = 2, lines[1], f"    {a} {good} {b}"
+        task = self.template("operator", fn=fn, path=path, bad=bad, good=good)
+        named = path in task
+        return self._line_fix("operator", lang, files, task, path, fn, named, n, old, new, check)
+
+    def off_by_one(self) -> Situation:
+        lang = self.rng.choice(["py", "js"])
+        fn, *fillers = self.names(self.rng.randint(1, 3))
+        d, stem = self.pick("dirs"), self.pick("stems")
+        lim = self.rng.choice(["limit", "n", "upto", "top"])
+        m = self.rng.randint(3, 7)
+        expected = m * (m + 1) // 2
+        if lang == "py":
+            path = f"{d}/{stem}.py"
+            body = [
+                f"def {fn}({lim}):",
+                "    total = 0",
+                f"    for i in range(1, {lim}):",
+                "        total += i",
+                "    return total",
+            ]
+            text, start = self.py_module(fn, body, fillers)
+            tests = f"from {d}.{stem} import {fn}\n\n\ndef test_{fn}():\n    assert {fn}({m}) == {expected}\n"
+            files = self.py_project(text, path, tests)
+            n, old, new = start + 2, body[2], f"    for i in range(1, {lim} + 1):"
+            check = "python3 -m pytest -q"
+        else:
+            path = f"{d}/{stem}.js"
+            body = [
+                f"function {fn}({lim}) {{",
+                "  let total = 0;",
+                f"  for (let i = 1; i < {lim}; i++) {{",
+                "    total += i;",
+                "  }",
+                "  return total;",
+                "}",
+            ]
+            text, start = self.js_module(fn, body, fillers)
+            tests = js_test(d, stem, fn, f"{m}", expected)
+            files = self.js_project(text, path, tests)
+            n, old, new = start + 2, body[2], f"  for (let i = 1; i <= {lim}; i++) {{"
+            check = "node --test"
+        task = self.template("off_by_one", fn=fn, path=path)
+        return self._line_fix(
+            "off_by_one", lang, files, task, path, fn, path in task, n, old, new, check
+        )
+
+    def missing_return(self) -> Situation:
+        fn, *fillers = self.names(self.rng.randint(1, 3))
+        d, stem = self.pick("dirs"), self.pick("stems")
+        xs = self.rng.choice(["items", "values", "rows", "nums"])
+        k = self.rng.randint(2, 5)
+        path = f"{d}/{stem}.py"
+        body = [f"def {fn}({xs}):", f"    result = [v * {k} for v in {xs}]"]
+        text, start = self.py_module(fn, body, fillers)
+        tests = f"from {d}.{stem} import {fn}\n\n\ndef test_{fn}():\n    assert {fn}([1, 2]) == [{k}, {2 * k}]\n"
+        files = self.py_project(text, path, tests)
+        n = start + 1
+        new = body[1] + "\n    return result"
+        task = self.template("missing_return", fn=fn, path=path)
+        return self._line_fix(
+            "missing_return",
+            "py",
+            files,
+            task,
+            path,
+            fn,
+            path in task,
+            n,
+            body[1],
+            new,
+            "python3 -m pytest -q",
+        )
+
+    def constant(self) -> Situation:
+        lang = self.rng.choice(["py", "js", "go", "sh"])
+        name = self.pick("constants")
+        old_v, new_v = self.rng.sample([5, 10, 20, 30, 45, 60, 90, 100, 120, 250], 2)
+        d, stem = self.pick("dirs"), self.pick("stems")
+        fn = self.names(1)[0]
+        if lang == "py":
+            path = f"{d}/settings.py"
+            lines = ['"""Tunables."""', "", f"{name} = {old_v}", f"{fn.upper()}_ENABLED = True"]
+            fmt = f"{name} = {{}}"
+        elif lang == "js":
+            path = f"{d}/config.js"
+            lines = [
+                "'use strict';",
+                "",
+                f"const {name} = {old_v};",
+                "",
+                f"module.exports = {{ {name} }};",
+            ]
+            fmt = f"const {name} = {{}};"
+        elif lang == "go":
+            path = f"{d}/limits.go"
+            lines = [f"package {d}", "", f"const {name} = {old_v}"]
+            fmt = f"const {name} = {{}}"
+        else:
+            path = f"scripts/{stem}.sh"
+            lines = ["#!/bin/sh", "set -e", f"{name}={old_v}", f'echo "{stem} with ${name}"']
+            fmt = f"{name}={{}}"
+        n = next(i for i, line in enumerate(lines, 1) if line.startswith((name, f"const {name}")))
+        files = {path: "\n".join(lines) + "\n", "README.md": f"# {stem}\n"}
+        task = self.template("constant", name=name, old=old_v, new=new_v, path=path)
+        s = self._line_fix(
+            "constant",
+            lang,
+            files,
+            task,
+            path,
+            name,
+            path in task,
+            n,
+            lines[n - 1],
+            fmt.format(new_v),
+            None,
+        )
+        s.facts.update(good=str(new_v), bad=str(old_v), fmt=fmt)
+        return s
+
+    def typo(self) -> Situation:
+        bad, good = self.pick("typos")
+        sentences = self.rng.sample(self.v["doc_sentences"], 3)
+        stem = self.pick("stems")
+        path = self.rng.choice(["README.md", f"docs/{stem}.md", "CONTRIBUTING.md"])
+        fill = [s.replace("{w}", "quite") for s in sentences]
+        n = self.rng.randrange(3) + 3
+        fill[n - 3] = sentences[n - 3].replace("{w}", bad)
+        lines = [f"# {stem.title()}", "", *fill]
+        files = {path: "\n".join(lines) + "\n"}
+        task = self.template("typo", bad=bad, good=good, path=path)
+        named = path in task
+        s = self._line_fix(
+            "typo",
+            "md",
+            files,
+            task,
+            path,
+            bad,
+            named,
+            n,
+            lines[n - 1],
+            lines[n - 1].replace(bad, good),
+            None,
+        )
+        return s
+
+    def config(self) -> Situation:
+        fmt = self.rng.choice(["json", "toml", "yaml"])
+        keys = self.rng.sample(self.v["config_keys"], 3)
+        key = keys[0]
+        old_v, new_v = self.rng.sample(self.v["config_values"][key], 2)
+        vals = {k: self.v["config_values"][k][0] for k in keys}
+        vals[key] = old_v
+        order = self.rng.sample(keys, 3)
+        path = {"json": "config.json", "toml": "settings.toml", "yaml": "app.yaml"}[fmt]
+
+        def line(k: str, v: str) -> str:
+            num = v.isdigit()
+            if fmt == "json":
+                return f'  "{k}": {v if num else json.dumps(v)}'
+            if fmt == "toml":
+                return f"{k} = {v if num else json.dumps(v)}"
+            return f"{k}: {v}"
+
+        body = [line(k, vals[k]) for k in order]
+        if fmt == "json":
+            body = [b + ("," if i < 2 else "") for i, b in enumerate(body)]
+            lines = ["{", *body, "}"]
+        elif fmt == "toml":
+            lines = ["[server]", *body]
+        else:
+            lines = ["server:", *["  " + b for b in body]]
+        n = next(i for i, ln in enumerate(lines, 1) if key in ln)
+        new_line = lines[n - 1].replace(old_v, new_v)
+        files = {path: "\n".join(lines) + "\n"}
+        task = self.template("config", key=key, new=new_v, old=old_v, path=path)
+        s = self._line_fix(
+            "config", fmt, files, task, path, None, True, n, lines[n - 1], new_line, None
+        )
+        s.facts.update(good=new_v, bad=old_v)
+        return s
+
+    def add_line(self) -> Situation:
+        if self.rng.random() < 0.5:
+            path, entries = ".gitignore", self.rng.sample(self.v["ignore_entries"], 4)
+        else:
+            path, entries = "requirements.txt", self.rng.sample(self.v["packages_py"], 4)
+        lines, entry = entries[:3], entries[3]
+        files = {path: "\n".join(lines) + "\n", "README.md": "# project\n"}
+        task = self.template("add_line", entry=entry, path=path)
+        n = len(lines)
+        return self._line_fix(
+            "add_line",
+            "text",
+            files,
+            task,
+            path,
+            None,
+            True,
+            n,
+            lines[-1],
+            lines[-1] + "\n" + entry,
+            None,
+            prefer_lines=True,
+        )
+
+    def remove_line(self) -> Situation:
+        lang = self.rng.choice(["py", "js"])
+        fn, *fillers = self.names(self.rng.randint(1, 2))
+        a, b = self.pick("args")
+        d, stem = self.pick("dirs"), self.pick("stems")
+        if lang == "py":
+            path = f"{d}/{stem}.py"
+            body = [
+                f"def {fn}({a}, {b}):",
+                f'    print("debug", {a}, {b})',
+                f"    return {a} + {b}",
+            ]
+            text, start = self.py_module(fn, body, fillers)
+            files = self.py_project(text, path, None)
+        else:
+            path = f"{d}/{stem}.js"
+            body = [
+                f"function {fn}({a}, {b}) {{",
+                f"  console.log('debug', {a}, {b});",
+                f"  return {a} + {b};",
+                "}",
+            ]
+            text, start = self.js_module(fn, body, fillers)
+            files = self.js_project(text, path, None)
+        task = self.template("remove_line", fn=fn, path=path)
+        n = start + 1
+        return self._line_fix(
+            "remove_line",
+            lang,
+            files,
+            task,
+            path,
+            fn,
+            path in task,
+            n,
+            body[1],
+            "",
+            None,
+            prefer_lines=True,
+        )
+
+    def rename(self) -> Situation:
+        fn, *fillers = self.names(self.rng.randint(1, 3))
+        new_name = self.rng.choice(self.v["renames"])
+        a, b = self.pick("args")
+        d, stem = self.pick("dirs"), self.pick("stems")
+        path = f"{d}/{stem}.py"
+        body = [f"def {fn}({a}, {b}):", f"    return {a} * {b}"]
+        text, start = self.py_module(fn, body, fillers)
+        files = self.py_project(text, path, None)
+        task = self.template("rename", old=fn, new=new_name, path=path)
+        return self._line_fix(
+            "rename",
+            "py",
+            files,
+            task,
+            path,
+            fn,
+            path in task,
+            start,
+            body[0],
+            body[0].replace(fn, new_name),
+            None,
+        )
+
+    def create(self) -> Situation:
+        fn = self.names(1)[0]
+        value = self.rng.choice([0, 1, 7, 42, 100, "'ok'", "[]", "True"])
+        d, stem = self.pick("dirs"), self.pick("stems")
+        path = f"{d}/{stem}.py"
+        other = f"{d}/{self.pick('stems')}_util.py"
+        files = {
+            other: "def helper():\n    return None\n",
+            f"{d}/__init__.py": "",
+            "README.md": "# project\n",
+        }
+        content = f"def {fn}():\n    return {value}\n"
+        task = self.template("create", path=path, fn=fn, value=value)
+        plan = [call("glob", pat=f"{d}/*.py"), call("write", path=path, content=content)]
+        plan.append(call("read", path=path))
+        return Situation(
+            "create",
+            "py",
+            files,
+            task,
+            plan,
+            1,
+            path,
+            None,
+            {"content": content, "fn": fn, "value": value},
+        )
+
+    def add_test(self) -> Situation:
+        fn = self.names(1)[0]
+        a, b = self.pick("args")
+        d, stem = self.pick("dirs"), self.pick("stems")
+        path = f"{d}/{stem}.py"
+        x, y = self.rng.randint(2, 9), self.rng.randint(2, 9)
+        files = self.py_project(f"def {fn}({a}, {b}):\n    return {a} + {b}\n", path, None)
+        test_path = f"tests/test_{stem}.py"
+        content = f"from {d}.{stem} import {fn}\n\n\ndef test_{fn}():\n    assert {fn}({x}, {y}) == {x + y}\n"
+        task = self.template("add_test", fn=fn, path=test_path)
+        check = "python3 -m pytest -q"
+        plan = [
+            call("read", path=path),
+            call("write", path=test_path, content=content),
+            call("bash", cmd=check),
+        ]
+        return Situation(
+            "add_test", "py", files, task, plan, 1, test_path, check, {"content": content}
+        )
+
+    def run_tests(self) -> Situation:
+        s = self.operator() if self.rng.random() < 0.5 else self.off_by_one()
+        if s.check is None:
+            return self.run_tests()
+        # The defect fixed already: the task is only to run the check.
+        fixed = dict(s.files)
+        path = s.target
+        lines = fixed[path].split("\n")
+        n = s.facts["n"]
+        lines[n - 1] = s.facts["new"]
+        fixed[path] = "\n".join(lines)
+        test_dir = "tests/*.py" if s.language == "py" else "tests/*.js"
+        task = self.template("run_tests")
+        plan = [call("glob", pat=test_dir), call("bash", cmd=s.check)]
+        return Situation("run_tests", s.language, fixed, task, plan, 1, "", s.check)
+
+    def add_dep(self) -> Situation:
+        lang = self.rng.choice(["py", "js"])
+        pkg = self.pick("packages_py" if lang == "py" else "packages_js")
+        bad, good, mgr = self.rng.choice(self.v["managers"][lang])
+        manifest = "pyproject.toml" if lang == "py" else "package.json"
+        stem = self.pick("stems")
+        files = {
+            manifest: f'[project]\nname = "{stem}"\ndependencies = []\n'
+            if lang == "py"
+            else json.dumps({"name": stem, "dependencies": {}}, indent=2),
+            "README.md": "# project\n",
+        }
+        task = self.template("add_dep", pkg=pkg)
+        plan = [call("read", path=manifest), call("bash", cmd=good.format(p=pkg))]
+        return Situation(
+            "add_dep",
+            lang,
+            files,
+            task,
+            plan,
+            1,
+            "",
+            None,
+            {
+                "bad": bad.format(p=pkg),
+                "good": good.format(p=pkg),
+                "mgr": mgr,
+                "badmgr": bad.split()[0],
+            },
+        )
+
+    # -- shared shape of a one-line fix --------------------------------------------------------
+
+    def _line_fix(
+        self,
+        kind: str,
+        lang: str,
+        files: dict[str, str],
+        task: str,
+        path: str,
+        fn: str | None,
+        named: bool,
+        n: int,
+        old: str,
+        new: str,
+        check: str | None,
+        prefer_lines: bool = False,
+    ) -> Situation:
+        plan = self.look(path, fn, named)
+        change = len(plan)
+        if prefer_lines:
+            plan.append(call("edit_lines", path=path, start=n, end=n, content=new))
+        else:
+            plan.append(self.change_call(path, n, old, new))
+        # Then the project's check; without one, read the file again (a repeat ends a task).
+        plan.append(call("bash", cmd=check) if check else call("read", path=path))
+        return Situation(
+            kind,
+            lang,
+            files,
+            task,
+            plan,
+            change,
+            path,
+            check,
+            {"n": n, "old": old, "new": new, "fn": fn},
+        )
+
+    KINDS = (
+        "operator", "off_by_one", "missing_return", "constant", "typo", "config",
+        "add_line", "remove_line", "rename", "create", "add_test", "run_tests", "add_dep",
+    )  # fmt: skip
+
+    def situation(self, kind: str | None = None) -> Situation:
+        return getattr(self, kind or self.rng.choice(self.KINDS))()  # type: ignore[no-any-return]

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Regenerate the starter curriculum and train the starter adapter (issue 13).
+#
+#   bash scripts/train_starter.sh [work dir]     (default: .starter-run)
+#
+# Two generation shards run side by side (~6 min on the 2-core build machine), then LoRA
+# SFT on the call tokens for at most `max_minutes` (52). Rerunning resumes from the last
+# checkpoint. The adapter lands in <work dir>/run/adapter; copy it into
+# continual_lsp/data/starter/ to ship it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+WORK="${1:-.starter-run}"
+PY="${PYTHON:-.venv/bin/python}"
+export TRL_EXPERIMENTAL_SILENCE=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+mkdir -p "$WORK"
+for seed in 1 2; do
+  if [ ! -f "$WORK/shard$seed.jsonl" ]; then
+    "$PY" -m continual_lsp.curriculum.train generate --situations 520 --seed "$seed" \
+      --out "$WORK/shard$seed.jsonl" &
+  fi
+done
+wait
+"$PY" -m continual_lsp.curriculum.train train \
+  --data "$WORK/shard1.jsonl" "$WORK/shard2.jsonl" --out "$WORK/run"

@@ -1,0 +1,48 @@
+"""Curriculum sequences are what the agent would see and what the grammar lets it write."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from continual_lsp.agent.conversation import Conversation
+from continual_lsp.curriculum.episodes import generate
+from continual_lsp.curriculum.situations import Builder, load_vocab
+from continual_lsp.policy.grammar import ToolCallGrammar
+from continual_lsp.policy.render import ChatMLRenderer
+from tests.policy.test_render import load_tokenizer
+
+
+@pytest.fixture(scope="module")
+def renderer() -> ChatMLRenderer:
+    return ChatMLRenderer(load_tokenizer())
+
+
+def test_situations_are_deterministic_per_seed() -> None:
+    def draw(seed: int) -> list[tuple[str, dict[str, str]]]:
+        b = Builder(load_vocab(), random.Random(seed))
+        return [(s.task, s.files) for s in (b.situation(k) for k in Builder.KINDS)]
+
+    assert draw(3) == draw(3)
+    assert draw(3) != draw(4)
+
+
+def test_sequences_match_the_agents_prompt_and_the_grammar(renderer: ChatMLRenderer) -> None:
+    sequences, dropped = generate(renderer, len(Builder.KINDS), seed=11, vocab=load_vocab())
+    assert dropped == 0  # every generated fix passes its project's check
+    grammar = ToolCallGrammar(renderer.tokenizer)
+    first_prompt = renderer.render_prompt(Conversation("x").messages())
+    header = renderer.tokenize("<|im_start|>assistant\n")
+    episodes = {s.episode.split(":")[0] for s in sequences}
+    assert {"trajectory", "correction"} <= episodes
+    for seq in sequences:
+        # The agent's system prompt, verbatim.
+        assert seq.tokens[: len(first_prompt) - 20] == first_prompt[: len(first_prompt) - 20]
+        for a, b in seq.spans:
+            target = seq.tokens[a:b]
+            assert grammar.accepts(target), renderer.decode(target)
+            assert seq.tokens[a - len(header) : a] == header
+            renderer.parse_call(renderer.decode(target))
+    denial = next(s for s in sequences if s.episode.startswith("correction"))
+    assert "The reviewer denied your last call:" in renderer.decode(denial.tokens)
