@@ -115,6 +115,15 @@ class Policy(Protocol):
 
     def sample(self, prompt_tokens: list[int], params: SampleParams) -> Completion: ...
 
+    def sample_batch(
+        self, prompt_tokens: list[int], params: SampleParams, n: int
+    ) -> list[Completion]:
+        """`n` completions of one prompt in one batched request (the retry's candidates).
+
+        Same contract per completion as `sample`; `params.seed` seeds the whole batch.
+        """
+        ...
+
     def logprobs(self, prompt_tokens: list[int], completion_tokens: list[int]) -> list[float]:
         """Current weights' logprob of each completion token given the prompt."""
         ...

@@ -37,6 +37,7 @@ from continual_lsp.policy.grammar import (
     ToolCallGrammar,
     check_tools,
     constrained_decode,
+    constrained_decode_batch,
     decoding_schema,
 )
 from continual_lsp.policy.model_files import load_model_and_tokenizer
@@ -183,6 +184,23 @@ class LocalPolicy:
                 grammar,
                 prompt_tokens,
                 params,
+                prompt_cache=self.prompt_cache,
+                weights_key=self.weights_key(),
+            )
+
+    def sample_batch(
+        self, prompt_tokens: list[int], params: SampleParams, n: int
+    ) -> list[Completion]:
+        """`n` calls from one prompt in one batched decode (`constrained_decode_batch`)."""
+        tools = params.tools if params.tools is not None else self.settings.allowed_tools
+        grammar = self.grammar_for(tools)
+        with self._lock:
+            return constrained_decode_batch(
+                self.model,
+                grammar,
+                prompt_tokens,
+                params,
+                n,
                 prompt_cache=self.prompt_cache,
                 weights_key=self.weights_key(),
             )
