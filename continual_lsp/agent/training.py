@@ -108,6 +108,12 @@ class TrainingBridge:
         if self.settings.enable_training and self.store.queue_depth(("sdpo",)) > 0:
             self._ensure_worker().notify()
 
+    def warm(self) -> None:
+        """Start the worker now, so the first correction of a session does not wait for it
+        to load the model; it loads at low priority (`nice`) while the reviewer reads."""
+        if self.settings.enable_training:
+            self._ensure_worker()
+
     def has_job(self, proposal_id: str) -> bool:
         return self.store.has_job_for(proposal_id)
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import re
 import time
 from typing import Any
 
@@ -33,7 +34,7 @@ import llguidance.hf
 import numpy as np
 import torch
 
-from continual_lsp.policy.base import Completion, SampleParams
+from continual_lsp.policy.base import Completion, DecodeRestrictions, SampleParams
 from continual_lsp.tools.base import TOOL_NAMES, tool_call_schema
 
 # No whitespace between JSON tokens: the canonical form has none (render.call_text), and
@@ -80,14 +81,62 @@ def check_tools(tools: list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
     return tuple(name for name in TOOL_NAMES if name in tools)
 
 
-def decoding_schema(tools: list[str] | tuple[str, ...] | None = None) -> dict[str, Any]:
+def not_prefixed_regex(prefixes: list[str]) -> str:
+    """An anchored regex for the strings that start with none of `prefixes`.
+
+    A grammar has no negative lookahead, so the complement is spelled out over the trie
+    of the prefixes: at each node a string may end, leave the trie on a character no
+    prefix continues with, or follow a child that is not itself a forbidden prefix.
+    """
+    trie: dict[str, Any] = {}
+    for prefix in prefixes:
+        node = trie
+        for char in prefix:
+            node = node.setdefault(char, {})
+        node[""] = {}  # a forbidden prefix ends here
+
+    def below(node: dict[str, Any]) -> str | None:
+        if "" in node:
+            return None
+        children = sorted(node)
+        branches = ["", "[^" + "".join(re.escape(c) for c in children) + r"][\s\S]*"]
+        for char in children:
+            rest = below(node[char])
+            if rest is not None:
+                branches.append(re.escape(char) + rest)
+        return "(?:" + "|".join(branches) + ")"
+
+    body = below(trie)
+    return "^" + (body if body is not None else "[^\\s\\S]") + "$"
+
+
+def decoding_schema(
+    tools: list[str] | tuple[str, ...] | None = None, forbid: DecodeRestrictions | None = None
+) -> dict[str, Any]:
     """The schema calls are decoded under: `tool_call_schema()` without null branches,
-    restricted to `tools` (an allow-list, `SampleParams.tools`) when given."""
+    restricted to `tools` (an allow-list, `SampleParams.tools`) when given, and narrowed
+    by `forbid` (guards as grammar: a blocked tool is left out, a forbidden path or
+    command prefix becomes a `pattern`). A restriction that would leave no tool at all
+    is not applied to the tool list: the guards still block what is sampled."""
     allowed = check_tools(tools)
     schema: dict[str, Any] = _strip_schema(copy.deepcopy(tool_call_schema()))
-    schema["oneOf"] = [
-        branch for branch in schema["oneOf"] if branch["properties"]["tool"]["const"] in allowed
-    ]
+    branches = [b for b in schema["oneOf"] if b["properties"]["tool"]["const"] in allowed]
+    if forbid is not None:
+        open_tools = [
+            b
+            for b in branches
+            if "" not in forbid.path_prefixes.get(b["properties"]["tool"]["const"], [])
+        ]
+        branches = open_tools or branches
+        for branch in branches:
+            tool = branch["properties"]["tool"]["const"]
+            args = branch["properties"]["arguments"]["properties"]
+            prefixes = [p for p in forbid.path_prefixes.get(tool, []) if p]
+            if prefixes and "path" in args:
+                args["path"]["pattern"] = not_prefixed_regex(prefixes)
+            if tool == "bash" and forbid.command_prefixes and "cmd" in args:
+                args["cmd"]["pattern"] = not_prefixed_regex(forbid.command_prefixes)
+    schema["oneOf"] = branches
     return schema
 
 

@@ -28,6 +28,7 @@ from continual_lsp.policy.base import (
     AdapterInfo,
     Completion,
     Datum,
+    DecodeRestrictions,
     LossName,
     SampleParams,
     TrainMetrics,
@@ -113,7 +114,9 @@ class LocalPolicy:
         # The prompt lists only the allowed tools; SampleParams.tools can narrow further.
         self._renderer = ChatMLRenderer(tokenizer, tools=settings.allowed_tools)
         self.grammar = ToolCallGrammar(tokenizer)  # all seven tools
-        self._grammars: dict[tuple[str, ...], ToolCallGrammar] = {TOOL_NAMES: self.grammar}
+        self._grammars: dict[tuple[tuple[str, ...], str], ToolCallGrammar] = {
+            (TOOL_NAMES, ""): self.grammar
+        }
         self._adapter_version: str | None = None
         # KV of the last prompt; consecutive agent turns share most of their prompt.
         self.prompt_cache = PromptCache()
@@ -159,15 +162,21 @@ class LocalPolicy:
             checksum = float(torch.stack(trainable).sum()) if trainable else 0.0
         return (self._adapter_version, str(self.model.active_adapter), versions, checksum)
 
-    def grammar_for(self, tools: list[str] | None) -> ToolCallGrammar:
-        """The grammar for an allow-list of tools (compiled once per distinct list)."""
+    def grammar_for(
+        self, tools: list[str] | None, forbid: DecodeRestrictions | None = None
+    ) -> ToolCallGrammar:
+        """The grammar for an allow-list of tools and the guards' restrictions (compiled
+        once per distinct pair)."""
         allowed = check_tools(tools)
-        grammar = self._grammars.get(allowed)
+        key = (allowed, forbid.key() if forbid is not None else "")
+        grammar = self._grammars.get(key)
         if grammar is None:
             grammar = ToolCallGrammar(
-                self.tokenizer, decoding_schema(allowed), ll_tokenizer=self.grammar.ll_tokenizer
+                self.tokenizer,
+                decoding_schema(allowed, forbid),
+                ll_tokenizer=self.grammar.ll_tokenizer,
             )
-            self._grammars[allowed] = grammar
+            self._grammars[key] = grammar
         return grammar
 
     def sample(self, prompt_tokens: list[int], params: SampleParams) -> Completion:
@@ -177,7 +186,7 @@ class LocalPolicy:
         when it is None, `settings.allowed_tools` applies (None there too: all seven).
         """
         tools = params.tools if params.tools is not None else self.settings.allowed_tools
-        grammar = self.grammar_for(tools)
+        grammar = self.grammar_for(tools, params.forbid)
         with self._lock:
             return constrained_decode(
                 self.model,
@@ -193,7 +202,7 @@ class LocalPolicy:
     ) -> list[Completion]:
         """`n` calls from one prompt in one batched decode (`constrained_decode_batch`)."""
         tools = params.tools if params.tools is not None else self.settings.allowed_tools
-        grammar = self.grammar_for(tools)
+        grammar = self.grammar_for(tools, params.forbid)
         with self._lock:
             return constrained_decode_batch(
                 self.model,

@@ -231,20 +231,3 @@ def test_a_denial_is_queued_for_training_even_when_routing_fails(
     decision = agent.store.decision(proposal.id)
     assert decision is not None and decision["correction"] == "Say hi, not hello."
     agent.close()
-
-
-def test_a_task_that_only_repeats_the_denied_call_says_so(
-    tmp_path: Path, workspace: Path, model_and_tokenizer: tuple[Any, Any]
-) -> None:
-    from tests.server.scripted import WRONG_TEST, ForcedCallPolicy
-
-    forced = ForcedCallPolicy(Settings(enable_training=False), [WRONG_TEST], model_and_tokenizer)
-    agent = _agent(tmp_path, workspace, forced)
-    task_id, proposal = agent.start_task("Fix mean() in src/calc/ops.py")
-    assert proposal is not None
-    outcome = agent.decide(proposal.id, "deny", correction="Fix the code, not the test.")
-    assert outcome.ok and outcome.next_proposal is None
-    [done] = [e for e in agent.store.events(kind="task_status") if e["task_id"] == task_id]
-    assert "kept proposing the call it was denied" in done["payload"]["summary"]
-    assert len(agent.store.events(kind="repeat_of_denied")) == 3
-    agent.close()
