@@ -195,7 +195,7 @@ def allowed_mask(matcher: llguidance.LLMatcher, vocab_size: int) -> torch.Tensor
     return mask
 
 
-def _cache_keyword(model: Any) -> str:
+def cache_keyword(model: Any) -> str:
     """Name of the KV-cache argument: transformers 5.2x renamed `past_key_values` to `cache`."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     params = inspect.signature(base.forward).parameters
@@ -278,7 +278,7 @@ class _Decoder:
         self.model = model
         self.device = next(model.parameters()).device
         self.cache: Any = None
-        self.cache_keyword = _cache_keyword(model)
+        self.cache_keyword = cache_keyword(model)
         reused = 0
         if prompt_cache is not None:
             reused, self.cache = prompt_cache.lookup(prompt_tokens, weights_key)

@@ -36,6 +36,7 @@ from continual_lsp.policy.base import (
 from continual_lsp.policy.grammar import (
     PromptCache,
     ToolCallGrammar,
+    cache_keyword,
     check_tools,
     constrained_decode,
     constrained_decode_batch,
@@ -215,8 +216,15 @@ class LocalPolicy:
             )
 
     def logprobs(self, prompt_tokens: list[int], completion_tokens: list[int]) -> list[float]:
-        """Current weights' logprob of each completion token: one forward pass, no grad."""
-        return self._score(prompt_tokens, completion_tokens)
+        """Current weights' logprob of each completion token: one forward pass, no grad.
+
+        The prompt prefix shared with the last sampled prompt comes from the prompt cache
+        (scoring a retry's candidates against the denied turn's prompt, which differs from
+        the sampled one only by the correction, costs the tail, not the whole prompt).
+        """
+        with self._lock:
+            shared, cache = self.prompt_cache.lookup(prompt_tokens, self.weights_key())
+            return self._score(prompt_tokens, completion_tokens, shared, cache)
 
     def reference_logprobs(
         self, prompt_tokens: list[int], completion_tokens: list[int]
@@ -225,19 +233,29 @@ class LocalPolicy:
         with self.model.disable_adapter():
             return self._score(prompt_tokens, completion_tokens)
 
-    def _score(self, prompt_tokens: list[int], completion_tokens: list[int]) -> list[float]:
+    def _score(
+        self,
+        prompt_tokens: list[int],
+        completion_tokens: list[int],
+        shared: int = 0,
+        cache: Any = None,
+    ) -> list[float]:
+        """Scores with the first `shared` prompt tokens' KV given in `cache`, if any."""
         if not completion_tokens:
             return []
         if not prompt_tokens:
             raise ValueError("logprobs needs a non-empty prompt")
         ids = torch.tensor(
-            [prompt_tokens + completion_tokens], dtype=torch.long, device=self.device
+            [prompt_tokens[shared:] + completion_tokens], dtype=torch.long, device=self.device
         )
         n = len(completion_tokens)
+        kwargs = {} if cache is None else {cache_keyword(self.model): cache}
         with torch.inference_mode():
             # Logits of the last n + 1 positions: position P-1 predicts the first completion
             # token, the very last position predicts past the end and is dropped.
-            out = self.model(input_ids=ids, use_cache=False, logits_to_keep=n + 1)
+            out = self.model(
+                input_ids=ids, use_cache=cache is not None, logits_to_keep=n + 1, **kwargs
+            )
             log_probs = torch.log_softmax(out.logits[0, :-1].float(), dim=-1)
             targets = ids[0, -n:]
             picked = log_probs.gather(1, targets[:, None])[:, 0]
