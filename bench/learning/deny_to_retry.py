@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         agent.policy  # noqa: B018  (as the server does on connect: model + warm worker)
         _, proposal = agent.start_task(task_text)
+        ready_at_first = agent.training.worker_ready
         while len(waits) < args.denials:
             if proposal is None:
                 _, proposal = agent.start_task(task_text)
@@ -96,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"  {result}")
     print(f"  every wait (s): {[round(w, 2) for w in waits]}")
+    print(f"  worker had loaded its model by the first denial: {ready_at_first}")
     print(f"  choosing the retry (N candidates + scoring), s: {[round(c, 2) for c in chosen]}")
     print(f"  SDPO steps in the worker, s: {steps}")
     print(f"  prompt tokens: {prompt_tokens}")

@@ -573,18 +573,7 @@ class Agent:
         """Record a proposal as the task's pending one (not yet shown)."""
         sandbox_note = self.tools.sandbox_note(call)
         note = "; ".join(n for n in (note, sandbox_note) if n) or None
-        version = self.training.current_version_name()
-        proposal_id = self.store.add_proposal(
-            task.id,
-            task.turn,
-            call.tool,
-            call.arguments,
-            prompt_tokens,
-            completion.tokens,
-            completion.logprobs,
-            preview.model_dump() if preview else None,
-            version,
-        )
+        proposal_id = self._store_proposal(task, call, completion, prompt_tokens, preview)
         task.pending = proposal_id
         return Proposal(
             id=proposal_id,
@@ -593,7 +582,7 @@ class Agent:
             read_only=call.read_only,
             preview=preview,
             note=note,
-            adapter_version=version,
+            adapter_version=self.training.current_version_name(),
         )
 
     def _choose_retry(self, task: _Task, denied: Proposal) -> _Choice:
@@ -708,7 +697,20 @@ class Agent:
         prompt_tokens: list[int],
         error: str,
     ) -> None:
-        self.store.add_proposal(
+        self._store_proposal(task, call, completion, prompt_tokens, None, status="invalid")
+        task.conversation.add_call(call, ToolResult(ok=False, output=f"error: {error}"))
+        task.turn += 1
+
+    def _store_proposal(
+        self,
+        task: _Task,
+        call: ToolCall,
+        completion: Completion,
+        prompt_tokens: list[int],
+        preview: Preview | None,
+        status: str = "pending",
+    ) -> str:
+        return self.store.add_proposal(
             task.id,
             task.turn,
             call.tool,
@@ -716,12 +718,10 @@ class Agent:
             prompt_tokens,
             completion.tokens,
             completion.logprobs,
-            None,
+            preview.model_dump() if preview else None,
             self.training.current_version_name(),
-            status="invalid",
+            status=status,
         )
-        task.conversation.add_call(call, ToolResult(ok=False, output=f"error: {error}"))
-        task.turn += 1
 
     def _preview(self, call: ToolCall) -> tuple[Preview | None, ToolError | None]:
         """The call's preview (computed once per proposal), or why it cannot run."""

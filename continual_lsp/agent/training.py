@@ -114,6 +114,11 @@ class TrainingBridge:
         if self.settings.enable_training:
             self._ensure_worker()
 
+    @property
+    def worker_ready(self) -> bool:
+        """Whether the worker has loaded its model and takes jobs now."""
+        return self._worker is not None and bool(self._worker.ready)
+
     def has_job(self, proposal_id: str) -> bool:
         return self.store.has_job_for(proposal_id)
 

@@ -16,6 +16,7 @@ import copy
 import os
 import threading
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -186,31 +187,26 @@ class LocalPolicy:
         `params.tools` restricts the call to those tools (ValueError if one is unknown);
         when it is None, `settings.allowed_tools` applies (None there too: all seven).
         """
-        tools = params.tools if params.tools is not None else self.settings.allowed_tools
-        grammar = self.grammar_for(tools, params.forbid)
-        with self._lock:
-            return constrained_decode(
-                self.model,
-                grammar,
-                prompt_tokens,
-                params,
-                prompt_cache=self.prompt_cache,
-                weights_key=self.weights_key(),
-            )
+        return self._decode(constrained_decode, prompt_tokens, params)
 
     def sample_batch(
         self, prompt_tokens: list[int], params: SampleParams, n: int
     ) -> list[Completion]:
         """`n` calls from one prompt in one batched decode (`constrained_decode_batch`)."""
+        return self._decode(constrained_decode_batch, prompt_tokens, params, n)
+
+    def _decode(
+        self, decode: Callable[..., Any], prompt_tokens: list[int], params: SampleParams, *n: int
+    ) -> Any:
         tools = params.tools if params.tools is not None else self.settings.allowed_tools
         grammar = self.grammar_for(tools, params.forbid)
         with self._lock:
-            return constrained_decode_batch(
+            return decode(
                 self.model,
                 grammar,
                 prompt_tokens,
                 params,
-                n,
+                *n,
                 prompt_cache=self.prompt_cache,
                 weights_key=self.weights_key(),
             )

@@ -16,22 +16,9 @@ import pytest
 from continual_lsp.agent.session import Agent, AgentError
 from continual_lsp.config import Settings
 from continual_lsp.tools.base import ToolCall
+from tests.agent.support import make_agent
 
 pytestmark = pytest.mark.model
-
-
-@pytest.fixture(scope="module")
-def policy(model_and_tokenizer: tuple[Any, Any]) -> Any:
-    from continual_lsp.policy.local import LocalPolicy
-
-    return LocalPolicy(Settings(enable_training=False), model_and_tokenizer)
-
-
-def _agent(tmp_path: Path, workspace: Path, policy: Any, **overrides: Any) -> Agent:
-    settings = Settings(
-        enable_training=False, store_path=str(tmp_path / "store.sqlite3"), **overrides
-    )
-    return Agent(settings, workspace, policy=policy)
 
 
 def _block(agent: Agent, call: ToolCall) -> None:
@@ -53,7 +40,7 @@ def _block(agent: Agent, call: ToolCall) -> None:
 def test_a_guard_on_the_favourite_call_still_shows_the_reviewer_something(
     tmp_path: Path, workspace: Path, policy: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    agent = _agent(tmp_path, workspace, policy, allowed_tools=["bash"])
+    agent = make_agent(tmp_path, workspace, policy, allowed_tools=["bash"])
     task = "Install the project's dependencies"
     _, favourite = agent.start_task(task)
     assert favourite is not None and favourite.call.tool == "bash"
@@ -89,7 +76,7 @@ def test_a_guard_on_the_favourite_call_still_shows_the_reviewer_something(
 def test_a_denial_shows_the_chosen_retry_and_teaches_it(
     tmp_path: Path, workspace: Path, policy: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    agent = _agent(tmp_path, workspace, policy, allowed_tools=["write", "edit_lines"])
+    agent = make_agent(tmp_path, workspace, policy, allowed_tools=["write", "edit_lines"])
     queued: list[tuple[str, str, Any]] = []
     monkeypatch.setattr(
         agent.training,
@@ -119,7 +106,7 @@ def test_only_repeats_of_the_denied_call_offer_edit_with_the_reason(
     from tests.server.scripted import WRONG_TEST, ForcedCallPolicy
 
     forced = ForcedCallPolicy(Settings(enable_training=False), [WRONG_TEST], model_and_tokenizer)
-    agent = _agent(tmp_path, workspace, forced)
+    agent = make_agent(tmp_path, workspace, forced)
     task_id, proposal = agent.start_task("Fix mean() in src/calc/ops.py")
     assert proposal is not None
     outcome = agent.decide(proposal.id, "deny", correction="Fix the code, not the test.")
