@@ -200,17 +200,18 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace) -> dict[str, Any]
     }
 
 
-def _at(rows: list[dict[str, Any]], k: int, key: str) -> float:
-    """`key` at the k-th correction (the last row when the run was shorter)."""
-    return float(next((r for r in rows if r["k"] == k), rows[-1])[key])
+def _at(rows: list[dict[str, Any]], k: int, key: str) -> float | None:
+    """`key` at the k-th correction; None when the run stopped before it."""
+    row = next((r for r in rows if r["k"] == k), None)
+    return None if row is None else float(row[key])
 
 
-def headline(result: dict[str, Any]) -> dict[str, float]:
+def headline(result: dict[str, Any]) -> dict[str, float | None]:
     """The issue's three numbers for one scenario."""
     rows = result["rows"]
     follows = [f for r in rows for f in r.get("follows", [])]
     return {
-        "retry_follows": round(sum(follows) / len(follows), 3) if follows else 0.0,
+        "retry_follows": round(sum(follows) / len(follows), 3) if follows else None,
         "shown_at_3": _at(rows, 3, "shown"),
         "weights_at_5": _at(rows, 5, "compliance"),
     }
@@ -259,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     chosen = SCENARIOS if "all" in args.scenarios else select(args.scenarios)
-    headlines: dict[str, dict[str, float]] = {}
+    headlines: dict[str, dict[str, float | None]] = {}
     for scenario in chosen:
         name = scenario.name
         result = run_scenario(scenario, args)
@@ -269,9 +270,9 @@ def main(argv: list[str] | None = None) -> int:
         print_table(result)
         headlines[name] = headline(result)
         print(f"{name}: {headlines[name]}", flush=True)
-    if args.evidence is not None:
-        args.evidence.parent.mkdir(parents=True, exist_ok=True)
-        args.evidence.write_text(json.dumps({"scenarios": headlines}, indent=1) + "\n")
+        if args.evidence is not None:  # after every scenario: a long run keeps what it did
+            args.evidence.parent.mkdir(parents=True, exist_ok=True)
+            args.evidence.write_text(json.dumps({"scenarios": headlines}, indent=1) + "\n")
     return 0
 
 
