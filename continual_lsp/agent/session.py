@@ -589,7 +589,7 @@ class Agent:
         """The retry after a correction: chosen among candidates, not just sampled.
 
         `retry_candidates` calls are sampled in one batch from the conversation with the
-        correction (the teacher's context). A candidate is dropped when it repeats a
+        correction (the teacher's context): the greedy call and warmer samples. A candidate is dropped when it repeats a
         denied or executed call, a guard blocks it (rewrites apply, as for any
         proposal), or its preview fails. The rest are ranked by the correction's lift:
         the mean over the call's tokens of log π(call | with correction) − log π(call |
@@ -606,6 +606,7 @@ class Agent:
         n = self.settings.retry_candidates
         params = SampleParams(
             temperature=self.settings.retry_temperature,
+            greedy_rows=1,
             max_tokens=self.settings.max_new_tokens,
             seed=self.settings.seed + 31 * task.turn + 7 * task.retries,
             tools=self.settings.allowed_tools,

@@ -52,6 +52,9 @@ class SampleParams(BaseModel):
     # Guards expressed as grammar restrictions (local backend; Tinker samples without a
     # grammar and leaves them to the guards).
     forbid: DecodeRestrictions | None = None
+    # `sample_batch` only: this many first rows decode greedily, so the candidates always
+    # include the model's best guess (Tinker samples every row at `temperature`).
+    greedy_rows: int = 0
 
 
 class Completion(BaseModel):

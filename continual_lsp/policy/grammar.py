@@ -447,8 +447,8 @@ def constrained_decode_batch(
     padded position is masked out of attention for good (each row keeps its own position
     ids), so a row computes exactly what it would alone. Logprobs are recorded as in
     `constrained_decode` (unmasked, temperature 1). Rows share one seeded generator, so a
-    seed gives the same `n` calls every time; with temperature 0 all rows are the greedy
-    call.
+    seed gives the same `n` calls every time; the first `params.greedy_rows` rows (and
+    all of them at temperature 0) are the greedy call.
     """
     start = time.perf_counter()
     if not prompt_tokens:
@@ -506,7 +506,8 @@ def constrained_decode_batch(
                     token = int(mask.nonzero()[0, 0])
                     forced[r] += 1
                 else:
-                    token = _choose(next_logits[r], mask, params.temperature, generator)
+                    temperature = 0.0 if r < params.greedy_rows else params.temperature
+                    token = _choose(next_logits[r], mask, temperature, generator)
                 if token in eos:
                     tokens[r].append(token)
                     logprobs[r].append(_logprob(next_logits[r], token))
