@@ -43,3 +43,13 @@ def test_sampled_rows_parse_match_scoring_and_repeat_with_the_seed(policy: Local
         assert row.logprobs == pytest.approx(scored, abs=2e-3)
     again = policy.sample_batch(prompt, params, 4)
     assert [r.tokens for r in again] == [r.tokens for r in rows]
+
+
+def test_greedy_rows_lead_the_sampled_ones(policy: LocalPolicy) -> None:
+    """A retry's candidates always include the model's best guess."""
+    prompt = policy.renderer.render_prompt([Message(role="user", content=TASK)])
+    greedy = policy.sample(prompt, SampleParams(temperature=0.0, max_tokens=120))
+    params = SampleParams(temperature=1.0, seed=5, max_tokens=120, greedy_rows=1)
+    rows = policy.sample_batch(prompt, params, 4)
+    assert rows[0].tokens == greedy.tokens
+    assert any(r.tokens != greedy.tokens for r in rows[1:])
