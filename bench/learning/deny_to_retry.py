@@ -68,10 +68,17 @@ def main(argv: list[str] | None = None) -> int:
         agent.policy  # noqa: B018  (as the server does on connect: model + warm worker)
         _, proposal = agent.start_task(task_text)
         ready_at_first = agent.training.worker_ready
+        empty_tasks = 0
         while len(waits) < args.denials:
             if proposal is None:
+                # The task ended (say, on calls that cannot run): a new one, a few times.
+                empty_tasks += 1
+                if empty_tasks > 3:
+                    log.warning("%d tasks in a row showed nothing; stopping", empty_tasks)
+                    break
                 _, proposal = agent.start_task(task_text)
                 continue
+            empty_tasks = 0
             row = agent.store.proposal(proposal.id)
             prompt_tokens.append(len(row["prompt_tokens"]) if row else 0)
             t0 = time.perf_counter()
