@@ -73,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     stats = sub.add_parser("routing-stats", help="export lane decisions and features, no text")
     _common(stats)
+
+    check = sub.add_parser(
+        "check", help="a scenario file's held-out situations against the current adapter"
+    )
+    _common(check)
+    check.add_argument("file", nargs="+", help="scenario files (.json or .toml)")
     return parser
 
 
@@ -128,7 +134,40 @@ def main(argv: list[str] | None = None) -> int:
         store = Store(settings.store_path or default_store_path(settings.user))
         print(json.dumps(routing_stats(store), indent=2))
         return 0
+    if args.command == "check":
+        return _check(settings, args.file)
     return 2
+
+
+def _check(settings: Settings, files: list[str]) -> int:
+    """Print each held-out situation's verdict and the compliance; exit 1 when a file
+    cannot be used (the error names its field)."""
+    from continual_lsp.agent.scenarios import ScenarioFileError, check_held_out, load_scenario_file
+    from continual_lsp.agent.training import TrainingBridge
+    from continual_lsp.policy import make_policy
+    from continual_lsp.store import Store, default_store_path
+
+    try:
+        scenarios = [load_scenario_file(f) for f in files]
+    except ScenarioFileError as exc:
+        print(f"continual-lsp check: {exc}", file=sys.stderr)
+        return 1
+    store = Store(settings.store_path or default_store_path(settings.user))
+    bridge = TrainingBridge(store, settings)
+    policy = make_policy(settings)
+    bridge.sync_sampler(policy)
+    version = bridge.current_version_name() or "base model"
+    for scenario in scenarios:
+        results = check_held_out(policy, scenario, seed=settings.seed)
+        for r in results:
+            print(f"{'ok  ' if r.complied else 'FAIL'} {r.situation}: {r.proposal[:100]}")
+        kept = sum(r.complied for r in results)
+        print(
+            f"{scenario.name}: {kept}/{len(results)} held-out situations comply "
+            f"({kept / len(results):.0%}) with {version} — check: {scenario.check.doc}"
+        )
+    store.close()
+    return 0
 
 
 if __name__ == "__main__":

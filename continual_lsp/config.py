@@ -53,6 +53,12 @@ class Settings(BaseModel):
     auto_approve_read_only: bool = True
     allowed_tools: list[str] | None = None  # None = all seven tools
     max_retries: int = 3
+    # After a denial or a guard block: candidates sampled in one batch from the context
+    # with the correction; the compliant one the correction lifts most is the retry.
+    retry_candidates: int = Field(default=6, ge=1, le=32)
+    # The candidates after the first (greedy) one. At 1.0 the 135M model wrote garbage
+    # paths in about half of them (bench/learning/deny_to_retry.py, first run).
+    retry_temperature: float = Field(default=0.8, gt=0.0)
     max_turns: int = 30
 
     # lanes

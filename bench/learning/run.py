@@ -8,7 +8,8 @@
 
 Flags: `--ks` (checkpoints, comma-separated; default 1,2,3,5,8; at most 8, the training
 situations per scenario), `--methods` (sdpo_token, sdpo_topk, sft, context, none),
-`--scenarios` (tool_choice, package_manager, logging, scope), `--held-out` (situations per
+`--scenarios` (names: tool_choice, package_manager, logging, scope; or scenario files,
+`--scenarios my-rule.json`, see `continual_lsp.agent.scenarios`), `--held-out` (situations per
 scenario, default 4), `--lr` (default: the agent's `learning_rate`), `--seed`,
 `--json` (raw points), `--evidence` (the markdown page whose results block is replaced),
 `--img-dir` (plots), `--device`.
@@ -59,7 +60,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--device", default=None)
     ap.add_argument("--ks", default=",".join(map(str, DEFAULT_KS)))
     ap.add_argument("--methods", default=",".join(METHODS))
-    ap.add_argument("--scenarios", default=",".join(s.name for s in SCENARIOS))
+    ap.add_argument(
+        "--scenarios",
+        nargs="+",
+        default=[",".join(s.name for s in SCENARIOS)],
+        help="scenario names (comma-separated) and/or scenario files (.json / .toml)",
+    )
     ap.add_argument("--held-out", type=int, default=4)
     # Default: the agent's own `learning_rate`, so the table measures the product as shipped.
     ap.add_argument("--lr", type=float, default=0.0, help="0 = the agent's learning_rate")
@@ -203,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         config = SuiteConfig(
             ks=[int(k) for k in _csv(args.ks)],
             methods=_csv(args.methods),
-            scenarios=_csv(args.scenarios),
+            scenarios=[name for entry in args.scenarios for name in _csv(entry)],
             held_out=args.held_out,
             lr=args.lr or None,
             seed=args.seed,

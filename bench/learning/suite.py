@@ -36,7 +36,9 @@ from bench.learning.scenarios import (
     Scenario,
     Situation,
     judge_text,
+    select,
 )
+from continual_lsp.agent.scenarios import situation_messages, tool_output
 from continual_lsp.config import Settings
 from continual_lsp.policy.base import Datum, Message, SampleParams
 
@@ -98,26 +100,19 @@ class Prompts:
     def tool_output(self, workspace: str, tool: str, args: dict[str, Any]) -> str:
         key = (workspace, json.dumps([tool, args], sort_keys=True))
         if key not in self._outputs:
-            from continual_lsp.tools.base import ToolCall
-            from continual_lsp.tools.runner import Workspace
-
-            ws = Workspace(WORKSPACES / workspace, Settings(sandbox="none"))
-            result = ws.execute(ToolCall(tool=tool, arguments=args))  # type: ignore[arg-type]
-            self._outputs[key] = result.output
+            self._outputs[key] = tool_output(WORKSPACES / workspace, tool, args)
         return self._outputs[key]
 
     def messages(self, s: Situation, bullets: list[str] | None = None) -> list[Message]:
-        from continual_lsp.agent.conversation import Conversation
-        from continual_lsp.tools.base import ToolCall, ToolResult
-
-        conv = Conversation(s.task)
-        for tool, args, output in s.history:
-            text = output if output is not None else self.tool_output(s.workspace, tool, args)
-            conv.add_call(
-                ToolCall(tool=tool, arguments=args),  # type: ignore[arg-type]
-                ToolResult(ok=True, output=text),
+        history = [
+            (
+                tool,
+                args,
+                output if output is not None else self.tool_output(s.workspace, tool, args),
             )
-        return conv.messages(bullets)
+            for tool, args, output in s.history
+        ]
+        return situation_messages(s.task, history, bullets)
 
     def tokens(self, s: Situation, bullets: list[str] | None = None) -> list[int]:
         return list(self.policy.renderer.render_prompt(self.messages(s, bullets)))
@@ -339,7 +334,7 @@ def run_suite(
 ) -> list[Point]:
     """Every scenario × method × k; calls `on_point` as each measurement lands."""
     config = bench.config
-    scenarios = [sc for sc in SCENARIOS if sc.name in config.scenarios]
+    scenarios = select(config.scenarios)
     ks = sorted({k for k in config.ks if k >= 1})
     k_max = max(ks) if ks else 0
     for sc in scenarios:

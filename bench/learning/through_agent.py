@@ -1,7 +1,9 @@
 """One scenario through the product's own loop: `Agent` + training worker + lanes.
 
     python bench/learning/through_agent.py                      # package_manager, k = 8
-    python bench/learning/through_agent.py --scenario scope --corrections 5
+    python bench/learning/through_agent.py --scenarios scope --corrections 5
+    python bench/learning/through_agent.py --scenarios all --reviewer deny \\
+        --evidence bench/results/through_agent_deny.json
 
 `run.py` calls `sdpo_step` directly on prepared prompts. This asks whether the same
 learning happens when the corrections go through what a reviewer actually drives: for
@@ -40,6 +42,7 @@ from bench.learning.scenarios import (  # noqa: E402
     Scenario,
     judge_call,
     judge_text,
+    select,
 )
 from bench.learning.suite import Bench, SuiteConfig  # noqa: E402
 
@@ -48,11 +51,15 @@ log = logging.getLogger("through_agent")
 
 def review(
     agent: Any, scenario: Scenario, situation: Any, proposal: Any, mode: str
-) -> dict[str, int]:
+) -> dict[str, Any]:
     """Script one task's reviewer: a call that breaks the rule is denied with the
     correction (`deny`) or replaced by the situation's demonstration with the correction
-    as its comment (`edit`); a call that keeps the rule is approved."""
-    counts = {"denied": 0, "edited": 0, "approved": 0, "proposals": 0}
+    as its comment (`edit`); a call that keeps the rule is approved. For every denial:
+    whether the proposal right after it follows the correction, and how long the reviewer
+    waited for it (deny → retry shown, the step included)."""
+    counts: dict[str, Any] = {"denied": 0, "edited": 0, "approved": 0, "proposals": 0}
+    follows: list[bool] = []
+    waits: list[float] = []
     while proposal is not None and counts["proposals"] < 4:
         counts["proposals"] += 1
         call = {"tool": proposal.call.tool, "arguments": proposal.call.arguments}
@@ -65,9 +72,18 @@ def review(
             agent.decide(proposal.id, "edit", situation.correction, edited_arguments=demo)
             counts["edited"] += 1
             break
+        t0 = time.perf_counter()
         outcome = agent.decide(proposal.id, "deny", correction=situation.correction)
+        waits.append(time.perf_counter() - t0)
         counts["denied"] += 1
         proposal = outcome.next_proposal
+        nxt = proposal.call if proposal is not None else None
+        follows.append(
+            nxt is not None
+            and bool(scenario.check(judge_call({"tool": nxt.tool, "arguments": nxt.arguments})))
+        )
+    counts["follows"] = follows
+    counts["deny_s"] = [round(w, 2) for w in waits]
     return counts
 
 
@@ -100,27 +116,11 @@ def after_guards(agent: Any, scenario: Scenario, records: list[dict[str, Any]]) 
     return ok / max(1, len(records))
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--scenario", default="package_manager", choices=[s.name for s in SCENARIOS])
-    ap.add_argument("--corrections", type=int, default=8, help="training situations (≤ 8)")
-    ap.add_argument("--held-out", type=int, default=4)
-    ap.add_argument(
-        "--reviewer", choices=["deny", "edit"], default="deny",
-        help="deny: the correction text only; edit: the demonstration too (as run.py gives)",
-    )  # fmt: skip
-    ap.add_argument("--json", type=Path, default=None)
-    args = ap.parse_args(argv)
-    if args.json is None:
-        args.json = (
-            REPO / f"bench/learning/results/through-agent-{args.scenario}-{args.reviewer}.json"
-        )
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
-
+def run_scenario(scenario: Scenario, args: argparse.Namespace) -> dict[str, Any]:
+    """One scenario through a fresh agent (its own store, adapters and worker)."""
     from continual_lsp.agent.session import Agent
     from continual_lsp.config import Settings
 
-    scenario = next(s for s in SCENARIOS if s.name == args.scenario)
     work = Path(tempfile.mkdtemp(prefix="through-agent-"))
     settings = Settings(
         store_path=str(work / "store.sqlite3"),
@@ -134,16 +134,18 @@ def main(argv: list[str] | None = None) -> int:
     config = SuiteConfig(held_out=args.held_out)
     rows: list[dict[str, Any]] = []
     # Every scenario's situations share one sample workspace: one agent, one store, one
-    # adapter lineage for the whole run.
+    # adapter lineage for the whole scenario.
     ws = work / "ws"
     shutil.copytree(WORKSPACES / scenario.train[0].workspace, ws)
     agent = Agent(settings, ws)
     start = time.perf_counter()
     try:
+        # Building the policy starts the training worker too (as the server does when a
+        # client connects): the base evaluation is the reviewer reading the first proposal.
         base = Bench(settings, agent.policy, config)
         c, m, _ = base.evaluate(scenario)
         rows.append({"k": 0, "compliance": c, "shown": c, "margin": m, "drift": 0.0})
-        log.info("base: compliance %.2f margin %+.2f", c, m)
+        log.info("%s base: compliance %.2f margin %+.2f", scenario.name, c, m)
         for i, situation in enumerate(scenario.train[: args.corrections]):
             t0 = time.perf_counter()
             task_id, first = agent.start_task(situation.task)
@@ -180,45 +182,97 @@ def main(argv: list[str] | None = None) -> int:
                 }
             )
             log.info(
-                "k=%d %s: compliance %.2f margin %+.2f drift %.5f (%s; %s; %s)",
-                i + 1, situation.id, c, m, drift or 0.0, counts, calls, rows[-1]["ended"],
+                "k=%d %s: compliance %.2f shown %.2f margin %+.2f drift %.5f (%s; %s; %s)",
+                i + 1, situation.id, c, shown, m, drift or 0.0, counts, calls, rows[-1]["ended"],
             )  # fmt: skip
         lanes = [{"lane": item.lane, "text": item.text[:80]} for item in agent.ledger().items]
+        chosen = [e["payload"] for e in agent.store.events(kind="retry_chosen")]
     finally:
         agent.close()
-    wall = round(time.perf_counter() - start)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(
-        json.dumps(
-            {
-                "scenario": scenario.name,
-                "reviewer": args.reviewer,
-                "wall_s": wall,
-                "rows": rows,
-                "lanes": lanes,
-            },
-            indent=1,
-        )
-    )
+    shutil.rmtree(work, ignore_errors=True)
+    return {
+        "scenario": scenario.name,
+        "reviewer": args.reviewer,
+        "wall_s": round(time.perf_counter() - start),
+        "rows": rows,
+        "lanes": lanes,
+        "retries": chosen,
+    }
+
+
+def _at(rows: list[dict[str, Any]], k: int, key: str) -> float | None:
+    """`key` at the k-th correction; None when the run stopped before it."""
+    row = next((r for r in rows if r["k"] == k), None)
+    return None if row is None else float(row[key])
+
+
+def headline(result: dict[str, Any]) -> dict[str, float | None]:
+    """The issue's three numbers for one scenario."""
+    rows = result["rows"]
+    follows = [f for r in rows for f in r.get("follows", [])]
+    return {
+        "retry_follows": round(sum(follows) / len(follows), 3) if follows else None,
+        "shown_at_3": _at(rows, 3, "shown"),
+        "weights_at_5": _at(rows, 5, "compliance"),
+    }
+
+
+def print_table(result: dict[str, Any]) -> None:
+    rows = result["rows"]
     base_c, base_m = rows[0]["compliance"], rows[0]["margin"]
     print(
-        f"\n{scenario.name} through the agent, reviewer {args.reviewer} ({wall} s; "
-        "baseline = the base model, same run)"
+        f"\n{result['scenario']} through the agent, reviewer {result['reviewer']} "
+        f"({result['wall_s']} s; baseline = the base model, same run)"
     )
     print(
         "| k | held-out compliance (weights) | Δ vs base | after guards | margin | Δ margin "
-        "| drift | denied | edited | approved |"
+        "| drift | denied | retry follows | edited | approved |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
+        follows = r.get("follows")
         print(
             f"| {r['k']} | {r['compliance']:.0%} | {r['compliance'] - base_c:+.0%} "
             f"| {r['shown']:.0%} "
             f"| {r['margin']:+.2f} | {r['margin'] - base_m:+.2f} | {r['drift'] or 0:.5f} "
-            f"| {r.get('denied', '-')} | {r.get('edited', '-')} | {r.get('approved', '-')} |"
+            f"| {r.get('denied', '-')} | {sum(follows) if follows is not None else '-'} "
+            f"| {r.get('edited', '-')} | {r.get('approved', '-')} |"
         )
-    print("lanes: " + "; ".join(f"{x['lane']}: {x['text']}" for x in lanes))
-    shutil.rmtree(work, ignore_errors=True)
+    print("lanes: " + "; ".join(f"{x['lane']}: {x['text']}" for x in result["lanes"]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--scenarios", "--scenario", nargs="+", default=["package_manager"],
+        help="scenario names or files (.json / .toml), or all (the four bundled ones)",
+    )  # fmt: skip
+    ap.add_argument("--corrections", type=int, default=8, help="training situations (≤ 8)")
+    ap.add_argument("--held-out", type=int, default=4)
+    ap.add_argument(
+        "--reviewer", choices=["deny", "edit"], default="deny",
+        help="deny: the correction text only; edit: the demonstration too (as run.py gives)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--evidence", type=Path, default=None,
+        help="write the headline numbers here (deny: bench/results/through_agent_deny.json)",
+    )  # fmt: skip
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    chosen = SCENARIOS if "all" in args.scenarios else select(args.scenarios)
+    headlines: dict[str, dict[str, float | None]] = {}
+    for scenario in chosen:
+        name = scenario.name
+        result = run_scenario(scenario, args)
+        out = REPO / f"bench/learning/results/through-agent-{name}-{args.reviewer}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=1))
+        print_table(result)
+        headlines[name] = headline(result)
+        print(f"{name}: {headlines[name]}", flush=True)
+        if args.evidence is not None:  # after every scenario: a long run keeps what it did
+            args.evidence.parent.mkdir(parents=True, exist_ok=True)
+            args.evidence.write_text(json.dumps({"scenarios": headlines}, indent=1) + "\n")
     return 0
 
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from continual_lsp.config import Settings
 from continual_lsp.lanes import allocator, context, guards, ledger
+from continual_lsp.policy.base import DecodeRestrictions
 from continual_lsp.protocol import LedgerResult, RoutedNotification
 from continual_lsp.store import Store
 from continual_lsp.tools.base import Preview, ToolCall
@@ -16,6 +18,15 @@ if TYPE_CHECKING:
     from continual_lsp.agent.session import Proposal
 
 log = logging.getLogger(__name__)
+
+# A glob naming a whole directory, anchored at the workspace root: `vendor/`, `a/b/**`.
+_DIRECTORY_GLOB = re.compile(r"(?:\./)?([\w.-]+(?:/[\w.-]+)*)/(?:\*\*)?")
+# lanes.compile's blocking command pattern: words at the start of a command segment.
+_COMMAND_PATTERN = re.compile(
+    re.escape(r"(^|[;&|(]\s*|\bsudo\s+)")
+    + r"((?:\\.|[\w-])+(?:\\s\+(?:\\.|[\w-])+)*)"
+    + re.escape(r"(?![\w-])")
+)
 
 
 class LanesFacade:
@@ -72,6 +83,39 @@ class LanesFacade:
 
     def check_guards(self, call: ToolCall, preview: Preview | None) -> guards.GuardVerdict:
         return guards.check_guards(self.store, call, preview)
+
+    def decode_restrictions(self) -> DecodeRestrictions:
+        """The active guards' blocks that a grammar can express, so the sampler never
+        writes them (DESIGN §4). The one place that reads guard specs for decoding.
+
+        Read from today's declarative rules, keeping only what is certainly blocked: a
+        tool denied outright; a deny `PathRule` glob that is a directory (`dir/`,
+        `dir/**`): a path prefix for its tools; a blocking `CommandRule` of the compiler's
+        command shape (a command's words at the start of a segment, as `lanes.compile` writes
+        it): the command prefix `word word `. Rewrites stay rewrites; anything else is left to the guard.
+        """
+        paths: dict[str, set[str]] = {}
+        commands: set[str] = set()
+        for guard in guards.GuardSet.from_store(self.store).guards:
+            for rule in guard.spec.rules:
+                if isinstance(rule, guards.ToolRule) and not rule.existing_files_only:
+                    for tool in rule.deny:
+                        paths.setdefault(tool, set()).add("")
+                elif isinstance(rule, guards.PathRule) and rule.mode == "deny":
+                    for glob in rule.globs:
+                        m = _DIRECTORY_GLOB.fullmatch(glob.strip())
+                        if m:
+                            for tool in rule.tools:
+                                paths.setdefault(tool, set()).add(m.group(1) + "/")
+                elif isinstance(rule, guards.CommandRule) and rule.replace is None:
+                    m = _COMMAND_PATTERN.fullmatch(rule.pattern)
+                    if m:
+                        words = re.split(r"\\s\+", m.group(1))
+                        commands.add(" ".join(re.sub(r"\\(.)", r"\1", w) for w in words) + " ")
+        return DecodeRestrictions(
+            path_prefixes={tool: sorted(p) for tool, p in sorted(paths.items())},
+            command_prefixes=sorted(commands),
+        )
 
     def bullets_for_turn(
         self, task_text: str, recent_calls: list[ToolCall], recent_paths: list[str]

@@ -10,6 +10,9 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -133,6 +136,19 @@ class _Task:
         self.done: str | None = None
 
 
+@dataclass
+class _Choice:
+    """The retry chosen after a correction, or (`reason` set) why there is none: then
+    `call` and `preview` are the denied call's, offered for editing."""
+
+    call: ToolCall
+    completion: Completion | None
+    prompt_tokens: list[int]
+    preview: Preview | None
+    note: str | None
+    reason: str | None
+
+
 def _canonical(call: ToolCall) -> str:
     return json.dumps({"tool": call.tool, "arguments": call.arguments}, sort_keys=True)
 
@@ -170,6 +186,9 @@ class Agent:
 
             self._policy = make_policy(self.settings)
             self.training.sync_sampler(self._policy)
+            # The server builds the policy when a client connects: the worker starts then
+            # too, so the first correction costs a step, not a model load.
+            self.training.warm()
         return self._policy
 
     def _token_count(self, text: str) -> int:
@@ -344,12 +363,18 @@ class Agent:
                 self.store.set_proposal_status(proposal.id, "stale")
                 task.pending = None
                 raise AgentError(str(exc)) from exc
+        verdict = self.lanes.check_guards(proposal.call, proposal.preview)
+        if verdict.action == "block":
+            # A guard compiled after the call was proposed (or the denied call offered
+            # again for editing): approving cannot bypass it.
+            raise AgentError(f"a guard blocks this call: {verdict.message} Edit it or deny it.")
         self._record(proposal, "approve")
+        denied = [pid for pid, call in self._denied_calls(task).items() if call != proposal.call]
         result = self._execute(task, proposal, proposal.call)
-        if task.denied:
-            # The approved retry is the demonstration the denied turn lacked (DESIGN §4).
-            for denied_id in task.denied:
-                self.training.enqueue(denied_id, "approved_retry", None, proposal.call)
+        # The approved retry is the demonstration the denied turns lacked (DESIGN §4); the
+        # reviewer approving a call they denied earlier is no demonstration for that denial.
+        for denied_id in denied:
+            self.training.enqueue(denied_id, "approved_retry", None, proposal.call)
         self.store.mark_applied(proposal.id, result.model_dump())
         return self._next(task, result)
 
@@ -361,27 +386,40 @@ class Agent:
         self._record(proposal, "deny", correction=correction)
         task.pending = None
         # A guard's own block message is already a CODE item: routing it again would
-        # only duplicate it. Routed before the step is queued: the correction's cluster
-        # says which earlier approved calls the teacher may see as examples.
+        # only duplicate it. Routed before the retry is chosen, so a guard compiled from
+        # this very correction already screens the candidates; and the correction's
+        # cluster says which earlier approved calls the teacher may see as examples.
         routed = None
         try:
             if route:
                 routed = self.lanes.route_correction(correction, proposal, is_denial=True)
-        finally:
-            # Queued even when routing fails: the step must not depend on the lanes.
-            examples = (
-                self.lanes.cluster_demonstrations(routed.item_id, exclude=proposal.id)
-                if routed is not None
-                else []
-            )
-            job_id = self.training.enqueue(proposal.id, "deny", correction, None, examples)
+        except Exception:
+            # The step must not depend on the lanes.
+            self.training.enqueue(proposal.id, "deny", correction, None)
+            raise
+        task.denied.append(proposal.id)
+        task.conversation.add_feedback(correction)
+        task.retries += 1
+        choice = None
+        if task.retries > self.settings.max_retries:
+            self._finish(task, f"stopped after {self.settings.max_retries} denied retries")
+        else:
+            choice = self._choose_retry(task, proposal)
+        examples = (
+            self.lanes.cluster_demonstrations(routed.item_id, exclude=proposal.id)
+            if routed is not None
+            else []
+        )
+        # The chosen retry is this step's demonstration (SDPO's successful attempt in the
+        # teacher's context), verified by the guards and its preview.
+        demonstration = choice.call if choice is not None and choice.reason is None else None
+        job_id = self.training.enqueue(proposal.id, "deny", correction, demonstration, examples)
         if routed is not None:
             self.listener.on_routed(routed)
         self.store.mark_applied(proposal.id, {"denied": True})
-        task.denied.append(proposal.id)
-        task.conversation.add_feedback(correction)
+        retry = self._show_retry(task, choice) if choice is not None else None
         learned = self._wait_learned(proposal.id, job_id)
-        return DecideOutcome(ok=True, learned=learned, next_proposal=self._retry(task))
+        return DecideOutcome(ok=True, learned=learned, next_proposal=retry, task_done=task.done)
 
     def _edit(
         self,
@@ -476,13 +514,6 @@ class Agent:
         proposal = self._advance(task)
         return DecideOutcome(ok=True, result=result, next_proposal=proposal, task_done=task.done)
 
-    def _retry(self, task: _Task) -> Proposal | None:
-        task.retries += 1
-        if task.retries > self.settings.max_retries:
-            self._finish(task, f"stopped after {self.settings.max_retries} denied retries")
-            return None
-        return self._advance(task)
-
     def _advance(self, task: _Task) -> Proposal | None:
         """Sample until a proposal needs the reviewer, or the task ends.
 
@@ -495,12 +526,9 @@ class Agent:
             if task.turn >= self.settings.max_turns:
                 self._finish(task, f"reached the turn limit ({self.settings.max_turns})")
                 break
-            call, completion, prompt_tokens, rejected = self._sample(task)
+            call, completion, prompt_tokens = self._sample(task)
             if call is None:
-                if rejected and all(r == "repeat_of_denied" for r in rejected):
-                    self._finish(task, "stopped: the model kept proposing the call it was denied")
-                else:
-                    self._finish(task, "the model could not produce a valid tool call")
+                self._finish(task, "the model could not produce a valid tool call")
                 break
             if _canonical(call) in task.executed:
                 self._finish(task, f"done: the agent repeated an executed call ({call.tool})")
@@ -524,41 +552,148 @@ class Agent:
                     break
                 continue
             task.invalid_streak = 0
-            sandbox_note = self.tools.sandbox_note(call)
-            note = "; ".join(n for n in (note, sandbox_note) if n) or None
-            auto = call.read_only and self.settings.auto_approve_read_only
-            proposal_id = self.store.add_proposal(
-                task.id,
-                task.turn,
-                call.tool,
-                call.arguments,
-                prompt_tokens,
-                completion.tokens,
-                completion.logprobs,
-                preview.model_dump() if preview else None,
-                self.training.current_version_name(),
-            )
-            proposal = Proposal(
-                id=proposal_id,
-                task_id=task.id,
-                call=call,
-                read_only=call.read_only,
-                preview=preview,
-                note=note,
-                adapter_version=self.training.current_version_name(),
-            )
-            task.pending = proposal_id
+            proposal = self._add_proposal(task, call, completion, prompt_tokens, preview, note)
             if verdict.action == "block":
-                # A guard block is an automatic denial: same record, same learning step.
+                # A guard block is an automatic denial: same record, same learning step,
+                # and a chosen retry.
                 return self._deny(task, proposal, verdict.message, route=False).next_proposal
-            if auto:
-                self.store.record_decision(proposal_id, "approve", correction=None)
+            if call.read_only and self.settings.auto_approve_read_only:
+                self.store.record_decision(proposal.id, "approve", correction=None)
                 result = self._execute(task, proposal, call)
-                self.store.mark_applied(proposal_id, result.model_dump())
+                self.store.mark_applied(proposal.id, result.model_dump())
                 continue
             self.listener.on_proposal(proposal)
             return proposal
         return None
+
+    def _add_proposal(
+        self,
+        task: _Task,
+        call: ToolCall,
+        completion: Completion,
+        prompt_tokens: list[int],
+        preview: Preview | None,
+        note: str | None,
+    ) -> Proposal:
+        """Record a proposal as the task's pending one (not yet shown)."""
+        sandbox_note = self.tools.sandbox_note(call)
+        note = "; ".join(n for n in (note, sandbox_note) if n) or None
+        proposal_id = self._store_proposal(task, call, completion, prompt_tokens, preview)
+        task.pending = proposal_id
+        return Proposal(
+            id=proposal_id,
+            task_id=task.id,
+            call=call,
+            read_only=call.read_only,
+            preview=preview,
+            note=note,
+            adapter_version=self.training.current_version_name(),
+        )
+
+    def _choose_retry(self, task: _Task, denied: Proposal) -> _Choice:
+        """The retry after a correction: chosen among candidates, not just sampled.
+
+        `retry_candidates` calls are sampled in one batch from the conversation with the
+        correction (the teacher's context): the greedy call and warmer samples. A candidate is dropped when it repeats a
+        denied or executed call, a guard blocks it (rewrites apply, as for any
+        proposal), or its preview fails. The rest are ranked by the correction's lift:
+        the mean over the call's tokens of log π(call | with correction) − log π(call |
+        the denied turn's prompt), ties by the former. With nothing left, the choice
+        carries the one-line reason instead.
+        """
+        started = time.perf_counter()
+        policy = self.policy
+        self.training.sync_sampler(policy)
+        bullets = self.lanes.bullets_for_turn(
+            task.text, task.conversation.recent_calls(), task.conversation.recent_paths()
+        )
+        prompt_tokens = self._fit_prompt(task, bullets)
+        n = self.settings.retry_candidates
+        params = SampleParams(
+            temperature=self.settings.retry_temperature,
+            greedy_rows=1,
+            max_tokens=self.settings.max_new_tokens,
+            seed=self.settings.seed + 31 * task.turn + 7 * task.retries,
+            tools=self.settings.allowed_tools,
+            forbid=self.lanes.decode_restrictions(),
+        )
+        completions = policy.sample_batch(prompt_tokens, params, n)
+        row = self.store.proposal(denied.id)
+        student_prompt = row["prompt_tokens"] if row else prompt_tokens
+        denied_keys = {_canonical(c) for c in self._denied_calls(task).values()}
+        drops: Counter[str] = Counter()
+        ranked: dict[str, tuple[float, float, _Choice]] = {}
+        for completion in completions:
+            try:
+                sampled = policy.renderer.parse_call(completion.text)
+            except ValueError:
+                drops["were not a valid call"] += 1
+                continue
+            call, note = sampled, None
+            preview, error = self._preview(call)
+            verdict = self.lanes.check_guards(call, preview)
+            if verdict.action == "block":
+                drops[f"were blocked by a guard ({verdict.message})"] += 1
+                continue
+            if verdict.action == "rewrite" and verdict.rewritten_call is not None:
+                call, note = verdict.rewritten_call, f"rewritten by a guard: {verdict.message}"
+                preview, error = self._preview(call)
+            key = _canonical(call)
+            if key in denied_keys:
+                drops["repeated the denied call"] += 1
+                continue
+            if key in task.executed:
+                drops["repeated a call already run"] += 1
+                continue
+            if error is not None:
+                drops[f"could not run ({error})"] += 1
+                continue
+            if key in ranked or not completion.tokens:
+                continue  # the same call sampled twice is one candidate
+            teacher = sum(completion.logprobs) / len(completion.logprobs)
+            student_lps = policy.logprobs(student_prompt, completion.tokens)
+            lift = teacher - sum(student_lps) / len(student_lps)
+            ranked[key] = (
+                lift,
+                teacher,
+                _Choice(call, completion, prompt_tokens, preview, note, None),
+            )
+        seconds = time.perf_counter() - started
+        summary = {
+            "candidates": len(completions),
+            "kept": len(ranked),
+            "dropped": dict(drops),
+            "seconds": round(seconds, 3),
+        }
+        if not ranked:
+            reasons = ", ".join(f"{count} {why}" for why, count in drops.most_common())
+            reason = f"No compliant retry among {len(completions)} candidates: {reasons}."
+            self.store.append_event("retry_chosen", {**summary, "winner": None}, task.id)
+            return _Choice(denied.call, None, prompt_tokens, denied.preview, None, reason)
+        lift, teacher, choice = max(ranked.values(), key=lambda entry: entry[:2])
+        self.store.append_event(
+            "retry_chosen",
+            {**summary, "winner": choice.call.model_dump(), "lift": lift, "teacher": teacher},
+            task.id,
+        )
+        return choice
+
+    def _show_retry(self, task: _Task, choice: _Choice) -> Proposal:
+        """Show the chosen retry; when there is none, the denied call again with the reason
+        and the Edit offer, so a correction never ends a task silently. The chosen retry
+        is shown even when read-only: it answers the correction."""
+        completion = choice.completion
+        note = choice.note
+        if completion is None:
+            tokens = self.policy.renderer.render_call(choice.call)
+            logprobs = self.policy.logprobs(choice.prompt_tokens, tokens)
+            completion = Completion(tokens=tokens, logprobs=logprobs, text="")
+            note = f"{choice.reason} Edit this call to show what you want, or deny it again."
+        proposal = self._add_proposal(
+            task, choice.call, completion, choice.prompt_tokens, choice.preview, note
+        )
+        self.listener.on_proposal(proposal)
+        return proposal
 
     def _record_invalid(
         self,
@@ -568,7 +703,20 @@ class Agent:
         prompt_tokens: list[int],
         error: str,
     ) -> None:
-        self.store.add_proposal(
+        self._store_proposal(task, call, completion, prompt_tokens, None, status="invalid")
+        task.conversation.add_call(call, ToolResult(ok=False, output=f"error: {error}"))
+        task.turn += 1
+
+    def _store_proposal(
+        self,
+        task: _Task,
+        call: ToolCall,
+        completion: Completion,
+        prompt_tokens: list[int],
+        preview: Preview | None,
+        status: str = "pending",
+    ) -> str:
+        return self.store.add_proposal(
             task.id,
             task.turn,
             call.tool,
@@ -576,12 +724,10 @@ class Agent:
             prompt_tokens,
             completion.tokens,
             completion.logprobs,
-            None,
+            preview.model_dump() if preview else None,
             self.training.current_version_name(),
-            status="invalid",
+            status=status,
         )
-        task.conversation.add_call(call, ToolResult(ok=False, output=f"error: {error}"))
-        task.turn += 1
 
     def _preview(self, call: ToolCall) -> tuple[Preview | None, ToolError | None]:
         """The call's preview (computed once per proposal), or why it cannot run."""
@@ -590,8 +736,8 @@ class Agent:
         except ToolError as exc:
             return None, exc
 
-    def _sample(self, task: _Task) -> tuple[ToolCall | None, Completion, list[int], list[str]]:
-        """A call for the turn, or None with why each try was rejected (event kinds)."""
+    def _sample(self, task: _Task) -> tuple[ToolCall | None, Completion, list[int]]:
+        """A call for the turn, or None when no try gave a valid, new one."""
         policy = self.policy
         # A step may have landed in the background (a resumed job, a timed-out wait):
         # sample from the version the proposal will be labelled with.
@@ -600,15 +746,15 @@ class Agent:
             task.text, task.conversation.recent_calls(), task.conversation.recent_paths()
         )
         prompt_tokens = self._fit_prompt(task, bullets)
-        denied = {_canonical(c) for c in self._denied_calls(task)}
         completion = Completion(tokens=[], logprobs=[], text="")
-        rejected: list[str] = []
+        forbid = self.lanes.decode_restrictions()
         for attempt in range(3):
             params = SampleParams(
                 temperature=self.settings.temperature if attempt == 0 else 0.8,
                 max_tokens=self.settings.max_new_tokens,
                 seed=self.settings.seed + attempt + 31 * task.turn + 7 * task.retries,
                 tools=self.settings.allowed_tools,
+                forbid=forbid,
             )
             completion = policy.sample(prompt_tokens, params)
             try:
@@ -617,23 +763,15 @@ class Agent:
                 self.store.append_event(
                     "parse_error", {"text": completion.text, "error": str(exc)}, task_id=task.id
                 )
-                rejected.append("parse_error")
                 continue
-            key = _canonical(call)
-            if key in denied:
-                # The reviewer already said no to exactly this; sample something else.
-                self.store.append_event("repeat_of_denied", {"call": call.model_dump()}, task.id)
-                rejected.append("repeat_of_denied")
-                continue
-            if key in task.executed and attempt < 2:
+            if _canonical(call) in task.executed and attempt < 2:
                 # Already ran: the model may be done, or stuck re-reading a file (a 135M
                 # model often is). Sample again, warmer, before `_advance` ends the task
                 # on a repeat.
                 self.store.append_event("repeat_of_executed", {"call": call.model_dump()}, task.id)
-                rejected.append("repeat_of_executed")
                 continue
-            return call, completion, prompt_tokens, rejected
-        return None, completion, prompt_tokens, rejected
+            return call, completion, prompt_tokens
+        return None, completion, prompt_tokens
 
     def _fit_prompt(self, task: _Task, bullets: list[str]) -> list[int]:
         """The turn's prompt, dropping the oldest calls (summarised in one line) until it
@@ -653,12 +791,13 @@ class Agent:
                 )
             keep -= 1
 
-    def _denied_calls(self, task: _Task) -> list[ToolCall]:
-        calls = []
+    def _denied_calls(self, task: _Task) -> dict[str, ToolCall]:
+        """The calls denied in the current turn, by proposal id."""
+        calls = {}
         for pid in task.denied:
             row = self.store.proposal(pid)
             if row is not None:
-                calls.append(ToolCall(tool=row["tool"], arguments=row["arguments"]))
+                calls[pid] = ToolCall(tool=row["tool"], arguments=row["arguments"])
         return calls
 
     def _finish(self, task: _Task, summary: str) -> None:

@@ -108,6 +108,17 @@ class TrainingBridge:
         if self.settings.enable_training and self.store.queue_depth(("sdpo",)) > 0:
             self._ensure_worker().notify()
 
+    def warm(self) -> None:
+        """Start the worker now, so the first correction of a session does not wait for it
+        to load the model; it loads at low priority (`nice`) while the reviewer reads."""
+        if self.settings.enable_training:
+            self._ensure_worker()
+
+    @property
+    def worker_ready(self) -> bool:
+        """Whether the worker has loaded its model and takes jobs now."""
+        return self._worker is not None and bool(self._worker.ready)
+
     def has_job(self, proposal_id: str) -> bool:
         return self.store.has_job_for(proposal_id)
 

@@ -33,7 +33,10 @@ step:
    position the grammar left open (`topk_distill`, local backend only; forced positions
    get loss weight 0); both + `kl_coef · KL(π‖π_ref)` at every position.
 
-Signals: `deny` — the sampled call and, if the reviewer gave one, the demonstration;
+Signals: `deny` — the sampled call and the demonstration: the retry the agent chose
+among candidates sampled with the correction in view, that no guard blocks and whose
+preview runs (SDPO's successful attempt in the teacher's context; DESIGN §4), or none
+when every candidate was dropped;
 `edit` — the edited call is the demonstration, the proposal's tokens are the student's
 sample (same two datums); `approved_retry` — after a denial, the retry the reviewer
 approved is the demonstration for the denied turn's prompt (demonstration datum only: the

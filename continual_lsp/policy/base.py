@@ -27,6 +27,21 @@ class Message(BaseModel):
     content: str
 
 
+class DecodeRestrictions(BaseModel):
+    """Calls the grammar never writes: the guards that a grammar can express.
+
+    `path_prefixes[tool]`: path prefixes `tool` may not touch ("" = the tool at all);
+    `command_prefixes`: bash commands never to start. Narrowing only: a guard still
+    checks every sampled call, so a backend without a grammar may ignore this.
+    """
+
+    path_prefixes: dict[str, list[str]] = Field(default_factory=dict)
+    command_prefixes: list[str] = Field(default_factory=list)
+
+    def key(self) -> str:
+        return self.model_dump_json()
+
+
 class SampleParams(BaseModel):
     temperature: float = 0.0  # 0 = greedy
     max_tokens: int = 256
@@ -34,6 +49,12 @@ class SampleParams(BaseModel):
     # Restrict the grammar to these tools (None = all seven): a per-task or per-user
     # allow-list, like other agents' "allowed tools" setting.
     tools: list[str] | None = None
+    # Guards expressed as grammar restrictions (local backend; Tinker samples without a
+    # grammar and leaves them to the guards).
+    forbid: DecodeRestrictions | None = None
+    # `sample_batch` only: this many first rows decode greedily, so the candidates always
+    # include the model's best guess (Tinker samples every row at `temperature`).
+    greedy_rows: int = 0
 
 
 class Completion(BaseModel):
@@ -114,6 +135,15 @@ class Policy(Protocol):
     def adapter_version(self) -> str | None: ...
 
     def sample(self, prompt_tokens: list[int], params: SampleParams) -> Completion: ...
+
+    def sample_batch(
+        self, prompt_tokens: list[int], params: SampleParams, n: int
+    ) -> list[Completion]:
+        """`n` completions of one prompt in one batched request (the retry's candidates).
+
+        Same contract per completion as `sample`; `params.seed` seeds the whole batch.
+        """
+        ...
 
     def logprobs(self, prompt_tokens: list[int], completion_tokens: list[int]) -> list[float]:
         """Current weights' logprob of each completion token given the prompt."""

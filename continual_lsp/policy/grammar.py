@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import re
 import time
 from typing import Any
 
@@ -33,7 +34,7 @@ import llguidance.hf
 import numpy as np
 import torch
 
-from continual_lsp.policy.base import Completion, SampleParams
+from continual_lsp.policy.base import Completion, DecodeRestrictions, SampleParams
 from continual_lsp.tools.base import TOOL_NAMES, tool_call_schema
 
 # No whitespace between JSON tokens: the canonical form has none (render.call_text), and
@@ -80,14 +81,62 @@ def check_tools(tools: list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
     return tuple(name for name in TOOL_NAMES if name in tools)
 
 
-def decoding_schema(tools: list[str] | tuple[str, ...] | None = None) -> dict[str, Any]:
+def not_prefixed_regex(prefixes: list[str]) -> str:
+    """An anchored regex for the strings that start with none of `prefixes`.
+
+    A grammar has no negative lookahead, so the complement is spelled out over the trie
+    of the prefixes: at each node a string may end, leave the trie on a character no
+    prefix continues with, or follow a child that is not itself a forbidden prefix.
+    """
+    trie: dict[str, Any] = {}
+    for prefix in prefixes:
+        node = trie
+        for char in prefix:
+            node = node.setdefault(char, {})
+        node[""] = {}  # a forbidden prefix ends here
+
+    def below(node: dict[str, Any]) -> str | None:
+        if "" in node:
+            return None
+        children = sorted(node)
+        branches = ["", "[^" + "".join(re.escape(c) for c in children) + r"][\s\S]*"]
+        for char in children:
+            rest = below(node[char])
+            if rest is not None:
+                branches.append(re.escape(char) + rest)
+        return "(?:" + "|".join(branches) + ")"
+
+    body = below(trie)
+    return "^" + (body if body is not None else "[^\\s\\S]") + "$"
+
+
+def decoding_schema(
+    tools: list[str] | tuple[str, ...] | None = None, forbid: DecodeRestrictions | None = None
+) -> dict[str, Any]:
     """The schema calls are decoded under: `tool_call_schema()` without null branches,
-    restricted to `tools` (an allow-list, `SampleParams.tools`) when given."""
+    restricted to `tools` (an allow-list, `SampleParams.tools`) when given, and narrowed
+    by `forbid` (guards as grammar: a blocked tool is left out, a forbidden path or
+    command prefix becomes a `pattern`). A restriction that would leave no tool at all
+    is not applied to the tool list: the guards still block what is sampled."""
     allowed = check_tools(tools)
     schema: dict[str, Any] = _strip_schema(copy.deepcopy(tool_call_schema()))
-    schema["oneOf"] = [
-        branch for branch in schema["oneOf"] if branch["properties"]["tool"]["const"] in allowed
-    ]
+    branches = [b for b in schema["oneOf"] if b["properties"]["tool"]["const"] in allowed]
+    if forbid is not None:
+        open_tools = [
+            b
+            for b in branches
+            if "" not in forbid.path_prefixes.get(b["properties"]["tool"]["const"], [])
+        ]
+        branches = open_tools or branches
+        for branch in branches:
+            tool = branch["properties"]["tool"]["const"]
+            args = branch["properties"]["arguments"]["properties"]
+            prefixes = [p for p in forbid.path_prefixes.get(tool, []) if p]
+            if prefixes and "path" in args:
+                args["path"]["pattern"] = not_prefixed_regex(prefixes)
+            if tool == "bash" and forbid.command_prefixes and "cmd" in args:
+                args["cmd"]["pattern"] = not_prefixed_regex(forbid.command_prefixes)
+    schema["oneOf"] = branches
     return schema
 
 
@@ -146,7 +195,7 @@ def allowed_mask(matcher: llguidance.LLMatcher, vocab_size: int) -> torch.Tensor
     return mask
 
 
-def _cache_keyword(model: Any) -> str:
+def cache_keyword(model: Any) -> str:
     """Name of the KV-cache argument: transformers 5.2x renamed `past_key_values` to `cache`."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     params = inspect.signature(base.forward).parameters
@@ -229,7 +278,7 @@ class _Decoder:
         self.model = model
         self.device = next(model.parameters()).device
         self.cache: Any = None
-        self.cache_keyword = _cache_keyword(model)
+        self.cache_keyword = cache_keyword(model)
         reused = 0
         if prompt_cache is not None:
             reused, self.cache = prompt_cache.lookup(prompt_tokens, weights_key)
@@ -379,3 +428,151 @@ def _choose(
     probs = torch.softmax(masked / temperature, dim=-1)
     # The generator lives on the CPU so a seed gives the same call on any device.
     return int(torch.multinomial(probs.cpu(), 1, generator=generator)[0])
+
+
+def constrained_decode_batch(
+    model: Any,
+    grammar: ToolCallGrammar,
+    prompt_tokens: list[int],
+    params: SampleParams,
+    n: int,
+    prompt_cache: PromptCache | None = None,
+    weights_key: Any = None,
+) -> list[Completion]:
+    """`n` tool calls from one prompt, decoded together: one forward pass per step for all.
+
+    The prompt (and the grammar's forced opening) is prefilled once and its KV repeated
+    for the `n` rows. At each step every unfinished row feeds its sampled token plus the
+    tokens the grammar forces after it; rows whose chunk is shorter are padded, and a
+    padded position is masked out of attention for good (each row keeps its own position
+    ids), so a row computes exactly what it would alone. Logprobs are recorded as in
+    `constrained_decode` (unmasked, temperature 1). Rows share one seeded generator, so a
+    seed gives the same `n` calls every time; the first `params.greedy_rows` rows (and
+    all of them at temperature 0) are the greedy call.
+    """
+    start = time.perf_counter()
+    if not prompt_tokens:
+        raise ValueError("constrained_decode_batch needs a non-empty prompt")
+    if n < 1:
+        raise ValueError(f"need at least one candidate, asked for {n}")
+    generator: torch.Generator | None = None
+    if params.temperature > 0:
+        generator = torch.Generator()
+        if params.seed is None:
+            generator.seed()
+        else:
+            generator.manual_seed(params.seed)
+    eos = set(grammar.eos_tokens)
+    limit = max(0, params.max_tokens)
+    matchers = [grammar.matcher() for _ in range(n)]
+    opening = _take(matchers[0].compute_ff_tokens(), limit)
+    for matcher in matchers:
+        if opening:
+            matcher.consume_tokens(opening)
+    tokens: list[list[int]] = [list(opening) for _ in range(n)]
+    logprobs: list[list[float]] = [[] for _ in range(n)]
+    forced = [len(opening)] * n
+    done = [False] * n
+    pad = grammar.eos_tokens[0] if grammar.eos_tokens else 0
+
+    with torch.inference_mode():
+        decoder = _Decoder(model, prompt_tokens, opening, prompt_cache, weights_key)
+        if opening:
+            rows = torch.log_softmax(decoder.opening_logits, dim=-1)
+            picked = torch.tensor(opening, dtype=torch.long, device=rows.device)
+            opening_lps = rows.gather(1, picked[:, None])[:, 0].tolist()
+            for row in logprobs:
+                row.extend(opening_lps)
+        decoder.cache.batch_repeat_interleave(n)
+        next_logits = decoder.next_logits.unsqueeze(0).repeat(n, 1)
+        device = next_logits.device
+        attention = torch.ones(n, len(prompt_tokens) + len(opening), dtype=torch.long)
+        positions = [len(prompt_tokens) + len(opening)] * n
+        while True:
+            chunks: list[list[int]] = [[] for _ in range(n)]
+            for r in range(n):
+                if done[r]:
+                    continue
+                matcher = matchers[r]
+                if len(tokens[r]) >= limit or matcher.is_error():
+                    done[r] = True
+                    continue
+                mask = allowed_mask(matcher, next_logits.shape[-1]).to(device)
+                count = int(mask.sum())
+                if count == 0:
+                    done[r] = True
+                    continue
+                if count == 1:
+                    token = int(mask.nonzero()[0, 0])
+                    forced[r] += 1
+                else:
+                    temperature = 0.0 if r < params.greedy_rows else params.temperature
+                    token = _choose(next_logits[r], mask, temperature, generator)
+                if token in eos:
+                    tokens[r].append(token)
+                    logprobs[r].append(_logprob(next_logits[r], token))
+                    matcher.consume_token(token)
+                    done[r] = True
+                    continue
+                if not matcher.consume_token(token):
+                    done[r] = True
+                    continue
+                chunk = [token]
+                room = limit - len(tokens[r]) - 1
+                if room > 0 and not matcher.is_stopped():
+                    ff = _take(matcher.compute_ff_tokens(), room)
+                    if ff:
+                        matcher.consume_tokens(ff)
+                        forced[r] += len(ff)
+                        chunk.extend(ff)
+                chunks[r] = chunk
+            width = max(len(c) for c in chunks)
+            if width == 0:
+                break
+            ids = torch.full((n, width), pad, dtype=torch.long)
+            real = torch.zeros(n, width, dtype=torch.long)
+            position_ids = torch.zeros(n, width, dtype=torch.long)
+            for r, chunk in enumerate(chunks):
+                ids[r, : len(chunk)] = torch.tensor(chunk, dtype=torch.long)
+                real[r, : len(chunk)] = 1
+                # Padding sits after the row's last real position and is never attended to.
+                position_ids[r] = positions[r] + torch.arange(width).clamp(max=max(len(chunk), 1))
+            attention = torch.cat([attention, real], dim=1)
+            out = model(
+                input_ids=ids.to(device),
+                attention_mask=attention.to(device),
+                position_ids=position_ids.to(device),
+                use_cache=True,
+                logits_to_keep=width,
+                **{decoder.cache_keyword: decoder.cache},
+            )
+            cache = getattr(out, "cache", None)
+            decoder.cache = cache if cache is not None else out.past_key_values
+            logits = out.logits.float()
+            for r, chunk in enumerate(chunks):
+                if not chunk:
+                    continue
+                first = _logprob(next_logits[r], chunk[0])
+                rows = torch.log_softmax(logits[r, : len(chunk) - 1], dim=-1)
+                rest = torch.tensor(chunk[1:], dtype=torch.long, device=rows.device)
+                tokens[r].extend(chunk)
+                logprobs[r].append(first)
+                logprobs[r].extend(rows.gather(1, rest[:, None])[:, 0].tolist())
+                next_logits[r] = logits[r, len(chunk) - 1]
+                positions[r] += len(chunk)
+
+    seconds = time.perf_counter() - start
+    return [
+        Completion(
+            tokens=row,
+            logprobs=lps,
+            text=str(
+                grammar.tokenizer.decode(
+                    [t for t in row if t not in eos], clean_up_tokenization_spaces=False
+                )
+            ),
+            forced=f,
+            seconds=seconds,
+        )
+        for row, lps, f in zip(tokens, logprobs, forced, strict=True)
+    ]

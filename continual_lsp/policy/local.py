@@ -16,6 +16,7 @@ import copy
 import os
 import threading
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from continual_lsp.policy.base import (
     AdapterInfo,
     Completion,
     Datum,
+    DecodeRestrictions,
     LossName,
     SampleParams,
     TrainMetrics,
@@ -35,8 +37,10 @@ from continual_lsp.policy.base import (
 from continual_lsp.policy.grammar import (
     PromptCache,
     ToolCallGrammar,
+    cache_keyword,
     check_tools,
     constrained_decode,
+    constrained_decode_batch,
     decoding_schema,
 )
 from continual_lsp.policy.model_files import load_model_and_tokenizer
@@ -114,7 +118,9 @@ class LocalPolicy:
         # The prompt lists only the allowed tools; SampleParams.tools can narrow further.
         self._renderer = ChatMLRenderer(tokenizer, tools=settings.allowed_tools)
         self.grammar = ToolCallGrammar(tokenizer)  # all seven tools
-        self._grammars: dict[tuple[str, ...], ToolCallGrammar] = {TOOL_NAMES: self.grammar}
+        self._grammars: dict[tuple[tuple[str, ...], str], ToolCallGrammar] = {
+            (TOOL_NAMES, ""): self.grammar
+        }
         self._adapter_version: str | None = None
         # KV of the last prompt; consecutive agent turns share most of their prompt.
         self.prompt_cache = PromptCache()
@@ -160,15 +166,21 @@ class LocalPolicy:
             checksum = float(torch.stack(trainable).sum()) if trainable else 0.0
         return (self._adapter_version, str(self.model.active_adapter), versions, checksum)
 
-    def grammar_for(self, tools: list[str] | None) -> ToolCallGrammar:
-        """The grammar for an allow-list of tools (compiled once per distinct list)."""
+    def grammar_for(
+        self, tools: list[str] | None, forbid: DecodeRestrictions | None = None
+    ) -> ToolCallGrammar:
+        """The grammar for an allow-list of tools and the guards' restrictions (compiled
+        once per distinct pair)."""
         allowed = check_tools(tools)
-        grammar = self._grammars.get(allowed)
+        key = (allowed, forbid.key() if forbid is not None else "")
+        grammar = self._grammars.get(key)
         if grammar is None:
             grammar = ToolCallGrammar(
-                self.tokenizer, decoding_schema(allowed), ll_tokenizer=self.grammar.ll_tokenizer
+                self.tokenizer,
+                decoding_schema(allowed, forbid),
+                ll_tokenizer=self.grammar.ll_tokenizer,
             )
-            self._grammars[allowed] = grammar
+            self._grammars[key] = grammar
         return grammar
 
     def sample(self, prompt_tokens: list[int], params: SampleParams) -> Completion:
@@ -177,21 +189,40 @@ class LocalPolicy:
         `params.tools` restricts the call to those tools (ValueError if one is unknown);
         when it is None, `settings.allowed_tools` applies (None there too: all seven).
         """
+        return self._decode(constrained_decode, prompt_tokens, params)
+
+    def sample_batch(
+        self, prompt_tokens: list[int], params: SampleParams, n: int
+    ) -> list[Completion]:
+        """`n` calls from one prompt in one batched decode (`constrained_decode_batch`)."""
+        return self._decode(constrained_decode_batch, prompt_tokens, params, n)
+
+    def _decode(
+        self, decode: Callable[..., Any], prompt_tokens: list[int], params: SampleParams, *n: int
+    ) -> Any:
         tools = params.tools if params.tools is not None else self.settings.allowed_tools
-        grammar = self.grammar_for(tools)
+        grammar = self.grammar_for(tools, params.forbid)
         with self._lock:
-            return constrained_decode(
+            return decode(
                 self.model,
                 grammar,
                 prompt_tokens,
                 params,
+                *n,
                 prompt_cache=self.prompt_cache,
                 weights_key=self.weights_key(),
             )
 
     def logprobs(self, prompt_tokens: list[int], completion_tokens: list[int]) -> list[float]:
-        """Current weights' logprob of each completion token: one forward pass, no grad."""
-        return self._score(prompt_tokens, completion_tokens)
+        """Current weights' logprob of each completion token: one forward pass, no grad.
+
+        The prompt prefix shared with the last sampled prompt comes from the prompt cache
+        (scoring a retry's candidates against the denied turn's prompt, which differs from
+        the sampled one only by the correction, costs the tail, not the whole prompt).
+        """
+        with self._lock:
+            shared, cache = self.prompt_cache.lookup(prompt_tokens, self.weights_key())
+            return self._score(prompt_tokens, completion_tokens, shared, cache)
 
     def reference_logprobs(
         self, prompt_tokens: list[int], completion_tokens: list[int]
@@ -200,19 +231,29 @@ class LocalPolicy:
         with self.model.disable_adapter():
             return self._score(prompt_tokens, completion_tokens)
 
-    def _score(self, prompt_tokens: list[int], completion_tokens: list[int]) -> list[float]:
+    def _score(
+        self,
+        prompt_tokens: list[int],
+        completion_tokens: list[int],
+        shared: int = 0,
+        cache: Any = None,
+    ) -> list[float]:
+        """Scores with the first `shared` prompt tokens' KV given in `cache`, if any."""
         if not completion_tokens:
             return []
         if not prompt_tokens:
             raise ValueError("logprobs needs a non-empty prompt")
         ids = torch.tensor(
-            [prompt_tokens + completion_tokens], dtype=torch.long, device=self.device
+            [prompt_tokens[shared:] + completion_tokens], dtype=torch.long, device=self.device
         )
         n = len(completion_tokens)
+        kwargs = {} if cache is None else {cache_keyword(self.model): cache}
         with torch.inference_mode():
             # Logits of the last n + 1 positions: position P-1 predicts the first completion
             # token, the very last position predicts past the end and is dropped.
-            out = self.model(input_ids=ids, use_cache=False, logits_to_keep=n + 1)
+            out = self.model(
+                input_ids=ids, use_cache=cache is not None, logits_to_keep=n + 1, **kwargs
+            )
             log_probs = torch.log_softmax(out.logits[0, :-1].float(), dim=-1)
             targets = ids[0, -n:]
             picked = log_probs.gather(1, targets[:, None])[:, 0]

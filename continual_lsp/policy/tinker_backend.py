@@ -680,9 +680,17 @@ class TinkerPolicy:
         sampled as top_k=1 and other temperatures as asked, and both are then rescored with
         `compute_logprobs`: SDPO's ratio and advantages need π, not the tempered sampler.
         """
+        return self.sample_batch(prompt_tokens, params, 1)[0]
+
+    def sample_batch(
+        self, prompt_tokens: list[int], params: SampleParams, n: int
+    ) -> list[Completion]:
+        """`n` completions in one request (`num_samples=n`), each with logprobs as `sample`."""
         import tinker
 
         self._require()
+        if n < 1:
+            raise ValueError(f"need at least one candidate, asked for {n}")
         start = time.perf_counter()
         greedy = params.temperature <= 0.0
         sampling_params = tinker.SamplingParams(
@@ -694,22 +702,35 @@ class TinkerPolicy:
         )
         prompt = tinker.ModelInput.from_ints(list(prompt_tokens))
         response = self._call(
-            lambda: self._sampling.sample(prompt, 1, sampling_params).result(
+            lambda: self._sampling.sample(prompt, n, sampling_params).result(
                 timeout=self.request_timeout_s
             ),
             "sampling",
         )
-        sequence = response.sequences[0]
-        tokens = [int(t) for t in sequence.tokens]
-        logprobs = sequence.logprobs
-        if greedy or params.temperature != 1.0 or logprobs is None or len(logprobs) != len(tokens):
-            logprobs = self.logprobs(list(prompt_tokens), tokens)
-        return Completion(
-            tokens=tokens,
-            logprobs=[float(x) for x in logprobs],
-            text=self.renderer.decode(tokens),
-            seconds=time.perf_counter() - start,
-        )
+        if len(response.sequences) != n:
+            raise BackendUnavailable(
+                f"Tinker returned {len(response.sequences)} samples where {n} were asked"
+            )
+        out = []
+        for sequence in response.sequences:
+            tokens = [int(t) for t in sequence.tokens]
+            logprobs = sequence.logprobs
+            if (
+                greedy
+                or params.temperature != 1.0
+                or logprobs is None
+                or len(logprobs) != len(tokens)
+            ):
+                logprobs = self.logprobs(list(prompt_tokens), tokens)
+            out.append(
+                Completion(
+                    tokens=tokens,
+                    logprobs=[float(x) for x in logprobs],
+                    text=self.renderer.decode(tokens),
+                    seconds=time.perf_counter() - start,
+                )
+            )
+        return out
 
     def logprobs(self, prompt_tokens: list[int], completion_tokens: list[int]) -> list[float]:
         """Current weights' logprob of each completion token (`compute_logprobs`, `[P:P+T]`)."""

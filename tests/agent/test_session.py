@@ -18,28 +18,15 @@ import pytest
 from continual_lsp.agent.session import Agent, AgentError
 from continual_lsp.config import Settings
 from continual_lsp.store import Store
+from tests.agent.support import make_agent
 
 pytestmark = pytest.mark.model
-
-
-@pytest.fixture(scope="module")
-def policy(model_and_tokenizer: tuple[Any, Any]) -> Any:
-    from continual_lsp.policy.local import LocalPolicy
-
-    return LocalPolicy(Settings(enable_training=False), model_and_tokenizer)
-
-
-def _agent(tmp_path: Path, workspace: Path, policy: Any, **overrides: Any) -> Agent:
-    settings = Settings(
-        enable_training=False, store_path=str(tmp_path / "store.sqlite3"), **overrides
-    )
-    return Agent(settings, workspace, policy=policy)
 
 
 def test_write_proposal_is_previewed_then_approved(
     tmp_path: Path, workspace: Path, policy: Any
 ) -> None:
-    agent = _agent(tmp_path, workspace, policy, allowed_tools=["write"])
+    agent = make_agent(tmp_path, workspace, policy, allowed_tools=["write"])
     _, proposal = agent.start_task("Create notes.txt that says hello")
     assert proposal is not None and proposal.call.tool == "write"
     assert proposal.preview is not None and proposal.preview.diff
@@ -57,7 +44,7 @@ def test_write_proposal_is_previewed_then_approved(
 
 
 def test_a_call_that_cannot_run_is_not_shown(tmp_path: Path, workspace: Path, policy: Any) -> None:
-    agent = _agent(tmp_path, workspace, policy, allowed_tools=["edit_lines"], max_turns=4)
+    agent = make_agent(tmp_path, workspace, policy, allowed_tools=["edit_lines"], max_turns=4)
     _, proposal = agent.start_task("Fix mean() in src/calc/ops.py")
     # Whatever the model proposed, what reaches the reviewer has a preview (it can run).
     assert proposal is None or proposal.preview is not None
@@ -70,7 +57,7 @@ def test_a_call_that_cannot_run_is_not_shown(tmp_path: Path, workspace: Path, po
 
 
 def test_read_only_calls_are_auto_approved(tmp_path: Path, workspace: Path, policy: Any) -> None:
-    agent = _agent(tmp_path, workspace, policy, allowed_tools=["read", "write"], max_turns=3)
+    agent = make_agent(tmp_path, workspace, policy, allowed_tools=["read", "write"], max_turns=3)
     _, proposal = agent.start_task("Read src/calc/ops.py, then fix mean()")
     auto = [e for e in agent.store.events(kind="decision") if e["payload"]["decision"] == "approve"]
     reads = [e for e in agent.store.events(kind="proposal") if e["payload"]["tool"] == "read"]
@@ -82,7 +69,7 @@ def test_read_only_calls_are_auto_approved(tmp_path: Path, workspace: Path, poli
 def test_deny_needs_a_correction_and_retries_differently(
     tmp_path: Path, workspace: Path, policy: Any
 ) -> None:
-    agent = _agent(tmp_path, workspace, policy, allowed_tools=["write", "edit_lines"])
+    agent = make_agent(tmp_path, workspace, policy, allowed_tools=["write", "edit_lines"])
     _, proposal = agent.start_task("Fix mean() in src/calc/ops.py")
     assert proposal is not None
     with pytest.raises(AgentError, match="needs a correction"):
@@ -101,7 +88,7 @@ def test_deny_needs_a_correction_and_retries_differently(
 def test_edit_executes_the_edited_call_and_records_the_diff(
     tmp_path: Path, workspace: Path, policy: Any
 ) -> None:
-    agent = _agent(tmp_path, workspace, policy, allowed_tools=["write", "edit_lines"])
+    agent = make_agent(tmp_path, workspace, policy, allowed_tools=["write", "edit_lines"])
     _, proposal = agent.start_task("Fix mean() in src/calc/ops.py")
     assert proposal is not None
     with pytest.raises(AgentError, match="not a valid"):
@@ -124,7 +111,7 @@ def test_edit_executes_the_edited_call_and_records_the_diff(
 
 
 def test_stale_proposal_is_refused(tmp_path: Path, workspace: Path, policy: Any) -> None:
-    agent = _agent(tmp_path, workspace, policy, allowed_tools=["write"])
+    agent = make_agent(tmp_path, workspace, policy, allowed_tools=["write"])
     _, proposal = agent.start_task("Fix mean() in src/calc/ops.py")
     assert proposal is not None and proposal.preview is not None
     path = workspace / proposal.preview.path
@@ -138,7 +125,7 @@ def test_stale_proposal_is_refused(tmp_path: Path, workspace: Path, policy: Any)
 
 
 def test_unknown_proposal_is_a_clear_error(tmp_path: Path, workspace: Path, policy: Any) -> None:
-    agent = _agent(tmp_path, workspace, policy)
+    agent = make_agent(tmp_path, workspace, policy)
     with pytest.raises(AgentError, match="unknown proposal"):
         agent.decide("prop-missing", "approve")
     with pytest.raises(AgentError, match="needs some text"):
@@ -219,7 +206,7 @@ def test_a_denial_queues_the_calls_approved_after_its_cluster(
 ) -> None:
     from continual_lsp.tools.base import ToolCall
 
-    agent = _agent(tmp_path, workspace, policy, allowed_tools=["bash"])
+    agent = make_agent(tmp_path, workspace, policy, allowed_tools=["bash"])
     queued: list[tuple[str, str, list[ToolCall] | None]] = []
 
     def enqueue(pid: str, signal: str, correction: Any, demo: Any, examples: Any = None) -> None:
@@ -252,7 +239,7 @@ def test_a_denial_queues_the_calls_approved_after_its_cluster(
 def test_a_denial_is_queued_for_training_even_when_routing_fails(
     tmp_path: Path, workspace: Path, policy: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    agent = _agent(tmp_path, workspace, policy, allowed_tools=["write"])
+    agent = make_agent(tmp_path, workspace, policy, allowed_tools=["write"])
     queued: list[str] = []
     monkeypatch.setattr(agent.training, "enqueue", lambda pid, *args, **kw: queued.append(pid))
 
@@ -267,21 +254,4 @@ def test_a_denial_is_queued_for_training_even_when_routing_fails(
     assert queued == [proposal.id]  # the step was queued before the error surfaced
     decision = agent.store.decision(proposal.id)
     assert decision is not None and decision["correction"] == "Say hi, not hello."
-    agent.close()
-
-
-def test_a_task_that_only_repeats_the_denied_call_says_so(
-    tmp_path: Path, workspace: Path, model_and_tokenizer: tuple[Any, Any]
-) -> None:
-    from tests.server.scripted import WRONG_TEST, ForcedCallPolicy
-
-    forced = ForcedCallPolicy(Settings(enable_training=False), [WRONG_TEST], model_and_tokenizer)
-    agent = _agent(tmp_path, workspace, forced)
-    task_id, proposal = agent.start_task("Fix mean() in src/calc/ops.py")
-    assert proposal is not None
-    outcome = agent.decide(proposal.id, "deny", correction="Fix the code, not the test.")
-    assert outcome.ok and outcome.next_proposal is None
-    [done] = [e for e in agent.store.events(kind="task_status") if e["task_id"] == task_id]
-    assert "kept proposing the call it was denied" in done["payload"]["summary"]
-    assert len(agent.store.events(kind="repeat_of_denied")) == 3
     agent.close()

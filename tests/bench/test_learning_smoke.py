@@ -144,3 +144,16 @@ def test_the_suite_runs_unchanged_on_the_tinker_backend(
     assert len(made) == 1 + 1 + 3
     trained = [client for client in made if client.optim_calls]
     assert len(trained) == 2  # sdpo_token and sft each took their one step
+
+
+def test_through_agent_headline_reads_the_issue_numbers() -> None:
+    from bench.learning.through_agent import headline
+
+    rows = [{"k": 0, "compliance": 0.0, "shown": 0.0}] + [
+        {"k": k, "compliance": k / 10, "shown": k / 4, "follows": [k % 2 == 0, True]}
+        for k in range(1, 6)
+    ]
+    got = headline({"rows": rows})
+    assert got == {"retry_follows": 0.7, "shown_at_3": 0.75, "weights_at_5": 0.5}
+    # A shorter run does not claim a number it did not reach.
+    assert headline({"rows": rows[:3]})["weights_at_5"] is None

@@ -10,11 +10,13 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from continual_lsp.policy.base import DecodeRestrictions
 from continual_lsp.policy.grammar import (
     ToolCallGrammar,
     allowed_mask,
     check_tools,
     decoding_schema,
+    not_prefixed_regex,
 )
 from continual_lsp.policy.render import ChatMLRenderer, call_text
 from continual_lsp.tools.base import TOOL_NAMES, ToolCall
@@ -138,3 +140,49 @@ def test_allowed_tools_restrict_the_grammar(grammar: ToolCallGrammar) -> None:
         check_tools(["read", "rm"])
     with pytest.raises(ValueError, match="empty"):
         check_tools([])
+
+
+def test_guard_restrictions_narrow_the_grammar() -> None:
+    """A blocked tool is not in the grammar; a forbidden path / command prefix cannot be
+    written, while its near misses (another dir, `pnpm`) still can."""
+    forbid = DecodeRestrictions(
+        path_prefixes={"write": [""], "edit_lines": ["vendor/"]},
+        command_prefixes=["npm ", "git push "],
+    )
+    narrowed = ToolCallGrammar(
+        load_tokenizer(),
+        decoding_schema(None, forbid),
+        ll_tokenizer=ToolCallGrammar(load_tokenizer()).ll_tokenizer,
+    )
+    blocked = [
+        '{"tool":"write","arguments":{"path":"a.txt","content":"x"}}',
+        '{"tool":"edit_lines","arguments":{"path":"vendor/x.py","start":1,"end":1,"content":"y"}}',
+        '{"tool":"bash","arguments":{"cmd":"npm install lodash"}}',
+        '{"tool":"bash","arguments":{"cmd":"git push origin main"}}',
+    ]
+    allowed = [
+        '{"tool":"edit_lines","arguments":{"path":"src/vendor.py","start":1,"end":1,"content":"y"}}',
+        '{"tool":"bash","arguments":{"cmd":"pnpm install lodash"}}',
+        '{"tool":"bash","arguments":{"cmd":"git pull"}}',
+    ]
+    for text in blocked:
+        assert not narrowed.accepts(_tokens(narrowed, text)), text
+    for text in allowed:
+        assert narrowed.accepts(_tokens(narrowed, text)), text
+
+
+def test_a_restriction_blocking_every_tool_keeps_the_tools() -> None:
+    """The guards still block what is sampled; the grammar never becomes empty."""
+    forbid = DecodeRestrictions(path_prefixes={tool: [""] for tool in TOOL_NAMES})
+    branches = decoding_schema(["bash"], forbid)["oneOf"]
+    assert [b["properties"]["tool"]["const"] for b in branches] == ["bash"]
+
+
+def test_not_prefixed_regex_is_the_complement() -> None:
+    import re
+
+    pattern = not_prefixed_regex(["npm ", "np-x", "vendor/"])
+    for text in ["", "n", "np", "npm", "npmx", "pnpm i", "vendo", "vendorx/a", "ls\nnpm i"]:
+        assert re.fullmatch(pattern, text), text
+    for text in ["npm i", "np-x", "vendor/", "vendor/a/b"]:
+        assert not re.fullmatch(pattern, text), text

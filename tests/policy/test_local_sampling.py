@@ -104,7 +104,8 @@ def test_reference_logprobs_disable_the_adapter(
     # A fresh adapter (LoRA B = 0) is the base model.
     reference = policy.reference_logprobs(prompt, completion.tokens)
     current = policy.logprobs(prompt, completion.tokens)
-    assert max(abs(a - b) for a, b in zip(reference, current, strict=True)) < 1e-5
+    # 1e-4, not exact: `logprobs` reuses the prompt cache's KV (computed in other chunks).
+    assert max(abs(a - b) for a, b in zip(reference, current, strict=True)) < 1e-4
     lora_b = [p for n, p in policy.model.named_parameters() if "lora_B" in n]
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():

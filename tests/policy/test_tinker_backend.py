@@ -119,6 +119,16 @@ def test_sample_at_temperature_one_keeps_sampler_logprobs(
     assert "compute_logprobs:current" not in events
 
 
+def test_sample_batch_is_one_request_for_n_samples(policy: TinkerPolicy, events: Events) -> None:
+    """The retry's candidates: one `sample` request with num_samples=n, n completions back."""
+    completions = policy.sample_batch(PROMPT, SampleParams(temperature=1.0, seed=3), 4)
+    assert events.count("sample:current") == 1
+    assert len(completions) == 4
+    assert all(c.tokens == [7, 8, 9, 2] and c.logprobs == [-0.5] * 4 for c in completions)
+    with pytest.raises(ValueError, match="at least one"):
+        policy.sample_batch(PROMPT, SampleParams(), 0)
+
+
 # -- the datum path ------------------------------------------------------------------------
 
 

@@ -70,13 +70,16 @@ class FakeSamplingClient:
     def sample(self, prompt: Any, num_samples: int, sampling_params: Any) -> FakeFuture:
         self.events.append(f"sample:{self.weights}")
         self.last_params = sampling_params
-        sequence = tinker.types.SampledSequence(
-            stop_reason="stop",
-            sequence_id="seq-1",
-            _tokens_list=list(self.completion),
-            _logprobs_list=[-0.5] * len(self.completion),
-        )
-        return FakeFuture(self.events, "sample", tinker.types.SampleResponse(sequences=[sequence]))
+        sequences = [
+            tinker.types.SampledSequence(
+                stop_reason="stop",
+                sequence_id=f"seq-{i + 1}",
+                _tokens_list=list(self.completion),
+                _logprobs_list=[-0.5] * len(self.completion),
+            )
+            for i in range(num_samples)
+        ]
+        return FakeFuture(self.events, "sample", tinker.types.SampleResponse(sequences=sequences))
 
 
 class FakeTrainingClient:

@@ -40,6 +40,12 @@ class ForcedCallPolicy(LocalPolicy):
             forced=len(tokens),
         )
 
+    def sample_batch(
+        self, prompt_tokens: list[int], params: SampleParams, n: int
+    ) -> list[Completion]:
+        """The next scripted call as every candidate: a chosen retry is still the script's."""
+        return [self.sample(prompt_tokens, params)] * n
+
 
 # The sample workspace's bug: integer division in mean().
 FIX_MEAN = {

@@ -1,0 +1,118 @@
+"""Deny → retry shown, at the demo's context: what a reviewer waits for after a correction.
+
+    python bench/learning/deny_to_retry.py --denials 10
+
+The demo's setting (`continual-lsp demo`): the sample workspace, its task and its tools,
+its correction. The agent is built as the server builds it when a client connects (the
+policy loads and the training worker starts, warm, in the background); the first
+proposal is the reviewer reading, then every proposal is denied with the demo's
+correction and `decide` is timed until the retry is there: the N candidates, the SDPO
+step (waited for, as the editor's response is) and the choice. The first denial is the
+session's first correction. Also printed: the candidates' own cost (the agent's
+`retry_chosen` events), the prompt size, and the machine's load average (a shared
+machine is slower). Writes `bench/results/deny_to_retry.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import bench.learning  # noqa: E402, F401  (the offline, quiet environment)
+
+log = logging.getLogger("deny_to_retry")
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in [0, 1])."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--denials", type=int, default=10)
+    ap.add_argument("--json", type=Path, default=REPO / "bench/results/deny_to_retry.json")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+
+    from continual_lsp.agent.session import Agent
+    from continual_lsp.config import Settings
+    from continual_lsp.demo import CORRECTION, DEMO_TOOLS
+
+    task_text = "Fix the bug in src/calc/ops.py: mean() must use true division."
+    work = Path(tempfile.mkdtemp(prefix="deny-to-retry-"))
+    ws = work / "ws"
+    shutil.copytree(REPO / "examples" / "sample-workspace", ws)
+    settings = Settings(
+        store_path=str(work / "store.sqlite3"),
+        adapters_dir=str(work / "adapters"),
+        allowed_tools=DEMO_TOOLS.split(","),
+    )
+    agent = Agent(settings, ws)
+    waits: list[float] = []
+    prompt_tokens: list[int] = []
+    load = [os.getloadavg()[0]]
+    try:
+        agent.policy  # noqa: B018  (as the server does on connect: model + warm worker)
+        _, proposal = agent.start_task(task_text)
+        ready_at_first = agent.training.worker_ready
+        empty_tasks = 0
+        while len(waits) < args.denials:
+            if proposal is None:
+                # The task ended (say, on calls that cannot run): a new one, a few times.
+                empty_tasks += 1
+                if empty_tasks > 3:
+                    log.warning("%d tasks in a row showed nothing; stopping", empty_tasks)
+                    break
+                _, proposal = agent.start_task(task_text)
+                continue
+            empty_tasks = 0
+            row = agent.store.proposal(proposal.id)
+            prompt_tokens.append(len(row["prompt_tokens"]) if row else 0)
+            t0 = time.perf_counter()
+            outcome = agent.decide(proposal.id, "deny", correction=CORRECTION)
+            waits.append(time.perf_counter() - t0)
+            load.append(os.getloadavg()[0])
+            log.info("deny %d → retry in %.2f s (load %.1f)", len(waits), waits[-1], load[-1])
+            proposal = outcome.next_proposal
+        chosen = [e["payload"]["seconds"] for e in agent.store.events(kind="retry_chosen")]
+        steps = [a.get("metrics", {}).get("seconds") for a in agent.store.adapters()]
+    finally:
+        agent.close()
+        shutil.rmtree(work, ignore_errors=True)
+    result = {
+        "p50_s": round(percentile(waits, 0.5), 2),
+        "p90_s": round(percentile(waits, 0.9), 2),
+        "first_correction_s": round(waits[0], 2),
+    }
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=1) + "\n")
+    print(
+        f"\ndeny → retry shown, {len(waits)} denials, demo context ({settings.retry_candidates} candidates)"
+    )
+    print(f"  {result}")
+    print(f"  every wait (s): {[round(w, 2) for w in waits]}")
+    print(f"  worker had loaded its model by the first denial: {ready_at_first}")
+    print(f"  choosing the retry (N candidates + scoring), s: {[round(c, 2) for c in chosen]}")
+    print(f"  SDPO steps in the worker, s: {steps}")
+    print(f"  prompt tokens: {prompt_tokens}")
+    print(
+        f"  load average (1 min) during the run: {[round(x, 1) for x in load]}; cores: {os.cpu_count()}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,130 @@
+"""The retry after a correction is chosen, not just sampled (DESIGN §4), on the real model.
+
+Training is off (tests/learning covers the step); what is checked is the choice: N
+candidates in one batch, nothing a guard blocks or the reviewer denied is shown, the
+winner is the step's demonstration, and a correction never ends a task silently.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from continual_lsp.agent.session import Agent, AgentError
+from continual_lsp.config import Settings
+from continual_lsp.tools.base import ToolCall
+from tests.agent.support import make_agent
+
+pytestmark = pytest.mark.model
+
+
+def _block(agent: Agent, call: ToolCall) -> None:
+    """A guard that blocks exactly `call`'s command (not a grammar-expressible shape, so
+    the model keeps sampling it and the guard has to catch it)."""
+    agent.store.add_lane_item(
+        {
+            "text": "not that command",
+            "lane": "CODE",
+            "reason": "test",
+            "spec": {
+                "message": "Do not run that command.",
+                "rules": [{"kind": "command", "pattern": "^" + re.escape(call.arguments["cmd"])}],
+            },
+        }
+    )
+
+
+def test_a_guard_on_the_favourite_call_still_shows_the_reviewer_something(
+    tmp_path: Path, workspace: Path, policy: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = make_agent(tmp_path, workspace, policy, allowed_tools=["bash"])
+    task = "Install the project's dependencies"
+    _, favourite = agent.start_task(task)
+    assert favourite is not None and favourite.call.tool == "bash"
+    _block(agent, favourite.call)
+    queued: list[tuple[str, str, Any]] = []
+    monkeypatch.setattr(
+        agent.training,
+        "enqueue",
+        lambda pid, signal, correction, demo, examples=None: queued.append((pid, signal, demo)),
+    )
+    task_id, shown = agent.start_task(task)
+    # The favourite was sampled again and blocked (an automatic denial) ...
+    blocked = [e for e in agent.store.events(kind="decision") if e["payload"]["decision"] == "deny"]
+    assert len(blocked) == 1
+    # ... and the reviewer is shown a compliant call, or the blocked one with a reason.
+    assert shown is not None, "a guard block ended the task silently"
+    [chosen] = agent.store.events(kind="retry_chosen")
+    assert chosen["payload"]["candidates"] == agent.settings.retry_candidates
+    assert agent.store.task(task_id)["status"] != "done"
+    if chosen["payload"]["winner"] is None:
+        assert shown.note and shown.note.startswith("No compliant retry among 6 candidates")
+        assert "Edit this call" in shown.note
+        with pytest.raises(AgentError, match="a guard blocks this call"):
+            agent.decide(shown.id, "approve")
+    else:
+        assert shown.call != favourite.call
+        assert agent.lanes.check_guards(shown.call, shown.preview).action != "block"
+        # The winner is the blocked turn's demonstration.
+        assert queued == [(blocked[0]["proposal_id"], "deny", shown.call)]
+    agent.close()
+
+
+def test_a_denial_shows_the_chosen_retry_and_teaches_it(
+    tmp_path: Path, workspace: Path, policy: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = make_agent(tmp_path, workspace, policy, allowed_tools=["write", "edit_lines"])
+    queued: list[tuple[str, str, Any]] = []
+    monkeypatch.setattr(
+        agent.training,
+        "enqueue",
+        lambda pid, signal, correction, demo, examples=None: queued.append((pid, signal, demo)),
+    )
+    _, proposal = agent.start_task("Fix mean() in src/calc/ops.py")
+    assert proposal is not None
+    outcome = agent.decide(proposal.id, "deny", correction="Use edit_lines on line 7 only.")
+    retry = outcome.next_proposal
+    assert retry is not None and outcome.task_done is None
+    [chosen] = agent.store.events(kind="retry_chosen")
+    payload = chosen["payload"]
+    if payload["winner"] is not None:
+        assert retry.call != proposal.call and retry.call.model_dump() == payload["winner"]
+        assert queued == [(proposal.id, "deny", retry.call)]
+        assert retry.preview is not None  # its preview ran: it can be applied
+    else:
+        assert retry.call == proposal.call and retry.note and "Edit" in retry.note
+        assert queued == [(proposal.id, "deny", None)]
+    agent.close()
+
+
+def test_only_repeats_of_the_denied_call_offer_edit_with_the_reason(
+    tmp_path: Path, workspace: Path, model_and_tokenizer: tuple[Any, Any]
+) -> None:
+    from tests.server.scripted import WRONG_TEST, ForcedCallPolicy
+
+    forced = ForcedCallPolicy(Settings(enable_training=False), [WRONG_TEST], model_and_tokenizer)
+    agent = make_agent(tmp_path, workspace, forced)
+    task_id, proposal = agent.start_task("Fix mean() in src/calc/ops.py")
+    assert proposal is not None
+    outcome = agent.decide(proposal.id, "deny", correction="Fix the code, not the test.")
+    offer = outcome.next_proposal
+    assert offer is not None and offer.call == proposal.call and offer.id != proposal.id
+    assert offer.note == (
+        "No compliant retry among 6 candidates: 6 repeated the denied call. "
+        "Edit this call to show what you want, or deny it again."
+    )
+    assert agent.store.task(task_id)["status"] != "done"
+    # The reviewer edits it: the edit is the demonstration, the task goes on.
+    fixed = {
+        "tool": "edit_lines",
+        "path": "src/calc/ops.py",
+        "start": 7,
+        "end": 7,
+        "content": "    return sum(values) / len(values)\n",
+    }
+    edited = agent.decide(offer.id, "edit", edited_arguments=fixed)
+    assert edited.ok and edited.result is not None and edited.result.ok
+    agent.close()
