@@ -21,12 +21,6 @@ log = logging.getLogger(__name__)
 
 # A glob naming a whole directory, anchored at the workspace root: `vendor/`, `a/b/**`.
 _DIRECTORY_GLOB = re.compile(r"(?:\./)?([\w.-]+(?:/[\w.-]+)*)/(?:\*\*)?")
-# lanes.compile's blocking command pattern: words at the start of a command segment.
-_COMMAND_PATTERN = re.compile(
-    re.escape(r"(^|[;&|(]\s*|\bsudo\s+)")
-    + r"((?:\\.|[\w-])+(?:\\s\+(?:\\.|[\w-])+)*)"
-    + re.escape(r"(?![\w-])")
-)
 
 
 class LanesFacade:
@@ -86,32 +80,24 @@ class LanesFacade:
 
     def decode_restrictions(self) -> DecodeRestrictions:
         """The active guards' blocks that a grammar can express, so the sampler never
-        writes them (DESIGN §4). The one place that reads guard specs for decoding.
+        writes them (DESIGN §4). The one place that turns guards into decoding limits.
 
-        Read from today's declarative rules, keeping only what is certainly blocked: a
-        tool denied outright; a deny `PathRule` glob that is a directory (`dir/`,
-        `dir/**`): a path prefix for its tools; a blocking `CommandRule` of the compiler's
-        command shape (a command's words at the start of a segment, as `lanes.compile` writes
-        it): the command prefix `word word `. Rewrites stay rewrites; anything else is left to the guard.
+        From each guard's own `restrictions()` (its unconditional denials), keeping only
+        what a prefix can say exactly: a tool blocked everywhere (prefix ""), a blocked
+        glob that names a whole directory (`dir/`, `dir/**`), a literal command prefix.
+        Rewrites, content and sequence rules stay with the guard.
         """
         paths: dict[str, set[str]] = {}
         commands: set[str] = set()
         for guard in guards.GuardSet.from_store(self.store).guards:
-            for rule in guard.spec.rules:
-                if isinstance(rule, guards.ToolRule) and not rule.existing_files_only:
-                    for tool in rule.deny:
+            restrictions = guard.spec.restrictions()
+            for tool, globs in restrictions.tools_blocked.items():
+                for glob in globs:
+                    if glob == "**":
                         paths.setdefault(tool, set()).add("")
-                elif isinstance(rule, guards.PathRule) and rule.mode == "deny":
-                    for glob in rule.globs:
-                        m = _DIRECTORY_GLOB.fullmatch(glob.strip())
-                        if m:
-                            for tool in rule.tools:
-                                paths.setdefault(tool, set()).add(m.group(1) + "/")
-                elif isinstance(rule, guards.CommandRule) and rule.replace is None:
-                    m = _COMMAND_PATTERN.fullmatch(rule.pattern)
-                    if m:
-                        words = re.split(r"\\s\+", m.group(1))
-                        commands.add(" ".join(re.sub(r"\\(.)", r"\1", w) for w in words) + " ")
+                    elif m := _DIRECTORY_GLOB.fullmatch(glob.strip()):
+                        paths.setdefault(tool, set()).add(m.group(1) + "/")
+            commands.update(prefix + " " for prefix in restrictions.command_prefixes_never)
         return DecodeRestrictions(
             path_prefixes={tool: sorted(p) for tool, p in sorted(paths.items())},
             command_prefixes=sorted(commands),
