@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from continual_lsp.config import Settings
@@ -75,8 +75,11 @@ class LanesFacade:
             return None
         return RoutedNotification(item_id=item.id, lane=item.lane, reason=item.reason)
 
-    def check_guards(self, call: ToolCall, preview: Preview | None) -> guards.GuardVerdict:
-        return guards.check_guards(self.store, call, preview)
+    def check_guards(
+        self, call: ToolCall, preview: Preview | None, history: Sequence[ToolCall] = ()
+    ) -> guards.GuardVerdict:
+        """`history`: the task's executed calls, oldest first (sequence rules read it)."""
+        return guards.check_guards(self.store, call, preview, history)
 
     def decode_restrictions(self) -> DecodeRestrictions:
         """The active guards' blocks that a grammar can express, so the sampler never

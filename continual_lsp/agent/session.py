@@ -132,6 +132,7 @@ class _Task:
         self.invalid_streak = 0
         self.denied: list[str] = []  # proposal ids denied in the current turn
         self.executed: set[str] = set()  # canonical JSON of calls already run
+        self.history: list[ToolCall] = []  # the calls run, oldest first (sequence guards)
         self.pending: str | None = None
         self.done: str | None = None
 
@@ -363,7 +364,7 @@ class Agent:
                 self.store.set_proposal_status(proposal.id, "stale")
                 task.pending = None
                 raise AgentError(str(exc)) from exc
-        verdict = self.lanes.check_guards(proposal.call, proposal.preview)
+        verdict = self.lanes.check_guards(proposal.call, proposal.preview, task.history)
         if verdict.action == "block":
             # A guard compiled after the call was proposed (or the denied call offered
             # again for editing): approving cannot bypass it.
@@ -503,6 +504,7 @@ class Agent:
         except ToolError as exc:
             result = ToolResult(ok=False, output=f"error: {exc}")
         task.executed.add(_canonical(call))
+        task.history.append(call)
         task.conversation.add_call(call, result)
         task.pending = None
         task.denied = []
@@ -534,7 +536,7 @@ class Agent:
                 self._finish(task, f"done: the agent repeated an executed call ({call.tool})")
                 break
             preview, error = self._preview(call)
-            verdict = self.lanes.check_guards(call, preview)
+            verdict = self.lanes.check_guards(call, preview, task.history)
             note: str | None = None
             if verdict.action == "rewrite" and verdict.rewritten_call is not None:
                 call, note = verdict.rewritten_call, f"rewritten by a guard: {verdict.message}"
@@ -631,7 +633,7 @@ class Agent:
                 continue
             call, note = sampled, None
             preview, error = self._preview(call)
-            verdict = self.lanes.check_guards(call, preview)
+            verdict = self.lanes.check_guards(call, preview, task.history)
             if verdict.action == "block":
                 drops[f"were blocked by a guard ({verdict.message})"] += 1
                 continue

@@ -7,6 +7,7 @@ from typing import Any
 from continual_lsp.agent.lanes_facade import LanesFacade
 from continual_lsp.config import Settings
 from continual_lsp.lanes.compile import _command_pattern, _program_pattern
+from continual_lsp.tools.base import ToolCall
 
 
 def _guard(store: Any, rules: list[dict[str, Any]]) -> None:
@@ -37,3 +38,23 @@ def test_guards_become_decode_restrictions(store: Any) -> None:
 def test_no_guards_no_restrictions(store: Any) -> None:
     got = LanesFacade(store, Settings(), len).decode_restrictions()
     assert got.path_prefixes == {} and got.command_prefixes == []
+
+
+def test_sequence_guards_read_the_tasks_history(store: Any) -> None:
+    _guard(
+        store,
+        [
+            {
+                "kind": "sequence",
+                "command": r"\bpytest\b",
+                "step": "pytest -q",
+                "after_globs": ["src/**"],
+            }
+        ],
+    )
+    facade = LanesFacade(store, Settings(), len)
+    commit = ToolCall(tool="bash", arguments={"cmd": "git commit -m 'fix mean'"})
+    change = ToolCall(tool="write", arguments={"path": "src/calc/ops.py", "content": "x = 1\n"})
+    test = ToolCall(tool="bash", arguments={"cmd": "pytest -q"})
+    assert facade.check_guards(commit, None, [change]).action == "block"
+    assert facade.check_guards(commit, None, [change, test]).action == "allow"
