@@ -78,8 +78,17 @@ def test_deny_needs_a_correction_and_retries_differently(
     assert outcome.ok
     decision = agent.store.decision(proposal.id)
     assert decision is not None and decision["correction"] == "Use edit_lines on line 7 only."
-    if outcome.next_proposal is not None:
-        assert outcome.next_proposal.call != proposal.call
+    # A correction never ends the task silently (DESIGN §4): the reviewer sees a chosen
+    # retry that differs from the denied call, or the denied call again with why no
+    # candidate survived and the Edit offer.
+    retry = outcome.next_proposal
+    assert retry is not None and agent.store.task(retry.task_id)["status"] != "done"
+    [chosen] = agent.store.events(kind="retry_chosen")
+    if chosen["payload"]["winner"] is None:
+        assert retry.call == proposal.call and retry.note and "Edit this call" in retry.note
+    else:
+        assert retry.call != proposal.call
+        assert retry.call.model_dump() == chosen["payload"]["winner"]
     with pytest.raises(AgentError, match="already"):
         agent.decide(proposal.id, "approve")
     agent.close()
