@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -18,9 +17,6 @@ if TYPE_CHECKING:
     from continual_lsp.agent.session import Proposal
 
 log = logging.getLogger(__name__)
-
-# A glob naming a whole directory, anchored at the workspace root: `vendor/`, `a/b/**`.
-_DIRECTORY_GLOB = re.compile(r"(?:\./)?([\w.-]+(?:/[\w.-]+)*)/(?:\*\*)?")
 
 
 class LanesFacade:
@@ -98,8 +94,8 @@ class LanesFacade:
                 for glob in globs:
                     if glob == "**":
                         paths.setdefault(tool, set()).add("")
-                    elif m := _DIRECTORY_GLOB.fullmatch(glob.strip()):
-                        paths.setdefault(tool, set()).add(m.group(1) + "/")
+                    elif prefix := guards.directory_prefix(glob):
+                        paths.setdefault(tool, set()).add(prefix)
             commands.update(prefix + " " for prefix in restrictions.command_prefixes_never)
         return DecodeRestrictions(
             path_prefixes={tool: sorted(p) for tool, p in sorted(paths.items())},

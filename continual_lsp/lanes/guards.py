@@ -159,7 +159,7 @@ class GuardSpec(BaseModel):
                 for tool in rule.deny:
                     out.tools_blocked[tool] = ["**"]
             elif isinstance(rule, PathRule) and rule.mode == "deny":
-                prefixes = [p for p in map(_glob_prefix, rule.globs) if p]
+                prefixes = [p for p in map(directory_prefix, rule.globs) if p]
                 if set(rule.tools) >= FILE_CHANGING_TOOLS:
                     out.path_prefixes_never.extend(prefixes)
                 for tool in rule.tools:
@@ -171,10 +171,15 @@ class GuardSpec(BaseModel):
         return out
 
 
-def _glob_prefix(glob: str) -> str | None:
-    """`vendor/**` -> `vendor/`; None when the glob has no literal directory prefix."""
-    head = re.split(r"[*?\[{]", glob, maxsplit=1)[0]
-    return head if head.endswith("/") and head != "/" else None
+# A glob naming a whole directory, anchored at the workspace root: `vendor/`, `./a/b/**`.
+_DIRECTORY_GLOB = re.compile(r"(?:\./)?([\w.-]+(?:/[\w.-]+)*)/(?:\*\*)?")
+
+
+def directory_prefix(glob: str) -> str | None:
+    """`vendor/**` -> `vendor/`; None unless the glob names a whole directory (`vendor/*.py`
+    does not: a prefix would forbid more than the guard does)."""
+    m = _DIRECTORY_GLOB.fullmatch(glob.strip())
+    return m.group(1) + "/" if m else None
 
 
 def _literal_command(pattern: str) -> str | None:

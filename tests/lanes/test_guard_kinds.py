@@ -326,6 +326,9 @@ def test_restrictions() -> None:
     assert r.tools_blocked["bash"] == ["**"]
     assert r.tools_blocked["write"] == ["vendor/**"]
     assert r.path_prefixes_never == ["vendor/"]
+    # Only a whole directory becomes a prefix: `vendor/*.py` would forbid vendor/README.md.
+    narrow = GuardSpec(message="m", rules=[PathRule(globs=["vendor/*.py"])]).restrictions()
+    assert narrow.path_prefixes_never == [] and narrow.tools_blocked["write"] == ["vendor/*.py"]
     assert r.command_prefixes_never == ["git push"]  # a rewrite is not a restriction
 
 
