@@ -3,8 +3,8 @@
 #
 #   bash scripts/train_starter.sh [work dir]     (default: .starter-run)
 #
-# Two generation shards run side by side (~6 min on the 2-core build machine), then LoRA
-# SFT on the call tokens for at most `max_minutes` (52). Rerunning resumes from the last
+# Two generation shards run side by side (~7 min on the 2-core build machine), then LoRA
+# SFT on the call tokens for at most `max_minutes` (80). Rerunning resumes from the last
 # checkpoint. The adapter lands in <work dir>/run/adapter; copy it into
 # continual_lsp/data/starter/ to ship it.
 set -euo pipefail
@@ -15,7 +15,7 @@ export TRL_EXPERIMENTAL_SILENCE=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 mkdir -p "$WORK"
 for seed in 1 2; do
   if [ ! -f "$WORK/shard$seed.jsonl" ]; then
-    "$PY" -m continual_lsp.curriculum.train generate --situations 520 --seed "$seed" \
+    "$PY" -m continual_lsp.curriculum.train generate --situations 640 --seed "$seed" \
       --out "$WORK/shard$seed.jsonl" &
   fi
 done

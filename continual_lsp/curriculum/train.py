@@ -44,7 +44,7 @@ class TrainConfig(BaseModel):
     warmup_steps: int = 15
     accumulate: int = 4  # sequences per optimizer step
     epochs: float = 1.0
-    max_minutes: float = 52.0  # stop (and save) when the budget is spent
+    max_minutes: float = 80.0  # stop (and save) when the budget is spent
     refresh_every: int = 8  # optimizer steps between system-prompt KV refreshes
     checkpoint_every: int = 10
     # One thread: on the shared 2-core build machine 2 threads ran 3-5x slower per token
