@@ -2,11 +2,14 @@
 real language server over stdio, exactly as an editor would.
 
 It starts `continual-lsp serve` as a child process, connects pygls' LanguageClient,
-starts a task on a copy of the sample workspace, and then reviews each proposal:
-denies the first with a correction (an SDPO step runs; the retry comes from the new
-adapter), corrects the next one by editing it (the edit is the demonstration and fixes
-the bug), and then turns down further changes, as a reviewer would once the fix is in,
-until the task ends or the demo's budget of decisions is spent.
+starts a task on a copy of the sample workspace, and then reviews each proposal the way
+a reviewer would: the first change is denied with a correction (an SDPO step runs and the
+retry is chosen under the new adapter). If that change was not the fix, the correction
+names the line and the operator; if the agent fixed the bug at once, the correction is a
+project preference (`edit` with the old text, not `edit_lines`), so the denial still
+changes what the agent does next. A retry that follows the correction and fixes the bug
+is approved; otherwise the reviewer edits it (the edit is the demonstration). Changes
+nobody asked for are turned down until the task ends or the demo's budget is spent.
 """
 
 from __future__ import annotations
@@ -42,15 +45,31 @@ FIX = {
     "content": "    return sum(values) / len(values)",
 }
 FIXED = "mean() is fixed now; leave the rest of the file as it is."
+BUG_LINE = "    return sum(values) // len(values)"
 # The demo narrows the decoding grammar to `read` and the file-changing tools (the
-# `allowed_tools` setting), so every turn the reviewer sees is a change to deny or edit:
-# left free, the 135M model often opens with a stray command (`bash "calc"`), and after a
-# denial it re-read the file until a repeat ended the task before the edit the demo shows.
+# `allowed_tools` setting), so every turn the reviewer sees is a change to review (reads
+# are approved without asking, the default).
 DEMO_TOOLS = "read,edit_lines,edit,write"
-CORRECTION = (
-    "Change only the line with the bug, with edit_lines on src/calc/ops.py; "
-    "do not rewrite whole files."
+WRONG_CHANGE = (
+    "That is not the bug. Change only line 7 of src/calc/ops.py, the return: use / instead of //."
 )
+PREFERENCE = (
+    "Use edit with the exact old line and its replacement here, not edit_lines: "
+    "line numbers drift in this repository."
+)
+
+
+def changed_lines(diff: str) -> tuple[list[str], list[str]]:
+    """(removed, added) lines of a unified diff, headers left out."""
+    removed = [x[1:] for x in diff.splitlines() if x.startswith("-") and not x.startswith("---")]
+    added = [x[1:] for x in diff.splitlines() if x.startswith("+") and not x.startswith("+++")]
+    return removed, added
+
+
+def fixes_the_bug(proposal: dict[str, Any]) -> bool:
+    """The change replaces exactly the buggy line with the fixed one."""
+    removed, added = changed_lines(proposal.get("diff") or "")
+    return removed == [BUG_LINE] and added == [FIX["content"]]
 
 
 def _plain(value: Any) -> Any:
@@ -98,6 +117,13 @@ async def _next_proposal(
         return get.result()
     get.cancel()
     return None
+
+
+async def _decide(client: Any, params: dict[str, Any]) -> None:
+    outcome = _plain(await client.protocol.send_request_async(METHOD_DECIDE, params))
+    if outcome.get("learned"):
+        learned = outcome["learned"]
+        _say(f"  decide → learned step {learned['step']} (loss {learned['loss']:.4f})")
 
 
 async def _demo(settings: Settings, task: str, workspace: Path, store: Path) -> int:
@@ -184,27 +210,40 @@ async def _demo(settings: Settings, task: str, workspace: Path, store: Path) -> 
     result = _plain(await client.protocol.send_request_async(METHOD_START_TASK, {"text": task}))
     _say(f"task {result['taskId']} started")
 
-    # Deny with a correction, then edit (the edit is the fix); after that the bug is fixed,
-    # so a reviewer turns down further changes, and each of those is a correction too.
-    script = ["deny", "edit", "deny", "deny"]
-    for step, decision in enumerate(script):
+    # The first change is denied with a correction; the retry is approved if it follows
+    # the correction and fixes the bug, else edited; later changes are turned down.
+    first = await _next_proposal(proposals, done, timeout=600)
+    if first is not None:
+        _show_proposal(first)
+        if fixes_the_bug(first):
+            correction = PREFERENCE
+            _say("  (the agent fixed the bug at once; the reviewer asks for the project's way)")
+
+            def follows(p: dict[str, Any]) -> bool:
+                return p["tool"] == "edit" and fixes_the_bug(p)
+        else:
+            correction, follows = WRONG_CHANGE, fixes_the_bug
+        _say(f"  ✗ deny: {correction}")
+        await _decide(client, {"proposalId": first["proposalId"], "decision": "deny",
+                               "correction": correction})  # fmt: skip
+        retry = await _next_proposal(proposals, done, timeout=600)
+        if retry is not None:
+            _show_proposal(retry)
+            if follows(retry):
+                _say("  ✓ the retry follows the correction: approve")
+                await _decide(client, {"proposalId": retry["proposalId"], "decision": "approve"})
+            else:
+                _say("  ✎ the retry does not follow the correction; edit → " + json.dumps(FIX))
+                await _decide(client, {"proposalId": retry["proposalId"], "decision": "edit",
+                                       "editedArguments": FIX})  # fmt: skip
+    for _ in range(2):  # the bug is fixed: a reviewer turns down further changes
         proposal = await _next_proposal(proposals, done, timeout=600)
         if proposal is None:
             break
         _show_proposal(proposal)
-        params: dict[str, Any] = {"proposalId": proposal["proposalId"], "decision": decision}
-        if decision == "edit":
-            params["editedArguments"] = FIX
-            _say("  ✎ edit → " + json.dumps(FIX))
-        else:
-            params["correction"] = CORRECTION if step == 0 else FIXED
-            _say(f"  ✗ deny: {params['correction']}")
-        outcome = _plain(await client.protocol.send_request_async(METHOD_DECIDE, params))
-        if outcome.get("learned"):
-            learned = outcome["learned"]
-            _say(f"  decide → learned step {learned['step']} (loss {learned['loss']:.4f})")
-        if done.is_set() or (step >= 1 and proposals.empty() and not outcome.get("nextProposalId")):
-            break
+        _say(f"  ✗ deny: {FIXED}")
+        await _decide(client, {"proposalId": proposal["proposalId"], "decision": "deny",
+                               "correction": FIXED})  # fmt: skip
 
     ledger = _plain(await client.protocol.send_request_async(METHOD_LEDGER, {}))
     status = _plain(await client.protocol.send_request_async(METHOD_STATUS, {}))

@@ -87,7 +87,8 @@ def demo_texts() -> list[str]:
     from continual_lsp import demo
 
     return [
-        demo.CORRECTION,
+        demo.WRONG_CHANGE,
+        demo.PREFERENCE,
         demo.FIXED,
         "Fix the bug in src/calc/ops.py: mean() must use true division.",
     ]
