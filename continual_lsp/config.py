@@ -7,9 +7,15 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
+import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 EMBEDDED_MODEL = "embedded:SmolLM2-135M-Instruct"
+
+
+def default_store_path(user: str = "default") -> Path:
+    """Where `user`'s store lives when `Settings.store_path` is not set."""
+    return Path(platformdirs.user_data_dir("continual-lsp")) / f"{user}.sqlite3"
 
 
 class Settings(BaseModel):

@@ -36,8 +36,7 @@ from typing import BinaryIO
 from pygls.exceptions import JsonRpcException
 from pygls.io_ import StdinAsyncReader
 
-from continual_lsp.config import Settings
-from continual_lsp.store import default_store_path
+from continual_lsp.config import Settings, default_store_path
 
 from .agents import AgentFactory, AgentPool, default_agent_factory
 from .app import ContinualServer, build_server

@@ -24,7 +24,7 @@ from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcException, JsonRpcInternalError
 from pygls.uris import from_fs_path, to_fs_path
 
-from continual_lsp.config import Settings
+from continual_lsp.config import Settings, default_store_path
 from continual_lsp.protocol import (
     NOTIFY_LEARNED,
     NOTIFY_PROPOSAL,
@@ -33,7 +33,6 @@ from continual_lsp.protocol import (
     DecideResult,
     ProposalNotification,
 )
-from continual_lsp.store import default_store_path
 
 from .agents import AgentHandle, AgentPool
 from .edits import (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from continual_lsp.config import Settings
 from continual_lsp.lanes import allocator, context, guards, ledger
@@ -13,10 +13,15 @@ from continual_lsp.protocol import LedgerResult, RoutedNotification
 from continual_lsp.store import Store
 from continual_lsp.tools.base import Preview, ToolCall
 
-if TYPE_CHECKING:
-    from continual_lsp.agent.session import Proposal
-
 log = logging.getLogger(__name__)
+
+
+class CorrectedCall(Protocol):
+    """What routing reads of a corrected proposal (the agent's `Proposal` has it)."""
+
+    id: str
+    call: ToolCall
+    preview: Preview | None
 
 
 class LanesFacade:
@@ -30,7 +35,7 @@ class LanesFacade:
     def route_correction(
         self,
         text: str,
-        proposal: Proposal,
+        proposal: CorrectedCall,
         *,
         is_denial: bool,
         task_text: str | None = None,

@@ -20,8 +20,8 @@ from pydantic import BaseModel, ValidationError
 
 from continual_lsp.agent.conversation import KEEP_CALLS, Conversation
 from continual_lsp.agent.lanes_facade import LanesFacade
-from continual_lsp.agent.training import TrainingBridge
-from continual_lsp.config import Settings
+from continual_lsp.agent.training import ProgressListener, TrainingBridge
+from continual_lsp.config import Settings, default_store_path
 from continual_lsp.policy.base import Completion, Policy, SampleParams
 from continual_lsp.policy.model_files import starter_name
 from continual_lsp.protocol import Learned as LearnedPayload
@@ -35,7 +35,7 @@ from continual_lsp.protocol import (
     StatusResult,
     TaskDoneNotification,
 )
-from continual_lsp.store import Store, StoreError, default_store_path
+from continual_lsp.store import Store, StoreError
 from continual_lsp.tools.base import Preview, ToolCall, ToolError, ToolResult
 from continual_lsp.tools.runner import ToolRunner
 
@@ -91,14 +91,11 @@ class DecideOutcome(BaseModel):
     task_done: str | None = None
 
 
-class AgentListener(Protocol):
+class AgentListener(ProgressListener, Protocol):
     def on_proposal(self, proposal: Proposal) -> None: ...
     def on_learned(self, note: LearnedNotification) -> None: ...
     def on_routed(self, note: RoutedNotification) -> None: ...
     def on_task_done(self, note: TaskDoneNotification) -> None: ...
-    def on_progress(
-        self, token: str, title: str, message: str, percentage: int | None, done: bool
-    ) -> None: ...
 
 
 class _SilentListener:

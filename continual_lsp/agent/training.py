@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from continual_lsp.config import Settings
 from continual_lsp.policy.base import Policy
 from continual_lsp.protocol import LearnedNotification
 from continual_lsp.store import Store
 from continual_lsp.tools.base import ToolCall
-
-if TYPE_CHECKING:
-    from continual_lsp.agent.session import AgentListener
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +36,14 @@ def _integrity_problem(adapter: dict[str, Any]) -> str | None:
     if actual != adapter["sha256"]:
         return f"{file} has sha256 {actual[:12]}…, recorded {adapter['sha256'][:12]}…"
     return None
+
+
+class ProgressListener(Protocol):
+    """Where a training wait reports its progress (the agent's listener is one)."""
+
+    def on_progress(
+        self, token: str, title: str, message: str, percentage: int | None, done: bool
+    ) -> None: ...
 
 
 def adapter_item_id(version: int) -> str:
@@ -139,7 +144,7 @@ class TrainingBridge:
         self,
         job_id: int,
         proposal_id: str,
-        listener: AgentListener,
+        listener: ProgressListener,
         policy: Policy | None,
     ) -> LearnedNotification | None:
         token = f"continual-train-{job_id}"

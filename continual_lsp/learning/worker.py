@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from continual_lsp.config import Settings
+from continual_lsp.learning.consolidate import run_consolidation_job
 
 log = logging.getLogger(__name__)
 
@@ -284,8 +285,6 @@ def handle_job(
 
     try:
         if job["kind"] == "consolidate":
-            from continual_lsp.lanes.weights import run_consolidation_job
-
             sync_weights(policy, store)
             result = run_consolidation_job(policy, store, job, settings).model_dump()
         else:

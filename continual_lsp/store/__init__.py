@@ -1,3 +1,3 @@
-from continual_lsp.store.db import Store, StoreError, default_store_path, new_id
+from continual_lsp.store.db import Store, StoreError, new_id
 
-__all__ = ["Store", "StoreError", "default_store_path", "new_id"]
+__all__ = ["Store", "StoreError", "new_id"]

@@ -18,8 +18,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import platformdirs
-
 SCHEMA_VERSION = 1
 
 _SCHEMA = """
@@ -111,10 +109,6 @@ CREATE TABLE IF NOT EXISTS lane_items (
 );
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value REAL NOT NULL DEFAULT 0);
 """
-
-
-def default_store_path(user: str = "default") -> Path:
-    return Path(platformdirs.user_data_dir("continual-lsp")) / f"{user}.sqlite3"
 
 
 def new_id(prefix: str) -> str:
