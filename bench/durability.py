@@ -107,7 +107,7 @@ def _mark(root: Path, *words: Any) -> None:
 
 def cycle(root: Path, drain_timeout: float) -> int:
     """One decide → train → save cycle; runs until the queue is empty or it is killed."""
-    from continual_lsp.agent.session import Agent
+    from continual_lsp.agent.agent import Agent
     from continual_lsp.store import Store
     from continual_lsp.tools.base import ToolCall
 

@@ -45,7 +45,7 @@ from .errors import RequestFailed, agent_error
 from .text import line_edit, line_position, proposal_message, unified_diff
 
 if TYPE_CHECKING:
-    from continual_lsp.agent.session import Agent, Proposal
+    from continual_lsp.agent.agent import Agent, Proposal
 
     from .app import ContinualServer
 

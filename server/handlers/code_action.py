@@ -14,7 +14,7 @@ from ..session import normalize_uri
 from ..text import describe_call
 
 if TYPE_CHECKING:
-    from continual_lsp.agent.session import Proposal
+    from continual_lsp.agent.agent import Proposal
 
     from ..app import ContinualServer
     from ..session import Session

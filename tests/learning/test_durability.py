@@ -49,7 +49,7 @@ def test_sigkill_anywhere_in_the_cycle_keeps_store_and_adapters_consistent(
 def test_a_queued_job_resumes_when_the_agent_restarts(policy: Any, tmp_path: Path) -> None:
     """The crash came after the decision was applied and its job queued, before the
     worker trained it: reopening the agent alone must get the job done."""
-    from continual_lsp.agent.session import Agent
+    from continual_lsp.agent.agent import Agent
 
     root = tmp_path / "run"
     durability.prepare(root, durability.situation(policy))

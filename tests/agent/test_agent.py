@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from continual_lsp.agent.session import Agent, AgentError
+from continual_lsp.agent.agent import Agent, AgentError
 from continual_lsp.config import Settings
 from continual_lsp.store import Store
 from tests.agent.support import make_agent
