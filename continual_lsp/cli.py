@@ -143,7 +143,7 @@ def _check(settings: Settings, files: list[str]) -> int:
     """Print each held-out situation's verdict and the compliance; exit 1 when a file
     cannot be used (the error names its field)."""
     from continual_lsp.agent.scenarios import ScenarioFileError, check_held_out, load_scenario_file
-    from continual_lsp.agent.training import TrainingBridge
+    from continual_lsp.agent.training_jobs import TrainingJobs
     from continual_lsp.policy import make_policy
     from continual_lsp.store import Store
 
@@ -153,10 +153,10 @@ def _check(settings: Settings, files: list[str]) -> int:
         print(f"continual-lsp check: {exc}", file=sys.stderr)
         return 1
     store = Store(settings.store_path or default_store_path(settings.user))
-    bridge = TrainingBridge(store, settings)
+    jobs = TrainingJobs(store, settings)
     policy = make_policy(settings)
-    bridge.sync_sampler(policy)
-    version = bridge.current_version_name() or "base model"
+    jobs.sync_sampler(policy)
+    version = jobs.current_version_name() or "base model"
     for scenario in scenarios:
         results = check_held_out(policy, scenario, seed=settings.seed)
         for r in results:

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from continual_lsp.agent.conversation import KEEP_CALLS, Conversation
 from continual_lsp.agent.lanes_facade import LanesFacade
-from continual_lsp.agent.training import ProgressListener, TrainingBridge
+from continual_lsp.agent.training_jobs import ProgressListener, TrainingJobs
 from continual_lsp.config import Settings, default_store_path
 from continual_lsp.policy.base import Completion, Policy, SampleParams
 from continual_lsp.policy.model_files import starter_name
@@ -172,7 +172,7 @@ class Agent:
         self._lock = threading.RLock()
         self._tasks: dict[str, _Task] = {}
         self.lanes = LanesFacade(self.store, settings, self._token_count)
-        self.training = TrainingBridge(self.store, settings)
+        self.training = TrainingJobs(self.store, settings)
         self._recover()
 
     # -- lazily built parts ---------------------------------------------------------------

@@ -50,7 +50,9 @@ def adapter_item_id(version: int) -> str:
     return f"adapter-{version}"
 
 
-class TrainingBridge:
+class TrainingJobs:
+    """One training job per correction: queued, waited for, its version served."""
+
     def __init__(self, store: Store, settings: Settings) -> None:
         self.store = store
         self.settings = settings
