@@ -36,6 +36,7 @@ from continual_lsp.protocol import (
     TaskDoneNotification,
 )
 from continual_lsp.store import Store, StoreError
+from continual_lsp.text import unified_diff
 from continual_lsp.tools.base import Preview, ToolCall, ToolError, ToolResult
 from continual_lsp.tools.runner import ToolRunner
 
@@ -465,7 +466,6 @@ class Agent:
     def _call_diff(self, proposal: Proposal, edited: ToolCall) -> str:
         """The correction an edit carries: a unified diff, of file content when both calls
         change the same file, else of the pretty-printed calls."""
-        import difflib
 
         try:
             after = self.tools.preview(edited)
@@ -482,14 +482,7 @@ class Agent:
                 {"tool": edited.tool, **edited.arguments}, indent=1, sort_keys=True
             )
             name = "call.json"
-        return "".join(
-            difflib.unified_diff(
-                before_text.splitlines(keepends=True),
-                after_text.splitlines(keepends=True),
-                f"a/{name} (proposed)",
-                f"b/{name} (edited)",
-            )
-        )
+        return unified_diff(before_text, after_text, f"a/{name} (proposed)", f"b/{name} (edited)")
 
     # -- turns ----------------------------------------------------------------------------
 

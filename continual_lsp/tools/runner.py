@@ -26,6 +26,7 @@ from typing import BinaryIO
 from pydantic import ValidationError
 
 from continual_lsp.config import Settings
+from continual_lsp.text import split_lines
 from continual_lsp.tools import jail
 from continual_lsp.tools.base import (
     FILE_CHANGING_TOOLS,
@@ -48,8 +49,7 @@ from continual_lsp.tools.edits import (
     apply_edit,
     apply_edit_lines,
     changed_range,
-    split_lines,
-    unified_diff,
+    file_diff,
 )
 from continual_lsp.tools.output import cap_text, looks_binary
 from continual_lsp.tools.sandbox import sandbox_status
@@ -214,7 +214,7 @@ class Workspace:
                     path=rel,
                     old_content=data.decode("utf-8", errors="replace"),
                     new_content=args.content,
-                    diff=unified_diff(None, args.content, rel, binary=True),
+                    diff=file_diff(None, args.content, rel, binary=True),
                     old_sha256=sha,
                     changed_lines=(1, max(len(split_lines(data.decode("utf-8", "replace"))), 1)),
                 )
@@ -230,7 +230,7 @@ class Workspace:
             path=rel,
             old_content=old,
             new_content=new,
-            diff=unified_diff(old, new, rel),
+            diff=file_diff(old, new, rel),
             old_sha256=sha,
             changed_lines=changed_range(old, new) if old is not None else None,
         )

@@ -19,7 +19,8 @@ from continual_lsp.tools import (
     ToolResult,
     Workspace,
 )
-from continual_lsp.tools.edits import apply_edit_lines, split_lines
+from continual_lsp.text import split_lines
+from continual_lsp.tools.edits import apply_edit_lines
 from continual_lsp.tools.search import glob_regex
 
 
