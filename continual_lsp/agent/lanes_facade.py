@@ -12,6 +12,7 @@ from continual_lsp.policy.base import DecodeRestrictions
 from continual_lsp.protocol import LedgerResult, RoutedNotification
 from continual_lsp.store import Store
 from continual_lsp.tools.base import Preview, ToolCall
+from continual_lsp.tools.globs import directory_prefix
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ class LanesFacade:
                 for glob in globs:
                     if glob == "**":
                         paths.setdefault(tool, set()).add("")
-                    elif prefix := guards.directory_prefix(glob):
+                    elif prefix := directory_prefix(glob):
                         paths.setdefault(tool, set()).add(prefix)
             commands.update(prefix + " " for prefix in restrictions.command_prefixes_never)
         return DecodeRestrictions(

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from continual_lsp.store.db import Store
 from continual_lsp.tools.base import FILE_CHANGING_TOOLS, Preview, ToolCall
-from continual_lsp.tools.search import glob_regex
+from continual_lsp.tools.globs import directory_prefix, path_matches
 
 log = logging.getLogger(__name__)
 
@@ -171,17 +171,6 @@ class GuardSpec(BaseModel):
         return out
 
 
-# A glob naming a whole directory, anchored at the workspace root: `vendor/`, `./a/b/**`.
-_DIRECTORY_GLOB = re.compile(r"(?:\./)?([\w.-]+(?:/[\w.-]+)*)/(?:\*\*)?")
-
-
-def directory_prefix(glob: str) -> str | None:
-    """`vendor/**` -> `vendor/`; None unless the glob names a whole directory (`vendor/*.py`
-    does not: a prefix would forbid more than the guard does)."""
-    m = _DIRECTORY_GLOB.fullmatch(glob.strip())
-    return m.group(1) + "/" if m else None
-
-
 def _literal_command(pattern: str) -> str | None:
     """The literal command a compiled deny pattern stands for (`git push`), else None."""
     body = pattern
@@ -210,23 +199,6 @@ ALLOW = GuardVerdict(action="allow")
 
 
 # -- helpers ---------------------------------------------------------------------------------
-
-
-def path_matches(path: str, globs: list[str]) -> bool:
-    """gitignore-like over the glob tool's glob syntax: a glob without '/' matches a
-    basename anywhere; a trailing '/' means everything under it."""
-    p = path.replace("\\", "/")
-    p = p[2:] if p.startswith("./") else p
-    for g in globs:
-        g = g.strip()
-        if g.endswith("/"):
-            g += "**"
-        g = g.lstrip("/")
-        if "/" not in g:
-            g = "**/" + g
-        if glob_regex(g).match(p):
-            return True
-    return False
 
 
 def added_text(call: ToolCall, preview: Preview | None) -> str:

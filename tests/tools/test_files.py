@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from continual_lsp.config import Settings
+from continual_lsp.text import split_lines
 from continual_lsp.tools import (
     StaleProposalError,
     ToolCall,
@@ -19,9 +20,7 @@ from continual_lsp.tools import (
     ToolResult,
     Workspace,
 )
-from continual_lsp.text import split_lines
 from continual_lsp.tools.edits import apply_edit_lines
-from continual_lsp.tools.search import glob_regex
 
 
 def call(tool: str, **arguments: Any) -> ToolCall:
@@ -376,15 +375,6 @@ def test_glob_errors(ws: Workspace) -> None:
         run(ws, "glob", pat="*", path="README.md")
     with pytest.raises(ToolError, match="no such directory"):
         run(ws, "glob", pat="*", path="nope")
-
-
-def test_glob_regex_translation() -> None:
-    assert glob_regex("**/*.py").match("a.py")
-    assert glob_regex("**/*.py").match("x/y/a.py")
-    assert not glob_regex("*.py").match("x/a.py")
-    assert glob_regex("[!a]b").match("cb") and not glob_regex("[!a]b").match("ab")
-    assert glob_regex("[]x]").match("]")
-    assert glob_regex("a?c").match("abc") and not glob_regex("a?c").match("a/c")
 
 
 # -- grep ----------------------------------------------------------------------------
