@@ -55,7 +55,7 @@ from continual_lsp.tools.output import cap_text, looks_binary
 from continual_lsp.tools.sandbox import sandbox_status
 from continual_lsp.tools.search import run_glob, run_grep
 
-__all__ = ["MAX_EDIT_BYTES", "MAX_LINE_CHARS", "ToolRunner", "Workspace", "sha256_of"]
+__all__ = ["MAX_EDIT_BYTES", "MAX_LINE_CHARS", "ToolRunner", "sha256_of"]
 
 MAX_EDIT_BYTES = 10 * 1024 * 1024  # larger files are not edited through a text diff
 MAX_LINE_CHARS = 2000  # `read` cuts longer lines (minified code would eat the cap)
@@ -84,7 +84,7 @@ def _parse(call: ToolCall) -> _Args:
         raise ToolError(f"invalid arguments for {call.tool}: {problems}") from None
 
 
-class Workspace:
+class ToolRunner:
     """One workspace root and the settings its tools run under.
 
     `env` is the environment bash commands get (default: this process's), `home`
@@ -404,9 +404,6 @@ class Workspace:
         if note:
             text += "\n" + note
         return ToolResult(ok=True, output=text, truncated=truncated or cut)
-
-
-ToolRunner = Workspace  # the name the brief and older notes use
 
 
 def _chunked_lines(fh: BinaryIO) -> Iterator[tuple[bytes, int | None, int]]:
