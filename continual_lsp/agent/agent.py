@@ -241,7 +241,7 @@ class Agent:
         return self.lanes.ledger()
 
     def revert(self, item_id: str) -> None:
-        from continual_lsp.lanes.ledger import LedgerError
+        from continual_lsp.lanes.routing_ledger import LedgerError
 
         with self._lock:
             try:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from continual_lsp.config import Settings
-from continual_lsp.lanes import allocator, context, guards, ledger
+from continual_lsp.lanes import allocator, context, guards, routing_ledger
 from continual_lsp.policy.base import DecodeRestrictions
 from continual_lsp.protocol import LedgerResult, RoutedNotification
 from continual_lsp.store import Store
@@ -116,12 +116,12 @@ class LanesFacade:
         )
 
     def ledger(self) -> LedgerResult:
-        return ledger.build_ledger(self.store)
+        return routing_ledger.build_ledger(self.store)
 
     def revert(self, item_id: str) -> int | None:
         """Deactivate a bullet or guard; for an adapter id, the version the caller must revert."""
         try:
-            ledger.revert(self.store, item_id)
-        except ledger.AdapterRevertNeeded as exc:
+            routing_ledger.revert(self.store, item_id)
+        except routing_ledger.AdapterRevertNeeded as exc:
             return exc.version
         return None

@@ -45,15 +45,15 @@ from continual_lsp.tools.base import (
     _Args,
 )
 from continual_lsp.tools.bash import run_bash
-from continual_lsp.tools.edits import (
+from continual_lsp.tools.output import cap_text, looks_binary
+from continual_lsp.tools.sandbox import sandbox_status
+from continual_lsp.tools.search import run_glob, run_grep
+from continual_lsp.tools.text_edits import (
     apply_edit,
     apply_edit_lines,
     changed_range,
     file_diff,
 )
-from continual_lsp.tools.output import cap_text, looks_binary
-from continual_lsp.tools.sandbox import sandbox_status
-from continual_lsp.tools.search import run_glob, run_grep
 
 __all__ = ["MAX_EDIT_BYTES", "MAX_LINE_CHARS", "ToolRunner", "sha256_of"]
 

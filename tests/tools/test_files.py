@@ -20,7 +20,7 @@ from continual_lsp.tools import (
     ToolResult,
     ToolRunner,
 )
-from continual_lsp.tools.edits import apply_edit_lines
+from continual_lsp.tools.text_edits import apply_edit_lines
 
 
 def call(tool: str, **arguments: Any) -> ToolCall:
