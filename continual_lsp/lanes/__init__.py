@@ -15,7 +15,7 @@ at import time so that `import continual_lsp.lanes` stays cheap):
   decoding grammar.
 - `context.bullets_for_turn(store, task_text, recent_calls, recent_paths, *, tokenizer)
   -> list[str]` and `context.render_bullets(bullets) -> str`.
-- `routing_ledger.build_ledger(store) -> LedgerResult`, `routing_ledger.revert(store, item_id)`.
+- `routing_ledger.build_ledger(store) -> LedgerResult`, `routing_ledger.revert(store, item_id) -> str`.
 - `rules_import.import_rules(store, path, settings) -> list[LaneItem]`,
   `rules_import.watch_rules(paths, callback, stop_event=...)`,
   `rules_import.routing_stats(store) -> dict`.
