@@ -769,7 +769,7 @@ class Agent:
         """The turn's prompt, dropping the oldest calls (summarised in one line) until it
         and the call fit the model's context window."""
         renderer = self.policy.renderer
-        window = int(getattr(self.policy, "context_window", 8192))
+        window = self.policy.context_window
         room = window - self.settings.max_new_tokens
         keep = KEEP_CALLS
         while True:

@@ -19,7 +19,6 @@ version is saved and registered either way.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from typing import Any, Literal
 
@@ -62,11 +61,6 @@ def _prompt(policy: Policy, task: str, principle: str | None) -> list[int]:
     return policy.renderer.render_prompt(messages)
 
 
-def _ref_logprobs(policy: Policy, prompt: list[int], tokens: list[int]) -> list[float]:
-    ref = getattr(policy, "reference_logprobs", None)
-    return ref(prompt, tokens) if callable(ref) else policy.logprobs(prompt, tokens)
-
-
 def evaluate(
     policy: Policy,
     held_out: list[Situation],
@@ -87,7 +81,7 @@ def evaluate(
         prompt = _prompt(policy, task, None)
         tokens = policy.renderer.render_call(call)
         current.append(policy.logprobs(prompt, tokens))
-        refs.append(_ref_logprobs(policy, prompt, tokens))
+        refs.append(policy.reference_logprobs(prompt, tokens))
     reference = drift_reference or refs
     diffs = [
         r - c
@@ -235,9 +229,8 @@ def consolidate(
         )  # fmt: skip
     else:
         policy.load_adapter(snapshot.path)
-        if hasattr(policy, "adapter_version"):
-            with contextlib.suppress(AttributeError):  # a read-only property elsewhere
-                policy.adapter_version = incumbent_name  # type: ignore[misc]
+        if not policy.manages_versions:  # the snapshot's name is not the served version's
+            policy.adapter_version = incumbent_name  # type: ignore[misc]
         result = ConsolidationResult(
             status="discarded", reason=decision.reason, cluster_id=cluster_id,
             incumbent=inc_metrics, candidate=cand_metrics, adapter=name, metrics=metrics,

@@ -18,7 +18,7 @@ import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import platformdirs
 import torch
@@ -33,6 +33,7 @@ from continual_lsp.policy.base import (
     LossName,
     SampleParams,
     TrainMetrics,
+    TrainOptions,
 )
 from continual_lsp.policy.grammar import (
     PromptCache,
@@ -85,6 +86,8 @@ class LocalPolicy:
     """
 
     backend: str = "local"
+    scores_locally: bool = True
+    manages_versions: bool = False  # version files are written and checked by the caller
 
     def __init__(
         self, settings: Settings, model_and_tokenizer: tuple[Any, Any] | None = None
@@ -262,7 +265,7 @@ class LocalPolicy:
     # -- training and adapters (training.py) -----------------------------------------------
 
     def train_step(
-        self, batch: list[Datum], loss: LossName, lr: float, **options: Any
+        self, batch: list[Datum], loss: LossName, lr: float, **options: Unpack[TrainOptions]
     ) -> TrainMetrics:
         from continual_lsp.policy import training
 

@@ -480,6 +480,8 @@ class TinkerPolicy:
     """
 
     backend: str = "tinker"
+    scores_locally: bool = False
+    manages_versions: bool = True  # versions are checkpoints on the service
 
     def __init__(
         self,
@@ -666,6 +668,11 @@ class TinkerPolicy:
         return self._adapter_version
 
     @property
+    def context_window(self) -> int:
+        """Tinker does not report one: the 8192 tokens the agent has always budgeted."""
+        return 8192
+
+    @property
     def tokenizer(self) -> Any:
         """The base model's tokenizer (learning/sdpo.py splices the teacher turn with it)."""
         return self.renderer.tokenizer
@@ -770,12 +777,21 @@ class TinkerPolicy:
     # -- training --------------------------------------------------------------------------
 
     def train_step(
-        self, batch: list[Datum], loss: LossName, lr: float, **options: Any
+        self,
+        batch: list[Datum],
+        loss: LossName,
+        lr: float,
+        *,
+        kl_coef: float | None = None,
+        clip_low: float | None = None,
+        clip_high: float | None = None,
+        max_grad_norm: float | None = 1.0,
     ) -> TrainMetrics:
         """One SDPO step: datums → forward_backward(cispo) + optim_step → fresh sampler.
 
-        Options as the local `train_step`: `kl_coef`, `clip_low`, `clip_high`,
-        `max_grad_norm` (Tinker's `grad_clip_norm`). Adam matches torch's AdamW defaults
+        Options as the local `train_step` (None: this policy's own): `kl_coef`,
+        `clip_low`, `clip_high`, `max_grad_norm` (Tinker's `grad_clip_norm`); the local
+        backend's `alpha` and `prefix_cache` have no meaning here and are refused. Adam matches torch's AdamW defaults
         (β=(0.9, 0.999), eps 1e-8, no weight decay) so a learning rate means the same on both
         backends. Both requests are submitted before either is awaited, so they queue
         together on the server.
@@ -784,10 +800,9 @@ class TinkerPolicy:
 
         self._require()
         start = time.perf_counter()
-        kl_coef = float(options.get("kl_coef", self.kl_coef))
-        clip_low = float(options.get("clip_low", self.clip_low))
-        clip_high = float(options.get("clip_high", self.clip_high))
-        max_grad_norm = options.get("max_grad_norm", 1.0)
+        kl_coef = float(self.kl_coef if kl_coef is None else kl_coef)
+        clip_low = float(self.clip_low if clip_low is None else clip_low)
+        clip_high = float(self.clip_high if clip_high is None else clip_high)
         with self._lock:
             # Old logprobs for datums that came without (on-policy: current weights) and
             # reference logprobs for the KL, all submitted at once, then awaited.

@@ -370,7 +370,6 @@ def train_step(
     alpha: float = 1.0,
     max_grad_norm: float | None = 1.0,
     prefix_cache: bool = True,
-    **_ignored: Any,
 ) -> TrainMetrics:
     """One AdamW step on the LoRA adapter over `batch`; returns the step's metrics.
 

@@ -37,6 +37,8 @@ class FakePolicy:
 
     backend = "fake"
     model_name = "fake"
+    scores_locally = False
+    manages_versions = False
 
     def __init__(self, broken: bool = False) -> None:
         self.pref: dict[tuple[int, ...], float] = {}

@@ -92,6 +92,8 @@ def test_a_queued_job_resumes_when_the_agent_restarts(policy: Any, tmp_path: Pat
 class RecordingPolicy:
     """Stands in for the sampler: records which adapter path it was told to serve."""
 
+    manages_versions = False  # the registry checks the version files' sha256
+
     def __init__(self) -> None:
         self.loaded: list[str] = []
 

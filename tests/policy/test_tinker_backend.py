@@ -179,6 +179,13 @@ def test_train_step_builds_cispo_datums_and_submits_before_waiting(
     assert 0.0 <= metrics.clipped_fraction <= 1.0
 
 
+def test_local_only_step_options_are_refused(policy: TinkerPolicy) -> None:
+    batch = [Datum(prompt_tokens=PROMPT, completion_tokens=COMPLETION)]
+    with pytest.raises(TypeError, match="prefix_cache"):
+        policy.train_step(batch, "cross_entropy", 1e-4, prefix_cache=False)  # type: ignore[call-arg]
+    assert policy._training.forward_backward_calls == []
+
+
 def test_cross_entropy_without_old_logprobs_uses_weights(policy: TinkerPolicy) -> None:
     batch = [Datum(prompt_tokens=PROMPT, completion_tokens=COMPLETION)]
     policy.train_step(batch, "cross_entropy", 1e-4)
