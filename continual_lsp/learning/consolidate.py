@@ -139,25 +139,15 @@ def consolidate(
         if it["cluster_id"] == cluster_id
     ]
     if not items:
-        return _done(
-            store,
-            ConsolidationResult(
-                status="skipped", reason="no active WEIGHTS item", cluster_id=cluster_id
-            ),
-        )
+        return _skipped(store, cluster_id, "no active WEIGHTS item")
     item = items[0]
-    principle = next((c["label"] for c in store.clusters() if c["id"] == cluster_id), item["text"])
-    principle = item["text"] if len(item["text"]) <= 300 else principle
     situations = situations_for_cluster(store, cluster_id, variations)
     scorable = [s for s in situations if s.compliant is not None and s.violating is not None]
     if len(scorable) < 2:
-        return _done(
+        return _skipped(
             store,
-            ConsolidationResult(
-                status="skipped",
-                reason="fewer than two situations with both a corrected and a compliant call",
-                cluster_id=cluster_id,
-            ),
+            cluster_id,
+            "fewer than two situations with both a corrected and a compliant call",
         )
     # Held-out: every third scorable situation (at least one), never trained on.
     held_out = scorable[::3]
@@ -166,55 +156,28 @@ def consolidate(
     stamp = time.strftime("%Y%m%d-%H%M%S") + "-" + new_id("v")[2:8]
     snapshot = policy.save_adapter(f"incumbent-{cluster_id}-{stamp}")
     inc_metrics, reference = evaluate(policy, held_out)
-
-    batch: list[Datum] = []
-    for s in train:
-        target = _targets(policy, s, principle)
-        if target is None:
-            continue
-        batch.append(
-            Datum(
-                prompt_tokens=_prompt(policy, s.task, None),
-                completion_tokens=policy.renderer.render_call(target),
-            )
-        )
+    batch = _teacher_batch(policy, train, _principle(store, cluster_id, item))
     if not batch:
-        return _done(
-            store,
-            ConsolidationResult(
-                status="skipped", reason="no teacher targets", cluster_id=cluster_id
-            ),
-        )
-    train_metrics = []
+        return _skipped(store, cluster_id, "no teacher targets")
+    train_loss = []
     for _ in range(steps):
         m = policy.train_step(
             batch, "cross_entropy", lr or settings.learning_rate, kl_coef=settings.kl_coef
         )
-        train_metrics.append(m.loss)
+        train_loss.append(m.loss)
     cand_metrics, _ = evaluate(policy, held_out, reference)
     decision = gate(
         inc_metrics, cand_metrics, min_gain=min_gain, max_drift_increase=max_drift_increase
     )
     name = f"consolidate-{cluster_id}-{stamp}"
-    info = policy.save_adapter(name)
-    current = store.current_adapter()
-    parent = int(current["version"]) if current else None
     metrics = {
         "clusterId": cluster_id,
         "incumbent": inc_metrics.model_dump(),
         "candidate": cand_metrics.model_dump(),
-        "trainLoss": train_metrics,
+        "trainLoss": train_loss,
         "gate": decision.reason,
     }
-    store.add_adapter(
-        name,
-        info.path,
-        info.sha256,
-        parent,
-        metrics,
-        source="consolidation",
-        active=decision.promote,
-    )
+    _register(policy, store, name, metrics, decision.promote)
     if decision.promote:
         spec = dict(item.get("spec") or {})
         spec.update({"promoted": name, "promoted_at": time.time()})
@@ -223,19 +186,54 @@ def consolidate(
             spec=spec,
             reason=f"Consolidated into adapter {name}: {decision.reason}; the bullet left the context.",
         )
-        result = ConsolidationResult(
-            status="promoted", reason=decision.reason, cluster_id=cluster_id,
-            incumbent=inc_metrics, candidate=cand_metrics, adapter=name, metrics=metrics,
-        )  # fmt: skip
     else:
         policy.load_adapter(snapshot.path)
         if not policy.manages_versions:  # the snapshot's name is not the served version's
             policy.adapter_version = incumbent_name  # type: ignore[misc]
-        result = ConsolidationResult(
-            status="discarded", reason=decision.reason, cluster_id=cluster_id,
-            incumbent=inc_metrics, candidate=cand_metrics, adapter=name, metrics=metrics,
-        )  # fmt: skip
+    result = ConsolidationResult(
+        status="promoted" if decision.promote else "discarded", reason=decision.reason,
+        cluster_id=cluster_id, incumbent=inc_metrics, candidate=cand_metrics, adapter=name,
+        metrics=metrics,
+    )  # fmt: skip
     return _done(store, result)
+
+
+def _principle(store: Store, cluster_id: str, item: dict[str, Any]) -> str:
+    """The rule the teacher is shown: the item's own words, else its cluster's label."""
+    if len(item["text"]) <= 300:
+        return str(item["text"])
+    return next((c["label"] for c in store.clusters() if c["id"] == cluster_id), item["text"])
+
+
+def _teacher_batch(policy: Policy, train: list[Situation], principle: str) -> list[Datum]:
+    """The student prompt (no bullet) and the teacher-endorsed call of each situation."""
+    batch: list[Datum] = []
+    for s in train:
+        target = _targets(policy, s, principle)
+        if target is not None:
+            batch.append(
+                Datum(
+                    prompt_tokens=_prompt(policy, s.task, None),
+                    completion_tokens=policy.renderer.render_call(target),
+                )
+            )
+    return batch
+
+
+def _register(
+    policy: Policy, store: Store, name: str, metrics: dict[str, Any], promote: bool
+) -> None:
+    """Save the candidate as version `name`, served only if promoted (kept either way)."""
+    info = policy.save_adapter(name)
+    current = store.current_adapter()
+    parent = int(current["version"]) if current else None
+    store.add_adapter(
+        name, info.path, info.sha256, parent, metrics, source="consolidation", active=promote
+    )
+
+
+def _skipped(store: Store, cluster_id: str, reason: str) -> ConsolidationResult:
+    return _done(store, ConsolidationResult(status="skipped", reason=reason, cluster_id=cluster_id))
 
 
 def _done(store: Store, result: ConsolidationResult) -> ConsolidationResult:

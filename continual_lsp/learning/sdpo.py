@@ -418,7 +418,7 @@ def student_logprobs(
     if not policy.scores_locally:
         return list(policy.logprobs(prompt, tokens))
     # Prefix-cached: the KV of `prompt` is reused by the training step that follows.
-    logits = training.completion_logits(policy, prompt, tokens)
+    logits = training.completion_logits(cast("LocalPolicy", policy), prompt, tokens)
     return _pick(_renormalise(torch.log_softmax(logits.float(), -1), masks), tokens)
 
 
@@ -469,7 +469,10 @@ def build_datums(
         masks = grammar_masks(policy, tokens) if config.grammar_mask else None
         if policy.scores_locally:
             raw = torch.log_softmax(
-                training.completion_logits(policy, job.prompt_tokens, tokens).float(), -1
+                training.completion_logits(
+                    cast("LocalPolicy", policy), job.prompt_tokens, tokens
+                ).float(),
+                -1,
             )
             raw_student = _pick(raw, tokens)
             student = _pick(_renormalise(raw, masks), tokens)

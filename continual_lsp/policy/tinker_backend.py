@@ -138,6 +138,22 @@ class TinkerBatch:
     kl_terms: list[list[float]]  # per datum, log π_old − log π_ref (empty: no KL folded)
 
 
+def _advantages(
+    datum: Datum, loss: LossName, old: list[float], ref: Sequence[float] | None, kl_coef: float
+) -> tuple[list[float], list[float], list[float]]:
+    """(policy-gradient advantages, the same with the KL folded in, the KL term per token)."""
+    n = len(datum.completion_tokens)
+    if loss != "importance_sampling":  # cross_entropy: −w·log π is the surrogate with adv 1
+        return [1.0] * n, [1.0] * n, []
+    if len(datum.advantages) != n:
+        raise ValueError(f"importance_sampling needs {n} advantages, got {len(datum.advantages)}")
+    pg_adv = list(datum.advantages)
+    if kl_coef > 0 and ref is not None:
+        kl_term = [o - r for o, r in zip(old, ref, strict=True)]
+        return pg_adv, fold_kl(pg_adv, old, ref, kl_coef), kl_term
+    return pg_adv, pg_adv, []
+
+
 def build_tinker_batch(
     batch: Sequence[Datum],
     loss: LossName,
@@ -191,21 +207,8 @@ def build_tinker_batch(
         )
         if use_ratio and len(old) != n:
             raise ValueError(f"datum {i}: {len(old)} old logprobs for {n} completion tokens")
-        kl_term: list[float] = []
-        if loss == "importance_sampling":
-            if len(datum.advantages) != n:
-                raise ValueError(
-                    f"importance_sampling needs {n} advantages, got {len(datum.advantages)}"
-                )
-            pg_adv = list(datum.advantages)
-            ref = ref_logprobs[i] if ref_logprobs is not None else None
-            folded = pg_adv
-            if kl_coef > 0 and ref is not None:
-                kl_term = [o - r for o, r in zip(old, ref, strict=True)]
-                folded = fold_kl(pg_adv, old, ref, kl_coef)
-        else:  # cross_entropy: −w·log π is the surrogate with advantage 1
-            pg_adv = [1.0] * n
-            folded = pg_adv
+        ref = ref_logprobs[i] if ref_logprobs is not None else None
+        pg_adv, folded, kl_term = _advantages(datum, loss, old, ref, kl_coef)
         full = [*datum.prompt_tokens, *datum.completion_tokens]
         pad = [0.0] * (p - 1)
         if use_ratio:
@@ -791,10 +794,10 @@ class TinkerPolicy:
 
         Options as the local `train_step` (None: this policy's own): `kl_coef`,
         `clip_low`, `clip_high`, `max_grad_norm` (Tinker's `grad_clip_norm`); the local
-        backend's `alpha` and `prefix_cache` have no meaning here and are refused. Adam matches torch's AdamW defaults
-        (β=(0.9, 0.999), eps 1e-8, no weight decay) so a learning rate means the same on both
-        backends. Both requests are submitted before either is awaited, so they queue
-        together on the server.
+        backend's `alpha` and `prefix_cache` have no meaning here and are refused. Adam
+        matches torch's AdamW defaults (β=(0.9, 0.999), eps 1e-8, no weight decay) so a
+        learning rate means the same on both backends. Both requests are submitted before
+        either is awaited, so they queue together on the server.
         """
         import tinker
 
@@ -804,38 +807,7 @@ class TinkerPolicy:
         clip_low = float(self.clip_low if clip_low is None else clip_low)
         clip_high = float(self.clip_high if clip_high is None else clip_high)
         with self._lock:
-            # Old logprobs for datums that came without (on-policy: current weights) and
-            # reference logprobs for the KL, all submitted at once, then awaited.
-            need_old = loss == "importance_sampling" or any(d.old_logprobs for d in batch)
-            old_futures = [
-                self._submit_score(self._sampling, d.prompt_tokens, d.completion_tokens)
-                if need_old and not d.old_logprobs and d.completion_tokens
-                else None
-                for d in batch
-            ]
-            ref_futures = [
-                self._submit_score(self._reference, d.prompt_tokens, d.completion_tokens)
-                if loss == "importance_sampling" and kl_coef > 0 and d.completion_tokens
-                else None
-                for d in batch
-            ]
-
-            def gather(futures: list[Any]) -> list[list[float] | None]:
-                out: list[list[float] | None] = []
-                for datum, fut in zip(batch, futures, strict=True):
-                    if fut is None:
-                        out.append(None)
-                        continue
-                    values = fut.result(timeout=self.request_timeout_s)
-                    out.append(
-                        completion_logprobs(
-                            values, len(datum.prompt_tokens), len(datum.completion_tokens)
-                        )
-                    )
-                return out
-
-            olds = self._call(lambda: gather(old_futures), "scoring the proposal")
-            refs = self._call(lambda: gather(ref_futures), "scoring the reference")
+            olds, refs = self._step_scores(batch, loss, kl_coef)
             tb = build_tinker_batch(
                 batch,
                 loss,
@@ -881,6 +853,43 @@ class TinkerPolicy:
             clip_high=clip_high,
             seconds=time.perf_counter() - start,
         )
+
+    def _step_scores(
+        self, batch: list[Datum], loss: LossName, kl_coef: float
+    ) -> tuple[list[list[float] | None], list[list[float] | None]]:
+        """Old logprobs for datums that came without (on-policy: the current weights) and
+        reference logprobs for the KL, all submitted at once, then awaited."""
+        need_old = loss == "importance_sampling" or any(d.old_logprobs for d in batch)
+        old_futures = [
+            self._submit_score(self._sampling, d.prompt_tokens, d.completion_tokens)
+            if need_old and not d.old_logprobs and d.completion_tokens
+            else None
+            for d in batch
+        ]
+        ref_futures = [
+            self._submit_score(self._reference, d.prompt_tokens, d.completion_tokens)
+            if loss == "importance_sampling" and kl_coef > 0 and d.completion_tokens
+            else None
+            for d in batch
+        ]
+
+        def gather(futures: list[Any]) -> list[list[float] | None]:
+            out: list[list[float] | None] = []
+            for datum, fut in zip(batch, futures, strict=True):
+                if fut is None:
+                    out.append(None)
+                    continue
+                values = fut.result(timeout=self.request_timeout_s)
+                out.append(
+                    completion_logprobs(
+                        values, len(datum.prompt_tokens), len(datum.completion_tokens)
+                    )
+                )
+            return out
+
+        olds = self._call(lambda: gather(old_futures), "scoring the proposal")
+        refs = self._call(lambda: gather(ref_futures), "scoring the reference")
+        return olds, refs
 
     # -- adapters --------------------------------------------------------------------------
 
