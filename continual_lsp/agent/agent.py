@@ -3,6 +3,10 @@
 Order of work for every decision (the durability rule of DESIGN §1): commit the decision
 to the store, then execute / enqueue training / route the correction, then mark it
 applied. A crash anywhere after the commit is repaired by `_recover()` on the next start.
+
+Over 500 lines on purpose: the Agent orders every decision (commit, act, mark applied)
+and its recovery in one place; its parts (conversation, lanes facade, training jobs)
+are already modules of their own.
 """
 
 from __future__ import annotations

@@ -51,6 +51,10 @@ it from the student's weights, not from zero as TRL's `PEFTAdapterEMACallback` d
 `trust_region` — the current teacher mixed with the frozen reference in probability
 space, `q = (1−ρ)·π_T + ρ·π_ref` (both on the teacher context), ρ = `trust_region_rate`
 (default `teacher_update_rate`).
+
+Over 500 lines on purpose: teacher context, scoring, grammar masks, datums and the step
+are one algorithm, read top to bottom against this docstring (and `SdpoConfig` sits
+beside it, as TRL keeps its config beside its trainer).
 """
 
 from __future__ import annotations

@@ -35,6 +35,10 @@ thread) / `wait_job_async()` (asyncio), `alive`, `ensure_running()` (restarts a 
 worker; the running job it held is replayed), `stop()`. The agent loads the new version
 into its sampling policy with `policy.load_adapter(result["path"])` once `wait_job`
 returns.
+
+Over 500 lines on purpose: both sides of one process boundary (the spawned child and the
+parent's handle) share the events, the job results and the crash-replay rules above,
+which are kept honest by reading them together.
 """
 
 from __future__ import annotations

@@ -37,6 +37,9 @@ overload) raises `BackendUnavailable` with a message for the reviewer; the calle
 decision queued and retries later. The SDK itself retries connection errors for up to five
 minutes, so every wait here carries its own deadline and the connection is probed first
 with the SDK's raw client, retries off.
+
+Over 500 lines on purpose: the derivation above and the datum building that implements
+it stay in one file, next to the one class that holds the remote clients under one lock.
 """
 
 from __future__ import annotations

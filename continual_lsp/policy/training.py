@@ -37,6 +37,10 @@ Adapter files: `save_adapter` writes `<dir>/<name>/adapter_model.safetensors` (+
 `adapter_config.json`) into a hidden `.partial-*` directory, fsyncs, then renames it into
 place, so a version directory either exists complete or not at all. `load_adapter`
 copies the weights into the live peft model (no base reload) and checks the sha256.
+
+Over 500 lines on purpose: the step, its prefix cache, the optimizers and the adapter
+files all share the per-policy `TrainState` (cache generations, optimizer resets on
+load), which a split would have to expose.
 """
 
 from __future__ import annotations
