@@ -483,26 +483,27 @@ class TrainingWorker:
         Restarts the worker if it died meanwhile. Call from a thread, not an event loop.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            result = self._check(job_id)
-            if result is not None:
-                return result
-            if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"training job {job_id} not done after {timeout} s")
+        while (result := self._poll(job_id, deadline, timeout)) is None:
             time.sleep(interval)
+        return result
 
     async def wait_job_async(
         self, job_id: int, timeout: float | None = None, interval: float = 0.05
     ) -> dict[str, Any]:
         """`wait_job` for an asyncio loop: polls the store between `asyncio.sleep`s."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            result = self._check(job_id)
-            if result is not None:
-                return result
-            if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"training job {job_id} not done after {timeout} s")
+        while (result := self._poll(job_id, deadline, timeout)) is None:
             await asyncio.sleep(interval)
+        return result
+
+    def _poll(
+        self, job_id: int, deadline: float | None, timeout: float | None
+    ) -> dict[str, Any] | None:
+        """The job's result once done, None while it runs, TimeoutError past `deadline`."""
+        result = self._check(job_id)
+        if result is None and deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError(f"training job {job_id} not done after {timeout} s")
+        return result
 
     def kill(self) -> None:
         """SIGKILL the worker (tests: a crash mid-step)."""
