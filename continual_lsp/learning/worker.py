@@ -59,7 +59,7 @@ from typing import Any
 
 from continual_lsp.config import Settings
 from continual_lsp.learning.consolidate import run_consolidation_job
-from continual_lsp.policy.adapter_registry import AdapterRegistry, version_name
+from continual_lsp.policy.adapter_registry import AdapterRegistry, adapters_dir, version_name
 from continual_lsp.policy.base import Policy, TrainMetrics
 from continual_lsp.store.db import Store
 
@@ -72,13 +72,6 @@ PR_SET_PDEATHSIG = 1
 
 class WorkerError(RuntimeError):
     """The worker failed a job, or could not be kept running; the message says why."""
-
-
-def adapters_dir(settings: Settings, store_path: str | Path) -> Path:
-    """`settings.adapters_dir`, else `adapters/<user>` beside the store file."""
-    if settings.adapters_dir:
-        return Path(settings.adapters_dir).expanduser()
-    return Path(store_path).expanduser().parent / "adapters" / settings.user
 
 
 # -- child side -------------------------------------------------------------------------------

@@ -13,10 +13,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from continual_lsp.config import Settings, default_store_path
 from continual_lsp.policy.base import Policy
 from continual_lsp.store.db import Store
 
 Adapter = dict[str, Any]  # a row of `Store.adapters()`
+
+
+def adapters_dir(settings: Settings, store_path: str | Path | None = None) -> Path:
+    """Where adapter versions are written: `settings.adapters_dir`, else `adapters/<user>`
+    beside the store file (`store_path`, else the settings' own)."""
+    if settings.adapters_dir:
+        return Path(settings.adapters_dir).expanduser()
+    store = store_path or settings.store_path or default_store_path(settings.user)
+    return Path(store).expanduser().parent / "adapters" / settings.user
 
 
 def version_name(version: int) -> str:

@@ -552,7 +552,7 @@ class TinkerPolicy:
                 "backend=tinker: model %s is local-only; using %s", model, DEFAULT_TINKER_MODEL
             )
             model = DEFAULT_TINKER_MODEL
-        from continual_lsp.policy.local import default_adapters_dir
+        from continual_lsp.policy.adapter_registry import adapters_dir
 
         kwargs: dict[str, Any] = {
             "rank": settings.lora_rank,
@@ -561,7 +561,7 @@ class TinkerPolicy:
             "kl_coef": settings.kl_coef,
             "clip_low": settings.is_clip_low,
             "clip_high": settings.is_clip_high,
-            "adapters_dir": default_adapters_dir(settings),
+            "adapters_dir": adapters_dir(settings),
         }
         kwargs.update(overrides)
         return cls(model, **kwargs)
