@@ -315,24 +315,32 @@ def as_unavailable(exc: BaseException, what: str, base_url: str) -> BackendUnava
 
     if isinstance(exc, BackendUnavailable):
         return exc
-    if isinstance(exc, TimeoutError | tinker.APITimeoutError):
-        return BackendUnavailable(
-            f"Tinker did not answer in time while {what} ({base_url}); the step stays queued"
-        )
-    if isinstance(exc, tinker.APIConnectionError):
-        return BackendUnavailable(
-            f"cannot reach the Tinker service at {base_url} while {what}: {_describe(exc)}"
-        )
-    if isinstance(exc, tinker.AuthenticationError | tinker.PermissionDeniedError):
-        return BackendUnavailable(
-            f"Tinker rejected the API key while {what}: check TINKER_API_KEY ({_describe(exc)})"
-        )
-    if isinstance(exc, tinker.BillingError):
-        return BackendUnavailable(
-            f"Tinker refused the request for billing reasons while {what}: {_describe(exc)}"
-        )
-    if isinstance(exc, tinker.RateLimitError | tinker.InternalServerError):
-        return BackendUnavailable(f"Tinker is overloaded or failing while {what}: {_describe(exc)}")
+    # What each SDK failure tells the reviewer ({what}: the operation, {why}: the cause).
+    meanings: list[tuple[tuple[type[BaseException], ...], str]] = [
+        (
+            (TimeoutError, tinker.APITimeoutError),
+            "Tinker did not answer in time while {what} ({url}); the step stays queued",
+        ),
+        (
+            (tinker.APIConnectionError,),
+            "cannot reach the Tinker service at {url} while {what}: {why}",
+        ),
+        (
+            (tinker.AuthenticationError, tinker.PermissionDeniedError),
+            "Tinker rejected the API key while {what}: check TINKER_API_KEY ({why})",
+        ),
+        (
+            (tinker.BillingError,),
+            "Tinker refused the request for billing reasons while {what}: {why}",
+        ),
+        (
+            (tinker.RateLimitError, tinker.InternalServerError),
+            "Tinker is overloaded or failing while {what}: {why}",
+        ),
+    ]
+    for kinds, message in meanings:
+        if isinstance(exc, kinds):
+            return BackendUnavailable(message.format(what=what, url=base_url, why=_describe(exc)))
     if type(exc) is tinker.TinkerError:  # the SDK's own "no credentials" / bad key format
         return BackendUnavailable(
             f"no usable Tinker API key: {exc}. Set TINKER_API_KEY (keys start with 'tml-')."

@@ -25,6 +25,7 @@ from continual_lsp.policy.tinker_backend import (  # noqa: E402
     DEFAULT_TINKER_MODEL,
     BackendUnavailable,
     TinkerPolicy,
+    as_unavailable,
     build_tinker_batch,
     completion_logprobs,
     fold_kl,
@@ -435,3 +436,30 @@ def test_sdpo_step_runs_on_the_tinker_backend(
     assert all(ids[: len(prompt) - 3] == prompt[:-3] for ids in with_correction)  # same prefix
     assert metrics.tokens == len(denied) + len(demo)
     assert policy._sampling is not sampler  # the retry samples from the new weights
+
+
+@pytest.mark.parametrize(
+    ("kind", "says"),
+    [
+        ("APIConnectionError", "cannot reach the Tinker service at https://t while training"),
+        ("AuthenticationError", "rejected the API key while training: check TINKER_API_KEY"),
+        ("PermissionDeniedError", "rejected the API key while training"),
+        ("BillingError", "refused the request for billing reasons while training"),
+        ("RateLimitError", "overloaded or failing while training"),
+        ("InternalServerError", "overloaded or failing while training"),
+    ],
+)
+def test_a_service_failure_tells_the_reviewer_what_happened(kind: str, says: str) -> None:
+    import tinker
+
+    cls = getattr(tinker, kind)
+    exc = cls.__new__(cls)  # the SDK's constructors want an HTTP request and response
+    exc.args = ("boom",)
+    unavailable = as_unavailable(exc, "training", "https://t")
+    assert unavailable is not None and says in str(unavailable) and "boom" in str(unavailable)
+
+
+def test_a_timeout_stays_queued_and_a_bug_is_not_unavailability() -> None:
+    timed_out = as_unavailable(TimeoutError(), "training", "https://t")
+    assert timed_out is not None and "the step stays queued" in str(timed_out)
+    assert as_unavailable(ValueError("a bug"), "training", "https://t") is None
