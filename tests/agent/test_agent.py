@@ -226,7 +226,7 @@ def test_a_denial_queues_the_calls_approved_after_its_cluster(
     _, first = agent.start_task("Install the dependencies")
     assert first is not None
     agent.decide(first.id, "deny", correction=correction)
-    # What the bridge records when the reviewer approves the retry (training is off here).
+    # What the training jobs record when the reviewer approves the retry (training is off here).
     approved = ToolCall(tool="bash", arguments={"cmd": "pnpm install"})
     agent.store.enqueue_job(
         "sdpo",
