@@ -135,7 +135,7 @@ def skill_tasks(n: int) -> list[Situation]:
 
 
 def run_task(policy: Any, s: Situation, work: Path) -> dict[str, Any]:
-    from continual_lsp.agent.session import Agent
+    from continual_lsp.agent.agent import Agent
     from continual_lsp.config import Settings
 
     ws = work / "ws"

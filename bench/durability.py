@@ -3,7 +3,7 @@
 Each iteration starts a *cycle* process in its own process group. The cycle opens the
 store through the real `Agent` (so its crash recovery runs), records a new decision
 (a denial with a demonstration) on a proposal carrying real tokens of the embedded
-model, enqueues its SDPO job through the agent's `TrainingBridge` (which spawns the
+model, enqueues its SDPO job through the agent's `TrainingJobs` (which spawns the
 `TrainingWorker`), and waits for the queue to drain. The parent SIGKILLs the whole group
 (cycle + worker) after a random delay, then checks, with nothing running:
 
@@ -107,7 +107,7 @@ def _mark(root: Path, *words: Any) -> None:
 
 def cycle(root: Path, drain_timeout: float) -> int:
     """One decide → train → save cycle; runs until the queue is empty or it is killed."""
-    from continual_lsp.agent.session import Agent
+    from continual_lsp.agent.agent import Agent
     from continual_lsp.store import Store
     from continual_lsp.tools.base import ToolCall
 

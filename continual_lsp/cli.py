@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from continual_lsp import __version__
-from continual_lsp.config import Settings
+from continual_lsp.config import Settings, default_store_path
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_review(settings, args.task, Path(args.workspace), args.decisions, args.out)
     if args.command == "import-rules":
         from continual_lsp.lanes.rules_import import import_rules
-        from continual_lsp.store import Store, default_store_path
+        from continual_lsp.store import Store
 
         store = Store(settings.store_path or default_store_path(settings.user))
         items = import_rules(store, Path(args.file), settings)
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "routing-stats":
         from continual_lsp.lanes.rules_import import routing_stats
-        from continual_lsp.store import Store, default_store_path
+        from continual_lsp.store import Store
 
         store = Store(settings.store_path or default_store_path(settings.user))
         print(json.dumps(routing_stats(store), indent=2))
@@ -143,9 +143,9 @@ def _check(settings: Settings, files: list[str]) -> int:
     """Print each held-out situation's verdict and the compliance; exit 1 when a file
     cannot be used (the error names its field)."""
     from continual_lsp.agent.scenarios import ScenarioFileError, check_held_out, load_scenario_file
-    from continual_lsp.agent.training import TrainingBridge
+    from continual_lsp.agent.training_jobs import TrainingJobs
     from continual_lsp.policy import make_policy
-    from continual_lsp.store import Store, default_store_path
+    from continual_lsp.store import Store
 
     try:
         scenarios = [load_scenario_file(f) for f in files]
@@ -153,10 +153,10 @@ def _check(settings: Settings, files: list[str]) -> int:
         print(f"continual-lsp check: {exc}", file=sys.stderr)
         return 1
     store = Store(settings.store_path or default_store_path(settings.user))
-    bridge = TrainingBridge(store, settings)
+    jobs = TrainingJobs(store, settings)
     policy = make_policy(settings)
-    bridge.sync_sampler(policy)
-    version = bridge.current_version_name() or "base model"
+    jobs.sync_sampler(policy)
+    version = jobs.current_version_name() or "base model"
     for scenario in scenarios:
         results = check_held_out(policy, scenario, seed=settings.seed)
         for r in results:

@@ -119,20 +119,64 @@ async def _next_proposal(
     return None
 
 
-async def _decide(client: Any, params: dict[str, Any]) -> None:
-    outcome = _plain(await client.protocol.send_request_async(METHOD_DECIDE, params))
-    if outcome.get("learned"):
-        learned = outcome["learned"]
-        _say(f"  decide → learned step {learned['step']} (loss {learned['loss']:.4f})")
-
-
 async def _demo(settings: Settings, task: str, workspace: Path, store: Path) -> int:
+    from lsprotocol import types as lsp
+
+    proposals: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    done = asyncio.Event()
+    client = _client(proposals, done)
+    args = ["-m", "continual_lsp", "serve", "--store", str(store), "--model", settings.model]
+    if not settings.enable_training:
+        args.append("--no-training")
+    env = {**os.environ, "CONTINUAL_LSP_ALLOWED_TOOLS": DEMO_TOOLS}
+    await client.start_io(sys.executable, *args, cwd=str(workspace), env=env)
+    assert client._server is not None and client._server.stderr is not None
+    stderr = client._server.stderr
+
+    async def _drain() -> None:
+        # pygls never reads the server's stderr; a full pipe would block the server.
+        while line := await stderr.readline():
+            if os.environ.get("CONTINUAL_DEMO_VERBOSE"):
+                sys.stderr.write("  [server] " + line.decode(errors="replace"))
+
+    drain = asyncio.create_task(_drain())
+    await client.initialize_async(
+        lsp.InitializeParams(
+            process_id=os.getpid(),
+            root_uri=workspace.as_uri(),
+            capabilities=lsp.ClientCapabilities(
+                experimental={"continualProposals": True},
+                window=lsp.WindowClientCapabilities(work_done_progress=True),
+            ),
+            initialization_options={"continualProposals": True},
+        )
+    )
+    client.initialized(lsp.InitializedParams())
+    _say(
+        f"workspace: {workspace}\nstore:     {store}\ntask:      {task}\n"
+        f"tools:     {DEMO_TOOLS.replace(',', ', ')} (the demo narrows the grammar to these)"
+    )
+    started = time.monotonic()
+    result = _plain(await client.protocol.send_request_async(METHOD_START_TASK, {"text": task}))
+    _say(f"task {result['taskId']} started")
+
+    await _review(client, proposals, done)
+    await _report(client, workspace)
+    _say(f"demo took {time.monotonic() - started:.1f} s")
+    await client.shutdown_async(None)
+    client.exit(None)
+    await asyncio.sleep(0.2)
+    drain.cancel()
+    await client.stop()
+    return 0
+
+
+def _client(proposals: asyncio.Queue[dict[str, Any]], done: asyncio.Event) -> Any:
+    """A pygls client that queues proposals and narrates every other notification."""
     from lsprotocol import types as lsp
     from pygls.lsp.client import LanguageClient
 
     client = LanguageClient("continual-demo", "0.1")
-    proposals: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-    done = asyncio.Event()
 
     @client.feature(NOTIFY_PROPOSAL)
     def _on_proposal(params: Any) -> None:
@@ -175,41 +219,19 @@ async def _demo(settings: Settings, task: str, workspace: Path, store: Path) -> 
     def _on_diagnostics(params: lsp.PublishDiagnosticsParams) -> None:
         """The demo prints each proposal's diff itself; an editor would show these."""
 
-    args = ["-m", "continual_lsp", "serve", "--store", str(store), "--model", settings.model]
-    if not settings.enable_training:
-        args.append("--no-training")
-    env = {**os.environ, "CONTINUAL_LSP_ALLOWED_TOOLS": DEMO_TOOLS}
-    await client.start_io(sys.executable, *args, cwd=str(workspace), env=env)
-    assert client._server is not None and client._server.stderr is not None
-    stderr = client._server.stderr
+    return client
 
-    async def _drain() -> None:
-        # pygls never reads the server's stderr; a full pipe would block the server.
-        while line := await stderr.readline():
-            if os.environ.get("CONTINUAL_DEMO_VERBOSE"):
-                sys.stderr.write("  [server] " + line.decode(errors="replace"))
 
-    drain = asyncio.create_task(_drain())
-    await client.initialize_async(
-        lsp.InitializeParams(
-            process_id=os.getpid(),
-            root_uri=workspace.as_uri(),
-            capabilities=lsp.ClientCapabilities(
-                experimental={"continualProposals": True},
-                window=lsp.WindowClientCapabilities(work_done_progress=True),
-            ),
-            initialization_options={"continualProposals": True},
-        )
-    )
-    client.initialized(lsp.InitializedParams())
-    _say(
-        f"workspace: {workspace}\nstore:     {store}\ntask:      {task}\n"
-        f"tools:     {DEMO_TOOLS.replace(',', ', ')} (the demo narrows the grammar to these)"
-    )
-    started = time.monotonic()
-    result = _plain(await client.protocol.send_request_async(METHOD_START_TASK, {"text": task}))
-    _say(f"task {result['taskId']} started")
+async def _decide(client: Any, params: dict[str, Any]) -> None:
+    outcome = _plain(await client.protocol.send_request_async(METHOD_DECIDE, params))
+    if outcome.get("learned"):
+        learned = outcome["learned"]
+        _say(f"  decide → learned step {learned['step']} (loss {learned['loss']:.4f})")
 
+
+async def _review(
+    client: Any, proposals: asyncio.Queue[dict[str, Any]], done: asyncio.Event
+) -> None:
     # The first change is denied with a correction; the retry is approved if it follows
     # the correction and fixes the bug, else edited; later changes are turned down.
     first = await _next_proposal(proposals, done, timeout=600)
@@ -245,6 +267,8 @@ async def _demo(settings: Settings, task: str, workspace: Path, store: Path) -> 
         await _decide(client, {"proposalId": proposal["proposalId"], "decision": "deny",
                                "correction": FIXED})  # fmt: skip
 
+
+async def _report(client: Any, workspace: Path) -> None:
     ledger = _plain(await client.protocol.send_request_async(METHOD_LEDGER, {}))
     status = _plain(await client.protocol.send_request_async(METHOD_STATUS, {}))
     _say("\nledger:")
@@ -259,13 +283,6 @@ async def _demo(settings: Settings, task: str, workspace: Path, store: Path) -> 
         f" steps={status['trainingSteps']} queue={status['queueDepth']}"
     )
     _say(f"\nsrc/calc/ops.py now:\n{(workspace / 'src/calc/ops.py').read_text()}")
-    _say(f"demo took {time.monotonic() - started:.1f} s")
-    await client.shutdown_async(None)
-    client.exit(None)
-    await asyncio.sleep(0.2)
-    drain.cancel()
-    await client.stop()
-    return 0
 
 
 def run_demo(settings: Settings, task: str, workspace: str | None = None) -> int:

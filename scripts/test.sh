@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# README command 2: set up, then run every check: lint and format, the VS Code extension
-# (type-check, lint, unit tests, .vsix, and the end-to-end run in a real code-server
-# through Chromium on the embedded model), then the Python suite (real model, real
-# SQLite, real Neovim, real bubblewrap).
+# README command 2: set up, then run every check: lint and format, the import layers, the
+# VS Code extension (type-check, lint, unit tests, .vsix, and the end-to-end run in a real
+# code-server through Chromium on the embedded model), then the Python suite (real model,
+# real SQLite, real Neovim, real bubblewrap).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --test
 export TRL_EXPERIMENTAL_SILENCE=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+# The layer contracts in pyproject.toml: server -> agent -> {lanes, learning} -> policy -> ...
+.venv/bin/lint-imports
 if [ "${CONTINUAL_SKIP_VSCODE:-0}" != 1 ]; then
   bash vscode-client/scripts/test.sh
   bash vscode-client/scripts/e2e.sh

@@ -22,7 +22,7 @@ from continual_lsp.config import Settings
 from continual_lsp.protocol import LearnedNotification, RoutedNotification, TaskDoneNotification
 
 if TYPE_CHECKING:
-    from continual_lsp.agent.session import Agent, AgentListener, Proposal
+    from continual_lsp.agent.agent import Agent, AgentListener, Proposal
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ AgentFactory = Callable[[Settings, Path, "AgentListener"], "Agent"]
 def default_agent_factory(settings: Settings, workspace: Path, listener: AgentListener) -> Agent:
     # Imported here so `continual-lsp --help` and the tests that never start an agent do
     # not pay for torch/transformers at import time.
-    from continual_lsp.agent.session import Agent
+    from continual_lsp.agent.agent import Agent
 
     return Agent(settings, workspace, listener=listener)
 

@@ -16,7 +16,7 @@ from . import edit_signals, proposals
 from .errors import RequestFailed
 
 if TYPE_CHECKING:
-    from continual_lsp.agent.session import Agent, DecideOutcome, Proposal
+    from continual_lsp.agent.agent import Agent, DecideOutcome, Proposal
 
     from .session import Session
 

@@ -16,7 +16,7 @@ from . import decisions, proposals, reviewer_files
 from .text import proposal_message
 
 if TYPE_CHECKING:
-    from continual_lsp.agent.session import Proposal
+    from continual_lsp.agent.agent import Proposal
 
     from .session import Session
 

@@ -14,7 +14,7 @@ from .errors import RequestFailed
 from .text import proposal_message
 
 if TYPE_CHECKING:
-    from continual_lsp.agent.session import Proposal
+    from continual_lsp.agent.agent import Proposal
 
     from .session import Session
 

@@ -41,7 +41,7 @@ from continual_lsp.protocol import LearnedNotification, RoutedNotification, Task
 from .agents import AgentFactory, default_agent_factory
 
 if TYPE_CHECKING:
-    from continual_lsp.agent.session import Agent, Proposal
+    from continual_lsp.agent.agent import Agent, Proposal
 
 OUTPUT_CLIP = 4000
 
@@ -120,7 +120,7 @@ def _proposal_line(agent: Agent, proposal: Proposal) -> dict[str, Any]:
 
 
 def _drive(agent: Agent, task: str, decisions: IO[str], out: _Out) -> int:
-    from continual_lsp.agent.session import AgentError
+    from continual_lsp.agent.agent import AgentError
 
     task_id, proposal = agent.start_task(task)
     out.emit("task", {"taskId": task_id})
@@ -205,7 +205,7 @@ def run_review(
     writer = _Out(stream)
     agent = None
     try:
-        from continual_lsp.agent.session import AgentError
+        from continual_lsp.agent.agent import AgentError
 
         try:
             factory = agent_factory or default_agent_factory

@@ -35,7 +35,7 @@ from .events import EventPump
 from .state import ClientCapabilities, SessionState
 
 if TYPE_CHECKING:
-    from continual_lsp.agent.session import Agent, Proposal
+    from continual_lsp.agent.agent import Agent, Proposal
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

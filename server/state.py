@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from lsprotocol import types as lsp
 
 if TYPE_CHECKING:
-    from continual_lsp.agent.session import Proposal
+    from continual_lsp.agent.agent import Proposal
 
 # Initialization option / experimental capability by which a client says it renders
 # `continual/proposal` itself (the VS Code extension, the Neovim module); without it

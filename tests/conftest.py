@@ -69,3 +69,13 @@ def chatml_renderer(embedded_tokenizer: Any) -> Any:
     from continual_lsp.policy.tinker_render import ChatTemplateRenderer
 
     return ChatTemplateRenderer(embedded_tokenizer)
+
+
+@pytest.fixture(scope="session")
+def embedder() -> Any:
+    """The MiniLM embedder, loaded once per session (about 5 s): lanes and consolidation."""
+    from continual_lsp.lanes.embed import get_embedder
+
+    emb = get_embedder()
+    emb.embed(["warm up"])
+    return emb

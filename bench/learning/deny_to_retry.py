@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
 
-    from continual_lsp.agent.session import Agent
+    from continual_lsp.agent.agent import Agent
     from continual_lsp.config import Settings
     from continual_lsp.demo import CORRECTION, DEMO_TOOLS
 

@@ -165,7 +165,7 @@ class Bench:
         self.config = config
         # Remote backends cannot restore an adapter in place: make a fresh one per run.
         self.policy_factory = policy_factory
-        self.local = hasattr(policy, "model")
+        self.local = policy.scores_locally
         self._init_state: Any = None
         if self.local:
             from continual_lsp.policy import training

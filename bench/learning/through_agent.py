@@ -118,7 +118,7 @@ def after_guards(agent: Any, scenario: Scenario, records: list[dict[str, Any]]) 
 
 def run_scenario(scenario: Scenario, args: argparse.Namespace) -> dict[str, Any]:
     """One scenario through a fresh agent (its own store, adapters and worker)."""
-    from continual_lsp.agent.session import Agent
+    from continual_lsp.agent.agent import Agent
     from continual_lsp.config import Settings
 
     work = Path(tempfile.mkdtemp(prefix="through-agent-"))

@@ -12,18 +12,13 @@ from __future__ import annotations
 
 from continual_lsp.policy.base import Message
 from continual_lsp.policy.render import call_text
+from continual_lsp.text import clip
 from continual_lsp.tools.base import ToolCall, ToolResult
 
 KEEP_CALLS = 6
 RESULT_CHARS = 1500
 NOTE_CHARS = 600
 NOTES_CHARS = 1000
-
-
-def _clip(text: str, limit: int = NOTE_CHARS) -> str:
-    if len(text) <= limit:
-        return text
-    return text[:limit] + f" … ({len(text) - limit} chars cut)"
 
 
 class Conversation:
@@ -57,7 +52,7 @@ class Conversation:
         shown: list[str] = []
         used = 0
         for note in reversed(self.notes):
-            line = f"- {_clip(note)}"
+            line = f"- {clip(note, NOTE_CHARS, say_cut=True)}"
             if shown and used + len(line) > NOTES_CHARS:
                 break
             shown.append(line)
@@ -66,7 +61,7 @@ class Conversation:
         text = "Notes:\n" + "\n".join(reversed(shown))
         if older:
             plural = "s" if len(older) > 1 else ""
-            heads = "; ".join(_clip(n, 40) for n in older[-3:])
+            heads = "; ".join(clip(n, 40, say_cut=True) for n in older[-3:])
             text = f"({len(older)} earlier note{plural} omitted: {heads})\n" + text
         return text
 
@@ -97,7 +92,7 @@ class Conversation:
                 Message(
                     role="user",
                     content="The reviewer denied your last call: "
-                    + " ".join(_clip(f) for f in self.feedback)
+                    + " ".join(clip(f, NOTE_CHARS, say_cut=True) for f in self.feedback)
                     + "\nPropose a different call.",
                 )
             )

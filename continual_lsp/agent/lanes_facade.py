@@ -4,19 +4,25 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from continual_lsp.config import Settings
-from continual_lsp.lanes import allocator, context, guards, ledger
+from continual_lsp.lanes import allocator, context, guards, routing_ledger
 from continual_lsp.policy.base import DecodeRestrictions
 from continual_lsp.protocol import LedgerResult, RoutedNotification
 from continual_lsp.store import Store
 from continual_lsp.tools.base import Preview, ToolCall
-
-if TYPE_CHECKING:
-    from continual_lsp.agent.session import Proposal
+from continual_lsp.tools.globs import directory_prefix
 
 log = logging.getLogger(__name__)
+
+
+class CorrectedCall(Protocol):
+    """What routing reads of a corrected proposal (the agent's `Proposal` has it)."""
+
+    id: str
+    call: ToolCall
+    preview: Preview | None
 
 
 class LanesFacade:
@@ -30,7 +36,7 @@ class LanesFacade:
     def route_correction(
         self,
         text: str,
-        proposal: Proposal,
+        proposal: CorrectedCall,
         *,
         is_denial: bool,
         task_text: str | None = None,
@@ -94,7 +100,7 @@ class LanesFacade:
                 for glob in globs:
                     if glob == "**":
                         paths.setdefault(tool, set()).add("")
-                    elif prefix := guards.directory_prefix(glob):
+                    elif prefix := directory_prefix(glob):
                         paths.setdefault(tool, set()).add(prefix)
             commands.update(prefix + " " for prefix in restrictions.command_prefixes_never)
         return DecodeRestrictions(
@@ -110,12 +116,12 @@ class LanesFacade:
         )
 
     def ledger(self) -> LedgerResult:
-        return ledger.build_ledger(self.store)
+        return routing_ledger.build_ledger(self.store)
 
     def revert(self, item_id: str) -> int | None:
         """Deactivate a bullet or guard; for an adapter id, the version the caller must revert."""
         try:
-            ledger.revert(self.store, item_id)
-        except ledger.AdapterRevertNeeded as exc:
+            routing_ledger.revert(self.store, item_id)
+        except routing_ledger.AdapterRevertNeeded as exc:
             return exc.version
         return None

@@ -258,9 +258,9 @@ def situation_messages(
 def tool_output(workspace: Path, tool: str, arguments: dict[str, Any]) -> str:
     """What a (read-only) history call prints on the workspace, run by the real tools."""
     from continual_lsp.config import Settings
-    from continual_lsp.tools.runner import Workspace
+    from continual_lsp.tools.runner import ToolRunner
 
-    result = Workspace(workspace, Settings(sandbox="none")).execute(
+    result = ToolRunner(workspace, Settings(sandbox="none")).execute(
         ToolCall(tool=tool, arguments=arguments)  # type: ignore[arg-type]
     )
     return result.output

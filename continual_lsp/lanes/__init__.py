@@ -15,10 +15,11 @@ at import time so that `import continual_lsp.lanes` stays cheap):
   decoding grammar.
 - `context.bullets_for_turn(store, task_text, recent_calls, recent_paths, *, tokenizer)
   -> list[str]` and `context.render_bullets(bullets) -> str`.
-- `ledger.build_ledger(store) -> LedgerResult`, `ledger.revert(store, item_id) -> str`.
+- `routing_ledger.build_ledger(store) -> LedgerResult`, `routing_ledger.revert(store, item_id) -> str`.
 - `rules_import.import_rules(store, path, settings) -> list[LaneItem]`,
   `rules_import.watch_rules(paths, callback, stop_event=...)`,
   `rules_import.routing_stats(store) -> dict`.
-- `weights.consolidate(policy, store, cluster_id, settings) -> ConsolidationResult`
-  (training worker: jobs of kind `weights.JOB_KIND`).
+- `weights.on_weights_decision(...)` queues a job of kind `weights.JOB_KIND`; the training
+  worker runs it with `continual_lsp.learning.consolidate.consolidate`, reading this lane
+  through `weights.situations_for_cluster` and the pure `weights.gate`.
 """

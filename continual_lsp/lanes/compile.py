@@ -449,11 +449,11 @@ def llm_guard_spec(text: str, settings: Settings | None = None) -> GuardSpec | N
     """Optional: ask xAI for guard code, run it once in the sandbox on a harmless call.
 
     None when xAI is off (`allocator = "offline"`), declines, or its code does not behave.
-    The code only ever runs through `lanes.sandbox` (a subprocess), never in this process.
+    The code only ever runs through `lanes.guard_code` (a subprocess), never in this process.
     """
     from continual_lsp.lanes import llm
+    from continual_lsp.lanes.guard_code import run_guard_code
     from continual_lsp.lanes.guards import PythonRule
-    from continual_lsp.lanes.sandbox import run_guard_code
 
     answer = llm.ask("guard", text, settings)
     if not isinstance(answer, llm.GeneratedGuard) or not answer.feasible:

@@ -33,9 +33,9 @@ from continual_lsp.lanes.features import (
     strip_markup,
     words,
 )
-from continual_lsp.lanes.guards import path_matches
 from continual_lsp.store.db import Store
 from continual_lsp.tools.base import ToolCall
+from continual_lsp.tools.globs import path_matches
 
 Tokenizer = Callable[[str], Any]  # returns an int, or a sequence of tokens
 

@@ -51,6 +51,10 @@ it from the student's weights, not from zero as TRL's `PEFTAdapterEMACallback` d
 `trust_region` — the current teacher mixed with the frozen reference in probability
 space, `q = (1−ρ)·π_T + ρ·π_ref` (both on the teacher context), ρ = `trust_region_rate`
 (default `teacher_update_rate`).
+
+Over 500 lines on purpose: teacher context, scoring, grammar masks, datums and the step
+are one algorithm, read top to bottom against this docstring (and `SdpoConfig` sits
+beside it, as TRL keeps its config beside its trainer).
 """
 
 from __future__ import annotations
@@ -59,15 +63,18 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import torch
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from continual_lsp.config import Settings
 from continual_lsp.policy import training
-from continual_lsp.policy.base import Datum, LossName, TrainMetrics
+from continual_lsp.policy.base import Datum, LossName, Policy, TrainMetrics, TrainOptions
 from continual_lsp.tools.base import ToolCall
+
+if TYPE_CHECKING:
+    from continual_lsp.policy.local import LocalPolicy
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +107,51 @@ class SdpoJob(BaseModel):
 
     def demonstration_call(self) -> ToolCall | None:
         return None if self.demonstration is None else ToolCall.model_validate(self.demonstration)
+
+
+class SdpoConfig(BaseModel):
+    """One SDPO step's settings: `Settings` unless the caller overrides them, as TRL keeps
+    an `SDPOConfig` beside its trainer. An option it does not know is an error, never
+    dropped on the way to the backend.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    lr: float
+    kl_coef: float
+    clip_low: float
+    clip_high: float
+    trust_region_rate: float  # the `trust_region` teacher's mixing rate
+    grammar_mask: bool = True  # advantages under the grammar's mask (`grammar_masks`)
+    # Passed to `train_step` only when given; otherwise the backend's own default.
+    max_grad_norm: float | None = 1.0
+    alpha: float = 1.0
+    prefix_cache: bool = True
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **overrides: Any) -> SdpoConfig:
+        return cls.model_validate(
+            {
+                "lr": settings.learning_rate,
+                "kl_coef": settings.kl_coef,
+                "clip_low": settings.is_clip_low,
+                "clip_high": settings.is_clip_high,
+                "trust_region_rate": settings.teacher_update_rate,
+                **overrides,
+            }
+        )
+
+    def train_options(self) -> TrainOptions:
+        options = TrainOptions(
+            kl_coef=self.kl_coef, clip_low=self.clip_low, clip_high=self.clip_high
+        )
+        if "max_grad_norm" in self.model_fields_set:
+            options["max_grad_norm"] = self.max_grad_norm
+        if "alpha" in self.model_fields_set:
+            options["alpha"] = self.alpha
+        if "prefix_cache" in self.model_fields_set:
+            options["prefix_cache"] = self.prefix_cache
+        return options
 
 
 class NothingToLearn(ValueError):
@@ -168,7 +220,7 @@ def _encode(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 
-def teacher_prompt(policy: Any, prompt_tokens: list[int], feedback: str) -> list[int]:
+def teacher_prompt(policy: Policy, prompt_tokens: list[int], feedback: str) -> list[int]:
     """The student's prompt with a user turn holding `feedback` before the assistant header.
 
     Works in token space so the teacher context starts with exactly the student's tokens
@@ -188,12 +240,12 @@ def teacher_prompt(policy: Any, prompt_tokens: list[int], feedback: str) -> list
     return [*base, *turn, *header]
 
 
-def demonstration_tokens(policy: Any, call: ToolCall) -> list[int]:
+def demonstration_tokens(policy: Policy, call: ToolCall) -> list[int]:
     """Tokens of `call` exactly as the student would write it (ends with end-of-turn)."""
     return list(policy.renderer.render_call(call))
 
 
-def _demonstration_text(policy: Any, tokens: list[int]) -> str:
+def _demonstration_text(policy: Policy, tokens: list[int]) -> str:
     eos = {policy.tokenizer.eos_token_id, getattr(policy.renderer, "end_of_turn_id", None)}
     body = [t for t in tokens if t not in eos]
     return str(policy.tokenizer.decode(body, clean_up_tokenization_spaces=False)).strip()
@@ -209,7 +261,7 @@ class TeacherScores:
     topk_logprobs: list[list[float]] | None = None
 
 
-def ensure_ema_teacher(policy: Any) -> None:
+def ensure_ema_teacher(policy: LocalPolicy) -> None:
     """Create the `ema` adapter (once per process): the teacher saved with the loaded
     version if there is one (`training.save_adapter` writes it), else a copy of the
     trained adapter."""
@@ -226,7 +278,7 @@ def ensure_ema_teacher(policy: Any) -> None:
 
 
 @torch.no_grad()
-def update_ema_teacher(policy: Any, rate: float) -> None:
+def update_ema_teacher(policy: LocalPolicy, rate: float) -> None:
     """θ_ema ← (1 − rate)·θ_ema + rate·θ, tensor by tensor, in place."""
     ensure_ema_teacher(policy)
     student = dict(policy.model.named_parameters())
@@ -239,7 +291,7 @@ def update_ema_teacher(policy: Any, rate: float) -> None:
     training.invalidate_prefix_cache(policy)
 
 
-def grammar_masks(policy: Any, tokens: list[int]) -> list[torch.Tensor | None]:
+def grammar_masks(policy: Policy, tokens: list[int]) -> list[torch.Tensor | None]:
     """The decoding grammar's allowed-token mask at each position of `tokens`.
 
     Why: the sampler only ever chooses among the tokens the grammar allows, and the raw
@@ -256,14 +308,14 @@ def grammar_masks(policy: Any, tokens: list[int]) -> list[torch.Tensor | None]:
     masks). None where no mask applies: no grammar (a remote backend), past the point
     where the grammar stopped, or a token it rejects.
     """
-    grammar = getattr(policy, "grammar", None)
-    if grammar is None or not tokens:
+    if not policy.scores_locally or not tokens:
         return [None] * len(tokens)
+    local = cast("LocalPolicy", policy)
     try:
         from continual_lsp.policy.grammar import allowed_mask
 
-        vocab = int(policy.model.get_output_embeddings().weight.shape[0])
-        matcher = grammar.matcher()
+        vocab = int(local.model.get_output_embeddings().weight.shape[0])
+        matcher = local.grammar.matcher()
         out: list[torch.Tensor | None] = []
         while len(out) < len(tokens) and not matcher.is_error():
             i = len(out)
@@ -300,7 +352,11 @@ def _renormalise(log_probs: torch.Tensor, masks: list[torch.Tensor | None] | Non
 
 
 def _teacher_log_probs(
-    policy: Any, prompt: list[int], tokens: list[int], teacher: str, trust_region_rate: float
+    policy: LocalPolicy,
+    prompt: list[int],
+    tokens: list[int],
+    teacher: str,
+    trust_region_rate: float,
 ) -> torch.Tensor:
     """Teacher log-distribution `(T, V)` at each position of `tokens` after `prompt`."""
     weights = EMA_ADAPTER if teacher == "ema" else training.TRAINED_ADAPTER
@@ -325,7 +381,7 @@ def _pick(log_probs: torch.Tensor, tokens: list[int]) -> list[float]:
 
 
 def teacher_scores(
-    policy: Any,
+    policy: Policy,
     prompt: list[int],
     tokens: list[int],
     *,
@@ -338,12 +394,14 @@ def teacher_scores(
     `topk`, the teacher's raw top-k support per position (for `topk_distill`)."""
     if not tokens:
         return TeacherScores([], [] if topk else None, [] if topk else None)
-    if not hasattr(policy, "model"):
-        # A remote backend: scalar logprobs of the current weights only.
+    if not policy.scores_locally:
+        # Scalar logprobs of the current weights only.
         if topk or teacher != "current":
             raise ValueError(f"teacher={teacher!r}, topk={topk} need the local backend")
         return TeacherScores(logprobs=list(policy.logprobs(prompt, tokens)))
-    log_probs = _teacher_log_probs(policy, prompt, tokens, teacher, trust_region_rate)
+    log_probs = _teacher_log_probs(
+        cast("LocalPolicy", policy), prompt, tokens, teacher, trust_region_rate
+    )
     scores = TeacherScores(logprobs=_pick(_renormalise(log_probs, masks), tokens))
     if topk:
         values, indices = torch.topk(log_probs, k=min(topk, log_probs.shape[-1]), dim=-1)
@@ -353,7 +411,7 @@ def teacher_scores(
 
 
 def student_logprobs(
-    policy: Any,
+    policy: Policy,
     prompt: list[int],
     tokens: list[int],
     masks: list[torch.Tensor | None] | None = None,
@@ -361,14 +419,14 @@ def student_logprobs(
     """Current weights' logprobs of `tokens` (grammar-renormalised where `masks` apply)."""
     if not tokens:
         return []
-    if not hasattr(policy, "model"):
+    if not policy.scores_locally:
         return list(policy.logprobs(prompt, tokens))
     # Prefix-cached: the KV of `prompt` is reused by the training step that follows.
-    logits = training.completion_logits(policy, prompt, tokens)
+    logits = training.completion_logits(cast("LocalPolicy", policy), prompt, tokens)
     return _pick(_renormalise(torch.log_softmax(logits.float(), -1), masks), tokens)
 
 
-def sampler_logprobs(policy: Any, prompt: list[int], tokens: list[int]) -> list[float]:
+def sampler_logprobs(policy: Policy, prompt: list[int], tokens: list[int]) -> list[float]:
     """Logprobs as the grammar-constrained sampler sees them (what decides a proposal)."""
     return student_logprobs(policy, prompt, tokens, grammar_masks(policy, tokens))
 
@@ -376,13 +434,16 @@ def sampler_logprobs(policy: Any, prompt: list[int], tokens: list[int]) -> list[
 # -- datums and the step ----------------------------------------------------------------------
 
 
-def build_datums(policy: Any, job: SdpoJob, settings: Settings, **options: Any) -> list[Datum]:
+def build_datums(
+    policy: Policy, job: SdpoJob, settings: Settings, config: SdpoConfig | None = None
+) -> list[Datum]:
     """The step's training examples (see the module docstring); raises NothingToLearn.
 
-    `options["grammar_mask"]` (default True): score advantages under the grammar's mask
+    `config.grammar_mask` (default True): score advantages under the grammar's mask
     (`grammar_masks`). `old_logprobs` stay raw (the IS ratio compares raw model
     probabilities, which is what the loss differentiates).
     """
+    config = config or SdpoConfig.from_settings(settings)
     demo_call = job.demonstration_call()
     demo = demonstration_tokens(policy, demo_call) if demo_call is not None else []
     has_correction = bool(job.correction and job.correction.strip())
@@ -399,8 +460,6 @@ def build_datums(policy: Any, job: SdpoJob, settings: Settings, **options: Any) 
     )
     t_prompt = teacher_prompt(policy, job.prompt_tokens, feedback)
     topk = settings.topk if settings.loss_mode == "topk" else 0
-    use_masks = bool(options.get("grammar_mask", True))
-    trust_region_rate = float(options.get("trust_region_rate", settings.teacher_update_rate))
 
     targets: list[tuple[list[int], list[float] | None]] = []
     if job.signal != "approved_retry" and job.tokens:
@@ -411,10 +470,13 @@ def build_datums(policy: Any, job: SdpoJob, settings: Settings, **options: Any) 
 
     datums = []
     for tokens, behaviour in targets:
-        masks = grammar_masks(policy, tokens) if use_masks else None
-        if hasattr(policy, "model"):
+        masks = grammar_masks(policy, tokens) if config.grammar_mask else None
+        if policy.scores_locally:
             raw = torch.log_softmax(
-                training.completion_logits(policy, job.prompt_tokens, tokens).float(), -1
+                training.completion_logits(
+                    cast("LocalPolicy", policy), job.prompt_tokens, tokens
+                ).float(),
+                -1,
             )
             raw_student = _pick(raw, tokens)
             student = _pick(_renormalise(raw, masks), tokens)
@@ -426,7 +488,7 @@ def build_datums(policy: Any, job: SdpoJob, settings: Settings, **options: Any) 
             tokens,
             teacher=settings.teacher,
             topk=topk,
-            trust_region_rate=trust_region_rate,
+            trust_region_rate=config.trust_region_rate,
             masks=masks,
         )
         datums.append(
@@ -453,27 +515,21 @@ def loss_name(settings: Settings) -> LossName:
 
 
 def sdpo_step(
-    policy: Any, job_payload: SdpoJob | dict[str, Any], settings: Settings, **options: Any
+    policy: Policy, job_payload: SdpoJob | dict[str, Any], settings: Settings, **options: Any
 ) -> TrainMetrics:
     """One SDPO step for one reviewer signal; returns the step's metrics.
 
-    `options`: `lr` (default settings.learning_rate), `trust_region_rate`, `grammar_mask`
-    (default True: advantages under the grammar's mask), and anything
-    `training.train_step` takes (`prefix_cache`, `max_grad_norm`, `alpha`). Raises
-    `NothingToLearn` when the job has neither a correction nor a demonstration.
+    `options` override `SdpoConfig.from_settings(settings)` field by field (`lr`,
+    `trust_region_rate`, `grammar_mask`, `max_grad_norm`, …); an unknown one is a
+    ValidationError. Raises `NothingToLearn` when the job has neither a correction nor a
+    demonstration.
     """
+    config = SdpoConfig.from_settings(settings, **options)
     job = job_payload if isinstance(job_payload, SdpoJob) else SdpoJob.model_validate(job_payload)
-    datums = build_datums(policy, job, settings, **options)
-    step_options = {
-        k: v for k, v in options.items() if k not in ("lr", "trust_region_rate", "grammar_mask")
-    }
-    step_options.setdefault("kl_coef", settings.kl_coef)
-    step_options.setdefault("clip_low", settings.is_clip_low)
-    step_options.setdefault("clip_high", settings.is_clip_high)
-    lr = float(options.get("lr", settings.learning_rate))
-    metrics = policy.train_step(datums, loss_name(settings), lr, **step_options)
+    datums = build_datums(policy, job, settings, config)
+    metrics = policy.train_step(datums, loss_name(settings), config.lr, **config.train_options())
     if settings.teacher == "ema":
-        update_ema_teacher(policy, settings.teacher_update_rate)
+        update_ema_teacher(cast("LocalPolicy", policy), settings.teacher_update_rate)
     log.info(
         "sdpo step on %s (%s): loss %.4f kl %.4f adv %.3f ratio %.3f in %.2fs",
         job.proposal_id,

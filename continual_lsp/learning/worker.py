@@ -35,6 +35,10 @@ thread) / `wait_job_async()` (asyncio), `alive`, `ensure_running()` (restarts a 
 worker; the running job it held is replayed), `stop()`. The agent loads the new version
 into its sampling policy with `policy.load_adapter(result["path"])` once `wait_job`
 returns.
+
+Over 500 lines on purpose: both sides of one process boundary (the spawned child and the
+parent's handle) share the events, the job results and the crash-replay rules above,
+which are kept honest by reading them together.
 """
 
 from __future__ import annotations
@@ -54,6 +58,10 @@ from pathlib import Path
 from typing import Any
 
 from continual_lsp.config import Settings
+from continual_lsp.learning.consolidate import run_consolidation_job
+from continual_lsp.policy.adapter_registry import AdapterRegistry, adapters_dir, version_name
+from continual_lsp.policy.base import Policy, TrainMetrics
+from continual_lsp.store.db import Store
 
 log = logging.getLogger(__name__)
 
@@ -64,13 +72,6 @@ PR_SET_PDEATHSIG = 1
 
 class WorkerError(RuntimeError):
     """The worker failed a job, or could not be kept running; the message says why."""
-
-
-def adapters_dir(settings: Settings, store_path: str | Path) -> Path:
-    """`settings.adapters_dir`, else `adapters/<user>` beside the store file."""
-    if settings.adapters_dir:
-        return Path(settings.adapters_dir).expanduser()
-    return Path(store_path).expanduser().parent / "adapters" / settings.user
 
 
 # -- child side -------------------------------------------------------------------------------
@@ -109,7 +110,7 @@ def _watch_parent(parent_pid: int, stop: Any) -> None:
     threading.Thread(target=watch, daemon=True, name="parent-watch").start()
 
 
-def _load_policy(settings: Settings, store: Any) -> Any:
+def _load_policy(settings: Settings, store: Store) -> Policy:
     """The configured backend's policy at the store's current weights (`sync_weights`)."""
     from continual_lsp.policy import make_policy
 
@@ -118,42 +119,37 @@ def _load_policy(settings: Settings, store: Any) -> Any:
     return policy
 
 
-def sync_weights(policy: Any, store: Any) -> None:
-    """Make the worker's weights the newest active adapter whose file matches its sha256.
+def _passed_over(adapter: dict[str, Any], problem: str) -> None:
+    log.error("adapter %s is unusable (%s); trying the one before", adapter["name"], problem)
+
+
+def sync_weights(policy: Policy, store: Store) -> None:
+    """Make the worker's weights the registry's newest intact adapter (the sampler's).
 
     Called at start and before every job: the reviewer may have reverted a version
     (`set_adapter_active(v, False)`) or consolidation may have added one since the last
     step, and the next step must build on what the sampler serves, not on the worker's
-    in-memory weights. A version that fails the check (edited, truncated, missing) is
-    skipped with an error in the log, as the agent's sampler does, so the worker does not
-    crash-loop on it. No usable version = the base model.
+    in-memory weights. A damaged version is passed over with an error in the log (the
+    agent sets it aside), so the worker does not crash-loop on it.
     """
-    from continual_lsp.policy import training
-
-    for adapter in reversed(store.adapters()):
-        if not adapter["active"]:
-            continue
-        if policy.adapter_version == adapter["name"]:
-            return
-        if getattr(policy, "backend", "local") != "local":
-            # A remote backend's versions live on its service, which checks them.
-            policy.load_adapter(adapter["name"])
-            return
-        try:
-            training.load_adapter(policy, adapter["path"], adapter["sha256"])
-        except (OSError, training.AdapterIntegrityError) as exc:
-            log.error("adapter %s is unusable (%s); trying the one before", adapter["name"], exc)
-            continue
-        policy.adapter_version = adapter["name"]
+    registry = AdapterRegistry(store)
+    adapter = registry.newest_intact(policy, _passed_over, served=policy.adapter_version)
+    if adapter is None:
+        if policy.adapter_version is not None:
+            registry.serve(policy, None)
+            log.info("worker continues from the base model")
+    elif adapter["name"] != policy.adapter_version:
+        registry.serve(policy, adapter)
         log.info("worker continues from adapter %s (v%s)", adapter["name"], adapter["version"])
-        return
-    if policy.adapter_version is not None:
-        policy.load_adapter("")  # "" = the base weights, on every backend
-        log.info("worker continues from the base model")
 
 
 def _save_version(
-    policy: Any, store: Any, directory: Path, job: dict[str, Any], metrics: Any, step: int
+    policy: Policy,
+    store: Store,
+    directory: Path,
+    job: dict[str, Any],
+    metrics: TrainMetrics,
+    step: int,
 ) -> dict[str, Any]:
     """Save the adapter as the next version, register it, return the job's result."""
     import shutil
@@ -162,7 +158,7 @@ def _save_version(
 
     known = store.adapters()
     version = (max((a["version"] for a in known), default=0)) + 1
-    name = f"v{version:04d}"
+    name = version_name(version)
     target = directory / name
     if target.exists() and not any(a["name"] == name for a in known):
         # Left by a crash between the save and add_adapter; this replay supersedes it.
@@ -171,11 +167,11 @@ def _save_version(
         os.replace(target, doomed)
         shutil.rmtree(doomed)
     parent = next((a["version"] for a in known if a["name"] == policy.adapter_version), None)
-    if getattr(policy, "backend", "local") == "local":
-        info = training.save_adapter(policy, name, directory)
-        policy.adapter_version = name
+    if policy.manages_versions:
+        info = policy.save_adapter(name)
     else:
-        info = policy.save_adapter(name)  # a remote backend tracks its own version
+        info = training.save_adapter(policy, name, directory)
+        policy.adapter_version = name  # type: ignore[misc]  # settable where not managed
     recorded = {
         "loss": metrics.loss,
         "kl": metrics.kl,
@@ -222,7 +218,7 @@ def _result(
     }
 
 
-def _already_done(store: Any, job: dict[str, Any]) -> dict[str, Any] | None:
+def _already_done(store: Store, job: dict[str, Any]) -> dict[str, Any] | None:
     """A replayed job whose adapter was registered before the crash: reuse that version."""
     for adapter in reversed(store.adapters()):
         if adapter["metrics"].get("jobId") == job["id"]:
@@ -240,7 +236,7 @@ def _already_done(store: Any, job: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def run_job(
-    policy: Any, store: Any, directory: Path, settings: Settings, job: dict[str, Any]
+    policy: Policy, store: Store, directory: Path, settings: Settings, job: dict[str, Any]
 ) -> dict[str, Any]:
     """One claimed job → one step (+ a saved version every `save_every` steps) → result."""
     from continual_lsp.learning.sdpo import NothingToLearn, SdpoJob, sdpo_step
@@ -266,8 +262,8 @@ def run_job(
 
 
 def handle_job(
-    policy: Any,
-    store: Any,
+    policy: Policy,
+    store: Store,
     directory: Path,
     settings: Settings,
     job: dict[str, Any],
@@ -284,8 +280,6 @@ def handle_job(
 
     try:
         if job["kind"] == "consolidate":
-            from continual_lsp.lanes.weights import run_consolidation_job
-
             sync_weights(policy, store)
             result = run_consolidation_job(policy, store, job, settings).model_dump()
         else:
@@ -302,11 +296,11 @@ def handle_job(
     store.finish_job(job["id"], result)
 
 
-def warm_for_next_job(policy: Any, job: dict[str, Any]) -> None:
+def warm_for_next_job(policy: Policy, job: dict[str, Any]) -> None:
     """Idle-time work after a step: the student's prompt K/V under the new weights
     (`training.warm_prefix`), so the next correction in this task trains sooner. Never
     raises: a failed warm-up costs only the time it would have saved."""
-    if getattr(policy, "backend", "local") != "local":
+    if not policy.scores_locally:
         return
     from continual_lsp.policy import training
 
@@ -334,7 +328,6 @@ def worker_main(
     with contextlib.suppress(OSError):
         os.nice(nice)
     from continual_lsp.policy import training
-    from continual_lsp.store import Store
 
     settings = Settings.model_validate(settings_data)
     store = Store(store_path)
@@ -388,7 +381,7 @@ class TrainingWorker:
         self._ready = self._ctx.Event()
         self._process: Any = None
         self._lock = threading.RLock()
-        self._store: Any = None
+        self._store: Store | None = None
 
     @property
     def adapters_dir(self) -> Path:
@@ -460,8 +453,6 @@ class TrainingWorker:
 
     def _job(self, job_id: int) -> dict[str, Any] | None:
         if self._store is None:
-            from continual_lsp.store import Store
-
             self._store = Store(self.store_path)
         return self._store.job(job_id)
 
@@ -485,26 +476,27 @@ class TrainingWorker:
         Restarts the worker if it died meanwhile. Call from a thread, not an event loop.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            result = self._check(job_id)
-            if result is not None:
-                return result
-            if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"training job {job_id} not done after {timeout} s")
+        while (result := self._poll(job_id, deadline, timeout)) is None:
             time.sleep(interval)
+        return result
 
     async def wait_job_async(
         self, job_id: int, timeout: float | None = None, interval: float = 0.05
     ) -> dict[str, Any]:
         """`wait_job` for an asyncio loop: polls the store between `asyncio.sleep`s."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            result = self._check(job_id)
-            if result is not None:
-                return result
-            if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"training job {job_id} not done after {timeout} s")
+        while (result := self._poll(job_id, deadline, timeout)) is None:
             await asyncio.sleep(interval)
+        return result
+
+    def _poll(
+        self, job_id: int, deadline: float | None, timeout: float | None
+    ) -> dict[str, Any] | None:
+        """The job's result once done, None while it runs, TimeoutError past `deadline`."""
+        result = self._check(job_id)
+        if result is None and deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError(f"training job {job_id} not done after {timeout} s")
+        return result
 
     def kill(self) -> None:
         """SIGKILL the worker (tests: a crash mid-step)."""

@@ -6,7 +6,7 @@ tinker futures). See DESIGN §3.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, TypedDict, Unpack, runtime_checkable
 
 from pydantic import BaseModel, Field
 
@@ -98,6 +98,21 @@ class TrainMetrics(BaseModel):
     tokens: int = 0
 
 
+class TrainOptions(TypedDict, total=False):
+    """What `Policy.train_step` may be told besides the batch, the loss and the rate.
+
+    Every backend names the options it honours in its signature, so one it does not know
+    is a TypeError, never silently dropped.
+    """
+
+    kl_coef: float  # weight of the per-token KL to the base model
+    clip_low: float  # importance-ratio clamp
+    clip_high: float
+    max_grad_norm: float | None  # None: no clipping
+    alpha: float  # local: scale of the policy-gradient term
+    prefix_cache: bool  # local: score the prompt once, without gradients
+
+
 class AdapterInfo(BaseModel):
     name: str
     path: str
@@ -125,11 +140,25 @@ class Renderer(Protocol):
 
 @runtime_checkable
 class Policy(Protocol):
-    backend: str
+    backend: str  # a name for logs and status; behaviour follows the capabilities below
     model_name: str
+    # The weights live in this process: full distributions (a top-k teacher, the decoding
+    # grammar's masks, EMA and trust-region teachers) and a warm prompt cache are at hand.
+    # Otherwise only `logprobs` / `reference_logprobs` of given tokens.
+    scores_locally: bool
+    # The backend names and keeps adapter versions itself (`save_adapter` returns its own
+    # path, `load_adapter` takes that name, it checks them). Otherwise the caller writes
+    # version files under its adapters folder and checks their sha256 before loading.
+    manages_versions: bool
 
     @property
     def renderer(self) -> Renderer: ...
+
+    @property
+    def tokenizer(self) -> Any:
+        """The base model's tokenizer (`encode`, `decode`, `apply_chat_template`): SDPO
+        splices the teacher's turn into the student's prompt with it."""
+        ...
 
     @property
     def adapter_version(self) -> str | None: ...
@@ -149,8 +178,19 @@ class Policy(Protocol):
         """Current weights' logprob of each completion token given the prompt."""
         ...
 
+    def reference_logprobs(
+        self, prompt_tokens: list[int], completion_tokens: list[int]
+    ) -> list[float]:
+        """The same under the frozen base model (no adapter): the drift reference."""
+        ...
+
+    @property
+    def context_window(self) -> int:
+        """Tokens of prompt and completion together the model reads."""
+        ...
+
     def train_step(
-        self, batch: list[Datum], loss: LossName, lr: float, **options: Any
+        self, batch: list[Datum], loss: LossName, lr: float, **options: Unpack[TrainOptions]
     ) -> TrainMetrics: ...
 
     def save_adapter(self, name: str) -> AdapterInfo: ...

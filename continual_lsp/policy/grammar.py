@@ -19,6 +19,9 @@ what `Policy.logprobs()` computes with one plain forward pass over prompt + comp
 so sampling-time and scoring-time logprobs agree (SDPO's importance ratios and
 advantages rely on it) and the trainer gets a value for every completion token. The
 sampling distribution itself (mask, temperature) is deliberately not what is recorded.
+
+Over 500 lines on purpose: the grammar, its masks and both decoding loops (one call, a
+batch of candidates) share the matcher and prompt-cache rules described here.
 """
 
 from __future__ import annotations

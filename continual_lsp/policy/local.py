@@ -18,13 +18,13 @@ import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
-import platformdirs
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 
 from continual_lsp.config import Settings
+from continual_lsp.policy.adapter_registry import adapters_dir
 from continual_lsp.policy.base import (
     AdapterInfo,
     Completion,
@@ -33,6 +33,7 @@ from continual_lsp.policy.base import (
     LossName,
     SampleParams,
     TrainMetrics,
+    TrainOptions,
 )
 from continual_lsp.policy.grammar import (
     PromptCache,
@@ -46,15 +47,6 @@ from continual_lsp.policy.grammar import (
 from continual_lsp.policy.model_files import load_model_and_tokenizer
 from continual_lsp.policy.render import ChatMLRenderer
 from continual_lsp.tools.base import TOOL_NAMES
-
-
-def default_adapters_dir(settings: Settings) -> Path:
-    """`settings.adapters_dir`, else an `adapters/<user>` folder beside the store."""
-    if settings.adapters_dir:
-        return Path(settings.adapters_dir).expanduser()
-    if settings.store_path:
-        return Path(settings.store_path).expanduser().parent / "adapters" / settings.user
-    return Path(platformdirs.user_data_dir("continual-lsp")) / "adapters" / settings.user
 
 
 def torch_threads() -> int:
@@ -85,6 +77,8 @@ class LocalPolicy:
     """
 
     backend: str = "local"
+    scores_locally: bool = True
+    manages_versions: bool = False  # version files are written and checked by the caller
 
     def __init__(
         self, settings: Settings, model_and_tokenizer: tuple[Any, Any] | None = None
@@ -126,7 +120,7 @@ class LocalPolicy:
         self.prompt_cache = PromptCache()
         # One sampler at a time: the prompt cache is shared state.
         self._lock = threading.Lock()
-        self.adapters_dir: Path = default_adapters_dir(settings)
+        self.adapters_dir: Path = adapters_dir(settings)
 
     # -- Policy protocol: identity ---------------------------------------------------------
 
@@ -262,7 +256,7 @@ class LocalPolicy:
     # -- training and adapters (training.py) -----------------------------------------------
 
     def train_step(
-        self, batch: list[Datum], loss: LossName, lr: float, **options: Any
+        self, batch: list[Datum], loss: LossName, lr: float, **options: Unpack[TrainOptions]
     ) -> TrainMetrics:
         from continual_lsp.policy import training
 

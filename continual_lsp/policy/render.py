@@ -26,7 +26,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from continual_lsp.policy.base import Message
+from continual_lsp.text import clip
 from continual_lsp.tools.base import ARG_MODELS, TOOL_NAMES, ToolCall, ToolResult, tool_schema
+
+# How much of a malformed completion an error message shows.
+SHOWN_CHARS = 120
 
 SYSTEM_INSTRUCTION = (
     "You are a coding agent working in the user's repository. Each turn, reply with exactly "
@@ -212,10 +216,12 @@ class ChatMLRenderer(TokenizerText):
         try:
             value, end = json.JSONDecoder().raw_decode(body)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"the tool call is not valid JSON ({exc}): {_clip(body)}") from exc
+            raise ValueError(
+                f"the tool call is not valid JSON ({exc}): {clip(body, SHOWN_CHARS)}"
+            ) from exc
         if body[end:].strip():
             raise ValueError(
-                f"expected exactly one tool call, found text after it: {_clip(body[end:])}"
+                f"expected exactly one tool call, found text after it: {clip(body[end:], SHOWN_CHARS)}"
             )
         if not isinstance(value, dict):
             raise ValueError(f"the tool call must be a JSON object, got {type(value).__name__}")
@@ -239,7 +245,3 @@ class ChatMLRenderer(TokenizerText):
             )
             raise ValueError(f"invalid arguments for {tool}: {problems}") from exc
         return ToolCall(tool=tool, arguments=canonical)
-
-
-def _clip(text: str, limit: int = 120) -> str:
-    return text if len(text) <= limit else text[:limit] + "…"

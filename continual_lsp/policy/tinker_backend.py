@@ -37,6 +37,9 @@ overload) raises `BackendUnavailable` with a message for the reviewer; the calle
 decision queued and retries later. The SDK itself retries connection errors for up to five
 minutes, so every wait here carries its own deadline and the connection is probed first
 with the SDK's raw client, retries off.
+
+Over 500 lines on purpose: the derivation above and the datum building that implements
+it stay in one file, next to the one class that holds the remote clients under one lock.
 """
 
 from __future__ import annotations
@@ -138,6 +141,22 @@ class TinkerBatch:
     kl_terms: list[list[float]]  # per datum, log π_old − log π_ref (empty: no KL folded)
 
 
+def _advantages(
+    datum: Datum, loss: LossName, old: list[float], ref: Sequence[float] | None, kl_coef: float
+) -> tuple[list[float], list[float], list[float]]:
+    """(policy-gradient advantages, the same with the KL folded in, the KL term per token)."""
+    n = len(datum.completion_tokens)
+    if loss != "importance_sampling":  # cross_entropy: −w·log π is the surrogate with adv 1
+        return [1.0] * n, [1.0] * n, []
+    if len(datum.advantages) != n:
+        raise ValueError(f"importance_sampling needs {n} advantages, got {len(datum.advantages)}")
+    pg_adv = list(datum.advantages)
+    if kl_coef > 0 and ref is not None:
+        kl_term = [o - r for o, r in zip(old, ref, strict=True)]
+        return pg_adv, fold_kl(pg_adv, old, ref, kl_coef), kl_term
+    return pg_adv, pg_adv, []
+
+
 def build_tinker_batch(
     batch: Sequence[Datum],
     loss: LossName,
@@ -191,21 +210,8 @@ def build_tinker_batch(
         )
         if use_ratio and len(old) != n:
             raise ValueError(f"datum {i}: {len(old)} old logprobs for {n} completion tokens")
-        kl_term: list[float] = []
-        if loss == "importance_sampling":
-            if len(datum.advantages) != n:
-                raise ValueError(
-                    f"importance_sampling needs {n} advantages, got {len(datum.advantages)}"
-                )
-            pg_adv = list(datum.advantages)
-            ref = ref_logprobs[i] if ref_logprobs is not None else None
-            folded = pg_adv
-            if kl_coef > 0 and ref is not None:
-                kl_term = [o - r for o, r in zip(old, ref, strict=True)]
-                folded = fold_kl(pg_adv, old, ref, kl_coef)
-        else:  # cross_entropy: −w·log π is the surrogate with advantage 1
-            pg_adv = [1.0] * n
-            folded = pg_adv
+        ref = ref_logprobs[i] if ref_logprobs is not None else None
+        pg_adv, folded, kl_term = _advantages(datum, loss, old, ref, kl_coef)
         full = [*datum.prompt_tokens, *datum.completion_tokens]
         pad = [0.0] * (p - 1)
         if use_ratio:
@@ -309,24 +315,32 @@ def as_unavailable(exc: BaseException, what: str, base_url: str) -> BackendUnava
 
     if isinstance(exc, BackendUnavailable):
         return exc
-    if isinstance(exc, TimeoutError | tinker.APITimeoutError):
-        return BackendUnavailable(
-            f"Tinker did not answer in time while {what} ({base_url}); the step stays queued"
-        )
-    if isinstance(exc, tinker.APIConnectionError):
-        return BackendUnavailable(
-            f"cannot reach the Tinker service at {base_url} while {what}: {_describe(exc)}"
-        )
-    if isinstance(exc, tinker.AuthenticationError | tinker.PermissionDeniedError):
-        return BackendUnavailable(
-            f"Tinker rejected the API key while {what}: check TINKER_API_KEY ({_describe(exc)})"
-        )
-    if isinstance(exc, tinker.BillingError):
-        return BackendUnavailable(
-            f"Tinker refused the request for billing reasons while {what}: {_describe(exc)}"
-        )
-    if isinstance(exc, tinker.RateLimitError | tinker.InternalServerError):
-        return BackendUnavailable(f"Tinker is overloaded or failing while {what}: {_describe(exc)}")
+    # What each SDK failure tells the reviewer ({what}: the operation, {why}: the cause).
+    meanings: list[tuple[tuple[type[BaseException], ...], str]] = [
+        (
+            (TimeoutError, tinker.APITimeoutError),
+            "Tinker did not answer in time while {what} ({url}); the step stays queued",
+        ),
+        (
+            (tinker.APIConnectionError,),
+            "cannot reach the Tinker service at {url} while {what}: {why}",
+        ),
+        (
+            (tinker.AuthenticationError, tinker.PermissionDeniedError),
+            "Tinker rejected the API key while {what}: check TINKER_API_KEY ({why})",
+        ),
+        (
+            (tinker.BillingError,),
+            "Tinker refused the request for billing reasons while {what}: {why}",
+        ),
+        (
+            (tinker.RateLimitError, tinker.InternalServerError),
+            "Tinker is overloaded or failing while {what}: {why}",
+        ),
+    ]
+    for kinds, message in meanings:
+        if isinstance(exc, kinds):
+            return BackendUnavailable(message.format(what=what, url=base_url, why=_describe(exc)))
     if type(exc) is tinker.TinkerError:  # the SDK's own "no credentials" / bad key format
         return BackendUnavailable(
             f"no usable Tinker API key: {exc}. Set TINKER_API_KEY (keys start with 'tml-')."
@@ -480,6 +494,8 @@ class TinkerPolicy:
     """
 
     backend: str = "tinker"
+    scores_locally: bool = False
+    manages_versions: bool = True  # versions are checkpoints on the service
 
     def __init__(
         self,
@@ -544,7 +560,7 @@ class TinkerPolicy:
                 "backend=tinker: model %s is local-only; using %s", model, DEFAULT_TINKER_MODEL
             )
             model = DEFAULT_TINKER_MODEL
-        from continual_lsp.policy.local import default_adapters_dir
+        from continual_lsp.policy.adapter_registry import adapters_dir
 
         kwargs: dict[str, Any] = {
             "rank": settings.lora_rank,
@@ -553,7 +569,7 @@ class TinkerPolicy:
             "kl_coef": settings.kl_coef,
             "clip_low": settings.is_clip_low,
             "clip_high": settings.is_clip_high,
-            "adapters_dir": default_adapters_dir(settings),
+            "adapters_dir": adapters_dir(settings),
         }
         kwargs.update(overrides)
         return cls(model, **kwargs)
@@ -666,6 +682,11 @@ class TinkerPolicy:
         return self._adapter_version
 
     @property
+    def context_window(self) -> int:
+        """Tinker does not report one: the 8192 tokens the agent has always budgeted."""
+        return 8192
+
+    @property
     def tokenizer(self) -> Any:
         """The base model's tokenizer (learning/sdpo.py splices the teacher turn with it)."""
         return self.renderer.tokenizer
@@ -770,57 +791,34 @@ class TinkerPolicy:
     # -- training --------------------------------------------------------------------------
 
     def train_step(
-        self, batch: list[Datum], loss: LossName, lr: float, **options: Any
+        self,
+        batch: list[Datum],
+        loss: LossName,
+        lr: float,
+        *,
+        kl_coef: float | None = None,
+        clip_low: float | None = None,
+        clip_high: float | None = None,
+        max_grad_norm: float | None = 1.0,
     ) -> TrainMetrics:
         """One SDPO step: datums → forward_backward(cispo) + optim_step → fresh sampler.
 
-        Options as the local `train_step`: `kl_coef`, `clip_low`, `clip_high`,
-        `max_grad_norm` (Tinker's `grad_clip_norm`). Adam matches torch's AdamW defaults
-        (β=(0.9, 0.999), eps 1e-8, no weight decay) so a learning rate means the same on both
-        backends. Both requests are submitted before either is awaited, so they queue
-        together on the server.
+        Options as the local `train_step` (None: this policy's own): `kl_coef`,
+        `clip_low`, `clip_high`, `max_grad_norm` (Tinker's `grad_clip_norm`); the local
+        backend's `alpha` and `prefix_cache` have no meaning here and are refused. Adam
+        matches torch's AdamW defaults (β=(0.9, 0.999), eps 1e-8, no weight decay) so a
+        learning rate means the same on both backends. Both requests are submitted before
+        either is awaited, so they queue together on the server.
         """
         import tinker
 
         self._require()
         start = time.perf_counter()
-        kl_coef = float(options.get("kl_coef", self.kl_coef))
-        clip_low = float(options.get("clip_low", self.clip_low))
-        clip_high = float(options.get("clip_high", self.clip_high))
-        max_grad_norm = options.get("max_grad_norm", 1.0)
+        kl_coef = float(self.kl_coef if kl_coef is None else kl_coef)
+        clip_low = float(self.clip_low if clip_low is None else clip_low)
+        clip_high = float(self.clip_high if clip_high is None else clip_high)
         with self._lock:
-            # Old logprobs for datums that came without (on-policy: current weights) and
-            # reference logprobs for the KL, all submitted at once, then awaited.
-            need_old = loss == "importance_sampling" or any(d.old_logprobs for d in batch)
-            old_futures = [
-                self._submit_score(self._sampling, d.prompt_tokens, d.completion_tokens)
-                if need_old and not d.old_logprobs and d.completion_tokens
-                else None
-                for d in batch
-            ]
-            ref_futures = [
-                self._submit_score(self._reference, d.prompt_tokens, d.completion_tokens)
-                if loss == "importance_sampling" and kl_coef > 0 and d.completion_tokens
-                else None
-                for d in batch
-            ]
-
-            def gather(futures: list[Any]) -> list[list[float] | None]:
-                out: list[list[float] | None] = []
-                for datum, fut in zip(batch, futures, strict=True):
-                    if fut is None:
-                        out.append(None)
-                        continue
-                    values = fut.result(timeout=self.request_timeout_s)
-                    out.append(
-                        completion_logprobs(
-                            values, len(datum.prompt_tokens), len(datum.completion_tokens)
-                        )
-                    )
-                return out
-
-            olds = self._call(lambda: gather(old_futures), "scoring the proposal")
-            refs = self._call(lambda: gather(ref_futures), "scoring the reference")
+            olds, refs = self._step_scores(batch, loss, kl_coef)
             tb = build_tinker_batch(
                 batch,
                 loss,
@@ -866,6 +864,43 @@ class TinkerPolicy:
             clip_high=clip_high,
             seconds=time.perf_counter() - start,
         )
+
+    def _step_scores(
+        self, batch: list[Datum], loss: LossName, kl_coef: float
+    ) -> tuple[list[list[float] | None], list[list[float] | None]]:
+        """Old logprobs for datums that came without (on-policy: the current weights) and
+        reference logprobs for the KL, all submitted at once, then awaited."""
+        need_old = loss == "importance_sampling" or any(d.old_logprobs for d in batch)
+        old_futures = [
+            self._submit_score(self._sampling, d.prompt_tokens, d.completion_tokens)
+            if need_old and not d.old_logprobs and d.completion_tokens
+            else None
+            for d in batch
+        ]
+        ref_futures = [
+            self._submit_score(self._reference, d.prompt_tokens, d.completion_tokens)
+            if loss == "importance_sampling" and kl_coef > 0 and d.completion_tokens
+            else None
+            for d in batch
+        ]
+
+        def gather(futures: list[Any]) -> list[list[float] | None]:
+            out: list[list[float] | None] = []
+            for datum, fut in zip(batch, futures, strict=True):
+                if fut is None:
+                    out.append(None)
+                    continue
+                values = fut.result(timeout=self.request_timeout_s)
+                out.append(
+                    completion_logprobs(
+                        values, len(datum.prompt_tokens), len(datum.completion_tokens)
+                    )
+                )
+            return out
+
+        olds = self._call(lambda: gather(old_futures), "scoring the proposal")
+        refs = self._call(lambda: gather(ref_futures), "scoring the reference")
+        return olds, refs
 
     # -- adapters --------------------------------------------------------------------------
 

@@ -32,11 +32,13 @@ from typing import Any, Protocol
 
 from continual_lsp.policy.base import Message
 from continual_lsp.policy.render import (
+    SHOWN_CHARS,
     TokenizerText,
     call_text,
     canonical_arguments,
     default_system_prompt,
 )
+from continual_lsp.text import clip
 from continual_lsp.tools.base import ARG_MODELS, TOOL_NAMES, ToolCall, tool_schema
 
 log = logging.getLogger(__name__)
@@ -125,14 +127,16 @@ def parse_call_text(text: str) -> ToolCall:
         raise ValueError("no tool call: the completion is empty")
     start = body.find("{")
     if start < 0:
-        raise ValueError(f"no tool call in the completion: {_clip(body)}")
+        raise ValueError(f"no tool call in the completion: {clip(body, SHOWN_CHARS)}")
     try:
         value, end = json.JSONDecoder().raw_decode(body[start:])
     except json.JSONDecodeError as exc:
-        raise ValueError(f"the tool call is not valid JSON ({exc}): {_clip(body)}") from exc
+        raise ValueError(
+            f"the tool call is not valid JSON ({exc}): {clip(body, SHOWN_CHARS)}"
+        ) from exc
     if body[start + end :].strip():
         raise ValueError(
-            f"expected exactly one tool call, found text after it: {_clip(body[start + end :])}"
+            f"expected exactly one tool call, found text after it: {clip(body[start + end :], SHOWN_CHARS)}"
         )
     if not isinstance(value, dict):
         raise ValueError(f"the tool call must be a JSON object, got {type(value).__name__}")
@@ -141,10 +145,6 @@ def parse_call_text(text: str) -> ToolCall:
     if "name" in value:
         return validated_call(value["name"], value.get("arguments", value.get("parameters", {})))
     raise ValueError('the tool call names no tool (expected a "name" or "tool" key)')
-
-
-def _clip(text: str, limit: int = 120) -> str:
-    return text if len(text) <= limit else text[:limit] + "…"
 
 
 def _canonical_or_none(content: str) -> ToolCall | None:

@@ -1,7 +1,7 @@
 """LoRA training for the local backend: `train_step`, prefix KV caching, adapter files.
 
 Everything here works on any object with `.model` (a peft `PeftModel` whose trainable
-adapter is `"default"`), `.tokenizer` and optionally `.adapter_version` — `LocalPolicy`
+adapter is `"default"`) and `.adapter_version` (`LoraHolder`) — `LocalPolicy`
 delegates its `train_step` / `save_adapter` / `load_adapter` here.
 
 **Cost: the prompt is never backpropagated.** A step scores completions of ~30–100
@@ -37,6 +37,10 @@ Adapter files: `save_adapter` writes `<dir>/<name>/adapter_model.safetensors` (+
 `adapter_config.json`) into a hidden `.partial-*` directory, fsyncs, then renames it into
 place, so a version directory either exists complete or not at all. `load_adapter`
 copies the weights into the live peft model (no base reload) and checks the sha256.
+
+Over 500 lines on purpose: the step, its prefix cache, the optimizers and the adapter
+files all share the per-policy `TrainState` (cache generations, optimizer resets on
+load), which a split would have to expose.
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from safetensors.torch import load as load_safetensors_bytes
@@ -74,6 +78,17 @@ REFERENCE = "reference"  # pseudo adapter name: all adapters disabled (the froze
 
 class AdapterIntegrityError(RuntimeError):
     """An adapter file does not match its recorded sha256, or does not fit the model."""
+
+
+class LoraHolder(Protocol):
+    """What this module trains, saves and loads: `LocalPolicy`, or a toy model in tests.
+
+    `model` is a peft `PeftModel` whose trainable adapter is `TRAINED_ADAPTER`;
+    `adapter_version` names the version its weights were last saved as or loaded from.
+    """
+
+    model: Any
+    adapter_version: str | None
 
 
 # -- per-policy training state ------------------------------------------------------------
@@ -117,7 +132,7 @@ class TrainState:
 _STATE_ATTR = "_continual_lsp_train_state"
 
 
-def train_state(policy: Any) -> TrainState:
+def train_state(policy: LoraHolder) -> TrainState:
     state = getattr(policy, _STATE_ATTR, None)
     if state is None:
         state = TrainState()
@@ -125,7 +140,7 @@ def train_state(policy: Any) -> TrainState:
     return state
 
 
-def invalidate_prefix_cache(policy: Any) -> None:
+def invalidate_prefix_cache(policy: LoraHolder) -> None:
     """Call after changing the adapter weights by any route other than this module."""
     train_state(policy).bump()
 
@@ -203,7 +218,7 @@ def _forward(model: Any, tokens: list[int], cache: Any, keep: int) -> tuple[torc
     return out.logits[0], new_cache
 
 
-def prefix_cache(policy: Any, tokens: list[int], weights: str = TRAINED_ADAPTER) -> Any:
+def prefix_cache(policy: LoraHolder, tokens: list[int], weights: str = TRAINED_ADAPTER) -> Any:
     """A KV cache holding `tokens` under `weights`, computed without gradients.
 
     Reuses the longest cached common prefix computed under the same weights (and, for the
@@ -249,7 +264,7 @@ def prefix_cache(policy: Any, tokens: list[int], weights: str = TRAINED_ADAPTER)
     return _new_cache(layers, len(key))
 
 
-def warm_prefix(policy: Any, prompt_tokens: list[int]) -> None:
+def warm_prefix(policy: LoraHolder, prompt_tokens: list[int]) -> None:
     """Compute the student's K/V of `prompt_tokens` under the current weights, ahead of use.
 
     A step changes the weights, so the next step must re-read its whole prompt before it
@@ -279,7 +294,7 @@ def _evict(state: TrainState) -> None:
 
 
 def completion_logits(
-    policy: Any,
+    policy: LoraHolder,
     prompt_tokens: list[int],
     completion_tokens: list[int],
     weights: str = TRAINED_ADAPTER,
@@ -308,7 +323,7 @@ def completion_logits(
 
 
 def token_logprobs(
-    policy: Any,
+    policy: LoraHolder,
     prompt_tokens: list[int],
     completion_tokens: list[int],
     weights: str = TRAINED_ADAPTER,
@@ -322,7 +337,7 @@ def token_logprobs(
 
 
 def kl_to_reference(
-    policy: Any, prompt_tokens: list[int], completion_tokens: list[int]
+    policy: LoraHolder, prompt_tokens: list[int], completion_tokens: list[int]
 ) -> list[float]:
     """Exact full-vocab KL(π ‖ π_ref) at each completion position, current weights."""
     student = completion_logits(policy, prompt_tokens, completion_tokens)
@@ -347,7 +362,7 @@ def trainable_parameters(model: Any) -> list[torch.nn.Parameter]:
     return params
 
 
-def _optimizer(policy: Any, lr: float) -> torch.optim.Optimizer:
+def _optimizer(policy: LoraHolder, lr: float) -> torch.optim.Optimizer:
     state = train_state(policy)
     opt = state.optimizers.get(lr)
     if opt is None:
@@ -359,7 +374,7 @@ def _optimizer(policy: Any, lr: float) -> torch.optim.Optimizer:
 
 
 def train_step(
-    policy: Any,
+    policy: LoraHolder,
     batch: list[Datum],
     loss: LossName,
     lr: float,
@@ -370,7 +385,6 @@ def train_step(
     alpha: float = 1.0,
     max_grad_norm: float | None = 1.0,
     prefix_cache: bool = True,
-    **_ignored: Any,
 ) -> TrainMetrics:
     """One AdamW step on the LoRA adapter over `batch`; returns the step's metrics.
 
@@ -402,62 +416,10 @@ def train_step(
 
     sums = {"loss": 0.0, "kl": 0.0, "adv": 0.0, "ratio": 0.0, "clipped": 0.0}
     for datum in batch:
-        n = len(datum.completion_tokens)
-        if n == 0:
-            continue
-        _check_datum(datum, loss)
-        logits = completion_logits(
-            policy,
-            datum.prompt_tokens,
-            datum.completion_tokens,
-            grad=True,
-            use_prefix_cache=prefix_cache,
-        )
-        device = logits.device
-        ids = torch.tensor(datum.completion_tokens, dtype=torch.long, device=device)
-        logp = losses.selective_log_softmax(logits, ids)
-        old = (
-            torch.tensor(datum.old_logprobs, dtype=torch.float32, device=device)
-            if datum.old_logprobs
-            else logp.detach()
-        )
-        adv = (
-            torch.tensor(datum.advantages, dtype=torch.float32, device=device)
-            if datum.advantages
-            else torch.zeros(n, device=device)
-        )
-        terms = losses.clamped_is_surrogate(logp, old, adv, clip_low, clip_high)
-        if loss == "importance_sampling":
-            per_token = terms.loss
-        elif loss == "cross_entropy":
-            per_token = terms.weight * losses.cross_entropy(logp)
-        else:  # topk_distill
-            topk_ids = torch.tensor(datum.teacher_topk_ids, dtype=torch.long, device=device)
-            topk_lps = torch.tensor(datum.teacher_topk_logprobs, dtype=torch.float32, device=device)
-            per_token = terms.weight * losses.topk_tail_distill(logits, topk_ids, topk_lps, alpha)
-        if datum.loss_weights is not None:
-            per_token = per_token * torch.tensor(
-                datum.loss_weights, dtype=per_token.dtype, device=device
-            )
-        if kl_coef > 0:
-            reference = completion_logits(
-                policy,
-                datum.prompt_tokens,
-                datum.completion_tokens,
-                REFERENCE,
-                use_prefix_cache=prefix_cache,
-            )
-            kl = losses.full_kl(logits, reference)
-            per_token = per_token + kl_coef * kl
-            sums["kl"] += float(kl.detach().sum())
-        # Sum / total tokens of the batch, backpropagated datum by datum: the same gradient
-        # as one batched mean, with one datum's activations alive at a time.
-        datum_loss = per_token.sum() / total
-        datum_loss.backward()
-        sums["loss"] += float(datum_loss.detach())
-        sums["adv"] += float(adv.sum())
-        sums["ratio"] += float(terms.ratio.sum())
-        sums["clipped"] += float(terms.clipped.float().sum())
+        if datum.completion_tokens:
+            _check_datum(datum, loss)
+            clip = (clip_low, clip_high)
+            _backward(policy, datum, loss, total, sums, kl_coef, clip, alpha, prefix_cache)
 
     if not math.isfinite(sums["loss"]):
         opt.zero_grad(set_to_none=True)
@@ -480,6 +442,72 @@ def train_step(
     )
 
 
+def _backward(
+    policy: LoraHolder,
+    datum: Datum,
+    loss: LossName,
+    total: int,
+    sums: dict[str, float],
+    kl_coef: float,
+    clip: tuple[float, float],
+    alpha: float,
+    prefix_cache: bool,
+) -> None:
+    """Backpropagate one datum's share of the batch loss; add its numbers to `sums`.
+
+    Sum / total tokens of the batch, datum by datum: the same gradient as one batched
+    mean, with one datum's activations alive at a time.
+    """
+    n = len(datum.completion_tokens)
+    logits = completion_logits(
+        policy,
+        datum.prompt_tokens,
+        datum.completion_tokens,
+        grad=True,
+        use_prefix_cache=prefix_cache,
+    )
+    device = logits.device
+    ids = torch.tensor(datum.completion_tokens, dtype=torch.long, device=device)
+    logp = losses.selective_log_softmax(logits, ids)
+    old = (
+        torch.tensor(datum.old_logprobs, dtype=torch.float32, device=device)
+        if datum.old_logprobs
+        else logp.detach()
+    )
+    adv = (
+        torch.tensor(datum.advantages, dtype=torch.float32, device=device)
+        if datum.advantages
+        else torch.zeros(n, device=device)
+    )
+    terms = losses.clamped_is_surrogate(logp, old, adv, *clip)
+    if loss == "importance_sampling":
+        per_token = terms.loss
+    elif loss == "cross_entropy":
+        per_token = terms.weight * losses.cross_entropy(logp)
+    else:  # topk_distill
+        topk_ids = torch.tensor(datum.teacher_topk_ids, dtype=torch.long, device=device)
+        topk_lps = torch.tensor(datum.teacher_topk_logprobs, dtype=torch.float32, device=device)
+        per_token = terms.weight * losses.topk_tail_distill(logits, topk_ids, topk_lps, alpha)
+    if datum.loss_weights is not None:
+        per_token = per_token * torch.tensor(
+            datum.loss_weights, dtype=per_token.dtype, device=device
+        )
+    if kl_coef > 0:
+        prompt, completion = datum.prompt_tokens, datum.completion_tokens
+        reference = completion_logits(
+            policy, prompt, completion, REFERENCE, use_prefix_cache=prefix_cache
+        )
+        kl = losses.full_kl(logits, reference)
+        per_token = per_token + kl_coef * kl
+        sums["kl"] += float(kl.detach().sum())
+    datum_loss = per_token.sum() / total
+    datum_loss.backward()
+    sums["loss"] += float(datum_loss.detach())
+    sums["adv"] += float(adv.sum())
+    sums["ratio"] += float(terms.ratio.sum())
+    sums["clipped"] += float(terms.clipped.float().sum())
+
+
 def _check_datum(datum: Datum, loss: LossName) -> None:
     n = len(datum.completion_tokens)
     if datum.old_logprobs and len(datum.old_logprobs) != n:
@@ -498,7 +526,7 @@ def _check_datum(datum: Datum, loss: LossName) -> None:
 # -- adapter files --------------------------------------------------------------------------
 
 
-def adapter_state(policy: Any, adapter: str = TRAINED_ADAPTER) -> dict[str, torch.Tensor]:
+def adapter_state(policy: LoraHolder, adapter: str = TRAINED_ADAPTER) -> dict[str, torch.Tensor]:
     """The adapter's tensors under peft's portable keys (no adapter name), detached copies."""
     from peft import get_peft_model_state_dict
 
@@ -507,7 +535,7 @@ def adapter_state(policy: Any, adapter: str = TRAINED_ADAPTER) -> dict[str, torc
 
 
 def set_adapter_state(
-    policy: Any, state: dict[str, torch.Tensor], adapter: str = TRAINED_ADAPTER
+    policy: LoraHolder, state: dict[str, torch.Tensor], adapter: str = TRAINED_ADAPTER
 ) -> None:
     """Copy `state` into the live adapter; every LoRA tensor must be present and fit."""
     from peft import set_peft_model_state_dict
@@ -540,7 +568,7 @@ def _fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
-def save_adapter(policy: Any, name: str, directory: str | Path) -> AdapterInfo:
+def save_adapter(policy: LoraHolder, name: str, directory: str | Path) -> AdapterInfo:
     """Write the trained adapter as version `name` under `directory`, atomically.
 
     The files go to a hidden `.partial-*` sibling first and are fsynced; one `os.replace`
@@ -583,15 +611,15 @@ def companion_file(adapter: str) -> str:
     return f"{adapter}.safetensors"
 
 
-def _companions(policy: Any) -> list[str]:
+def _companions(policy: LoraHolder) -> list[str]:
     """Adapters beside the trained one (the EMA teacher), by peft name."""
     return [a for a in policy.model.peft_config if a != TRAINED_ADAPTER]
 
 
-def saved_companion(policy: Any, adapter: str) -> dict[str, torch.Tensor] | None:
+def saved_companion(policy: LoraHolder, adapter: str) -> dict[str, torch.Tensor] | None:
     """`adapter`'s weights saved with the version the policy has loaded, if any."""
-    version = getattr(policy, "adapter_version", None)
-    directory = getattr(policy, "adapters_dir", None)
+    version = policy.adapter_version
+    directory = getattr(policy, "adapters_dir", None)  # a toy model keeps no versions
     if not version or directory is None:
         return None
     return _read_companion(Path(directory) / version / companion_file(adapter))
@@ -610,7 +638,7 @@ def _read_companion(file: Path) -> dict[str, torch.Tensor] | None:
 
 
 @torch.no_grad()
-def _sync_companions(policy: Any, version_dir: Path | None) -> None:
+def _sync_companions(policy: LoraHolder, version_dir: Path | None) -> None:
     """After the trained adapter changed wholesale (load, revert): each companion takes
     the weights saved with that version, else a copy of the trained adapter."""
     for adapter in _companions(policy):
@@ -635,7 +663,7 @@ def _adapter_file(path: str | Path) -> Path:
     return path / ADAPTER_FILE if path.is_dir() else path
 
 
-def load_adapter(policy: Any, path: str | Path, sha256: str | None = None) -> None:
+def load_adapter(policy: LoraHolder, path: str | Path, sha256: str | None = None) -> None:
     """Load adapter weights from a version directory (or its safetensors file) in place.
 
     The base model is not reloaded: the tensors are copied into the existing LoRA
@@ -654,12 +682,10 @@ def load_adapter(policy: Any, path: str | Path, sha256: str | None = None) -> No
         set_adapter_state(policy, state)
     _sync_companions(policy, file.parent)
     train_state(policy).bump(reset_optimizers=True)
-    if hasattr(policy, "adapter_version"):
-        with contextlib.suppress(AttributeError):
-            policy.adapter_version = file.parent.name
+    policy.adapter_version = file.parent.name
 
 
-def reset_adapter(policy: Any) -> None:
+def reset_adapter(policy: LoraHolder) -> None:
     """Back to the base model: zero every LoRA B matrix (the adapter's initial state)."""
     with torch.no_grad():
         for name, param in policy.model.named_parameters():
@@ -667,9 +693,7 @@ def reset_adapter(policy: Any) -> None:
                 param.zero_()
     _sync_companions(policy, None)
     train_state(policy).bump(reset_optimizers=True)
-    if hasattr(policy, "adapter_version"):
-        with contextlib.suppress(AttributeError):
-            policy.adapter_version = None
+    policy.adapter_version = None
 
 
 def list_adapters(directory: str | Path, with_sha256: bool = True) -> list[AdapterInfo]:

@@ -3,6 +3,9 @@
 Durability rule: every reviewer decision is committed here before anything acts on it
 (tool execution, training, routing). Work that was committed but not finished is found
 on restart through `pending_decisions()` and the job queue.
+
+Over 500 lines on purpose: the schema and every transaction on it in one place, so the
+durability rule is checked against one file.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The seven tools (read, write, edit, edit_lines, glob, grep, bash) and their sandbox.
 
-The agent needs only `Workspace` (alias `ToolRunner`) and `sandbox_status`; the lanes
-part runs generated guard code with `run_sandboxed`.
+The agent needs only `ToolRunner` and `sandbox_status`; the lanes run generated guard
+code with `run_sandboxed`.
 """
 
 from continual_lsp.tools.base import (
@@ -20,7 +20,7 @@ from continual_lsp.tools.base import (
 )
 from continual_lsp.tools.bash import run_bash
 from continual_lsp.tools.jail import display, resolve
-from continual_lsp.tools.runner import ToolRunner, Workspace, sha256_of
+from continual_lsp.tools.runner import ToolRunner, sha256_of
 from continual_lsp.tools.sandbox import SandboxResult, run_sandboxed, sandbox_status
 
 __all__ = [
@@ -36,7 +36,6 @@ __all__ = [
     "ToolError",
     "ToolResult",
     "ToolRunner",
-    "Workspace",
     "display",
     "resolve",
     "run_bash",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from continual_lsp.config import Settings
 from continual_lsp.tools.base import ToolError, ToolResult
-from continual_lsp.tools.process import run_process
+from continual_lsp.tools.process import ProcessResult, run_process
 from continual_lsp.tools.sandbox import (
     bwrap_argv,
     home_dir,
@@ -28,6 +28,31 @@ TIMEOUT_EXIT_CODE = 124  # what coreutils `timeout` reports, so the model knows 
 
 def _shell() -> str:
     return shutil.which("bash") or "/bin/sh"
+
+
+def _explained(
+    result: ProcessResult, limit: float, cpu_limit: float, settings: Settings
+) -> tuple[str, int | None]:
+    """The output with a line on how the command ended when a limit ended it, and the exit
+    code the model sees (124 for a timeout, as coreutils `timeout` reports)."""
+    output = result.output
+    if result.timed_out:
+        output += (
+            f"\n[timed out after {limit:g} s: the command and every process it started were killed]"
+        )
+        return output, TIMEOUT_EXIT_CODE
+    exit_code = result.exit_code
+    if exit_code is not None and exit_code < 0:
+        output += f"\n[killed by signal {-exit_code}]"
+    # The shell reports a child's death by signal N as 128 + N.
+    if exit_code in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ):
+        output += (
+            f"\n[a file reached the size limit ({settings.bash_file_size_limit_mb} MB,"
+            " bash_file_size_limit_mb)]"
+        )
+    elif exit_code in (-signal.SIGXCPU, 128 + signal.SIGXCPU):
+        output += f"\n[CPU time limit reached ({cpu_limit:g} s)]"
+    return output, exit_code
 
 
 def run_bash(
@@ -97,25 +122,7 @@ def run_bash(
     except OSError as exc:
         raise ToolError(f"cannot start the shell: {exc}") from exc
 
-    output = result.output
-    if result.timed_out:
-        secs = f"{limit:g}"
-        output += (
-            f"\n[timed out after {secs} s: the command and every process it started were killed]"
-        )
-        exit_code: int | None = TIMEOUT_EXIT_CODE
-    else:
-        exit_code = result.exit_code
-        if exit_code is not None and exit_code < 0:
-            output += f"\n[killed by signal {-exit_code}]"
-        # The shell reports a child's death by signal N as 128 + N.
-        if exit_code in (-signal.SIGXFSZ, 128 + signal.SIGXFSZ):
-            output += (
-                f"\n[a file reached the size limit ({settings.bash_file_size_limit_mb} MB,"
-                " bash_file_size_limit_mb)]"
-            )
-        elif exit_code in (-signal.SIGXCPU, 128 + signal.SIGXCPU):
-            output += f"\n[CPU time limit reached ({cpu_limit:g} s)]"
+    output, exit_code = _explained(result, limit, cpu_limit, settings)
     if not output.strip():
         output = "(no output)"
     return ToolResult(

@@ -65,6 +65,54 @@ def _feed(pipe: IO[bytes], data: bytes) -> None:
         pipe.close()
 
 
+def _pump(
+    proc: subprocess.Popen[bytes],
+    pgid: int,
+    sel: selectors.BaseSelector,
+    buffers: dict[int, CappedBytes],
+    deadline: float,
+) -> bool:
+    """Read the pipes into `buffers` until the command is done (its leftover children
+    killed, the pipes drained) or `deadline`; whether it timed out."""
+    drain_until: float | None = None
+    timed_out = False
+    while sel.get_map():
+        now = time.monotonic()
+        if drain_until is None:
+            if _exited(proc):
+                # The command is done; background children it left are not wanted.
+                kill_group(pgid)
+                drain_until = now + _DRAIN_S
+            elif now >= deadline:
+                timed_out = True
+                kill_group(pgid)
+                drain_until = now + _DRAIN_S
+        elif now >= drain_until:
+            break
+        limit = drain_until if drain_until is not None else deadline
+        for key, _ in sel.select(timeout=max(0.0, min(limit - now, 0.05))):
+            fd = int(key.fd)
+            try:
+                data = os.read(fd, 65536)
+            except BlockingIOError:
+                continue
+            except OSError:
+                data = b""
+            if data:
+                buffers[fd].add(data)
+            else:
+                sel.unregister(fd)
+    if drain_until is None:
+        # Every pipe closed but the command still runs (it closed its output): it
+        # still gets the rest of its time.
+        while not _exited(proc):
+            if time.monotonic() >= deadline:
+                timed_out = True
+                break
+            time.sleep(0.02)
+    return timed_out
+
+
 def run_process(
     argv: Sequence[str],
     *,
@@ -104,44 +152,8 @@ def run_process(
             buffers[pipe.fileno()] = CappedBytes(output_cap)
             sel.register(pipe.fileno(), selectors.EVENT_READ)
 
-    deadline = start + timeout
-    drain_until: float | None = None
-    timed_out = False
     try:
-        while sel.get_map():
-            now = time.monotonic()
-            if drain_until is None:
-                if _exited(proc):
-                    # The command is done; background children it left are not wanted.
-                    kill_group(pgid)
-                    drain_until = now + _DRAIN_S
-                elif now >= deadline:
-                    timed_out = True
-                    kill_group(pgid)
-                    drain_until = now + _DRAIN_S
-            elif now >= drain_until:
-                break
-            limit = drain_until if drain_until is not None else deadline
-            for key, _ in sel.select(timeout=max(0.0, min(limit - now, 0.05))):
-                fd = int(key.fd)
-                try:
-                    data = os.read(fd, 65536)
-                except BlockingIOError:
-                    continue
-                except OSError:
-                    data = b""
-                if data:
-                    buffers[fd].add(data)
-                else:
-                    sel.unregister(fd)
-        if drain_until is None:
-            # Every pipe closed but the command still runs (it closed its output): it
-            # still gets the rest of its time.
-            while not _exited(proc):
-                if time.monotonic() >= deadline:
-                    timed_out = True
-                    break
-                time.sleep(0.02)
+        timed_out = _pump(proc, pgid, sel, buffers, start + timeout)
     finally:
         sel.close()
         kill_group(pgid)  # before reaping the leader: see _exited

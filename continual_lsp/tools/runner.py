@@ -26,6 +26,7 @@ from typing import BinaryIO
 from pydantic import ValidationError
 
 from continual_lsp.config import Settings
+from continual_lsp.text import split_lines
 from continual_lsp.tools import jail
 from continual_lsp.tools.base import (
     FILE_CHANGING_TOOLS,
@@ -44,18 +45,17 @@ from continual_lsp.tools.base import (
     _Args,
 )
 from continual_lsp.tools.bash import run_bash
-from continual_lsp.tools.edits import (
-    apply_edit,
-    apply_edit_lines,
-    changed_range,
-    split_lines,
-    unified_diff,
-)
 from continual_lsp.tools.output import cap_text, looks_binary
 from continual_lsp.tools.sandbox import sandbox_status
 from continual_lsp.tools.search import run_glob, run_grep
+from continual_lsp.tools.text_edits import (
+    apply_edit,
+    apply_edit_lines,
+    changed_range,
+    file_diff,
+)
 
-__all__ = ["MAX_EDIT_BYTES", "MAX_LINE_CHARS", "ToolRunner", "Workspace", "sha256_of"]
+__all__ = ["MAX_EDIT_BYTES", "MAX_LINE_CHARS", "ToolRunner", "sha256_of"]
 
 MAX_EDIT_BYTES = 10 * 1024 * 1024  # larger files are not edited through a text diff
 MAX_LINE_CHARS = 2000  # `read` cuts longer lines (minified code would eat the cap)
@@ -84,7 +84,7 @@ def _parse(call: ToolCall) -> _Args:
         raise ToolError(f"invalid arguments for {call.tool}: {problems}") from None
 
 
-class Workspace:
+class ToolRunner:
     """One workspace root and the settings its tools run under.
 
     `env` is the environment bash commands get (default: this process's), `home`
@@ -214,7 +214,7 @@ class Workspace:
                     path=rel,
                     old_content=data.decode("utf-8", errors="replace"),
                     new_content=args.content,
-                    diff=unified_diff(None, args.content, rel, binary=True),
+                    diff=file_diff(None, args.content, rel, binary=True),
                     old_sha256=sha,
                     changed_lines=(1, max(len(split_lines(data.decode("utf-8", "replace"))), 1)),
                 )
@@ -230,7 +230,7 @@ class Workspace:
             path=rel,
             old_content=old,
             new_content=new,
-            diff=unified_diff(old, new, rel),
+            diff=file_diff(old, new, rel),
             old_sha256=sha,
             changed_lines=changed_range(old, new) if old is not None else None,
         )
@@ -404,9 +404,6 @@ class Workspace:
         if note:
             text += "\n" + note
         return ToolResult(ok=True, output=text, truncated=truncated or cut)
-
-
-ToolRunner = Workspace  # the name the brief and older notes use
 
 
 def _chunked_lines(fh: BinaryIO) -> Iterator[tuple[bytes, int | None, int]]:

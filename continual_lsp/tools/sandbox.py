@@ -27,6 +27,9 @@ sandbox if the server dies.
 Whether bwrap works here (installed, user namespaces allowed) is probed once and
 cached. The caller decides what a missing sandbox means: `sandbox_status` says it in
 words, and nothing runs unsandboxed unless `allow_unsandboxed` is set.
+
+Over 500 lines on purpose: the mount order above is one security argument, and every
+step of it (secrets, git metadata, limits, the probe) is here to be read as one.
 """
 
 from __future__ import annotations

@@ -10,21 +10,18 @@ refused with a clear error. Walks stop after SEARCH_TIME_BUDGET_S.
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
-import re2
-
 from continual_lsp.tools.base import PathEscapeError, ToolError, ToolResult
+from continual_lsp.tools.globs import compile_re2, glob_regex
 from continual_lsp.tools.jail import display, is_inside
 from continual_lsp.tools.output import cap_text, looks_binary
 
 __all__ = [
     "MAX_GLOB_RESULTS",
     "SKIP_DIRS",
-    "glob_regex",
     "iter_files",
     "run_glob",
     "run_grep",
@@ -56,75 +53,6 @@ MAX_GLOB_RESULTS = 1000
 MAX_GREP_FILE_BYTES = 5 * 1024 * 1024
 MAX_GREP_LINE_CHARS = 500
 SEARCH_TIME_BUDGET_S = 20.0
-
-
-def _translate(pat: str) -> str:
-    out: list[str] = []
-    i, n = 0, len(pat)
-    while i < n:
-        c = pat[i]
-        if pat.startswith("**", i):
-            i += 2
-            if i < n and pat[i] == "/":
-                out.append("(?:.*/)?")  # `**/` also matches no directory at all
-                i += 1
-            else:
-                out.append(".*")
-            continue
-        if c == "*":
-            out.append("[^/]*")
-        elif c == "?":
-            out.append("[^/]")
-        elif c == "[":
-            start = i + 1
-            if pat[start : start + 1] in ("!", "^"):
-                start += 1
-            if pat[start : start + 1] == "]":
-                start += 1  # a leading `]` is a member, as in fnmatch
-            close = pat.find("]", start)
-            if close < 0:
-                out.append(re.escape(c))
-            else:
-                body = pat[i + 1 : close]
-                negate = body[:1] in ("!", "^")
-                if negate:
-                    body = body[1:]
-                # Escape what Python's regex would read as a nested set or set operation.
-                body = re.sub(r"([\\\[\]&~|])", r"\\\1", body)
-                out.append(("[^/" if negate else "[") + body + "]")
-                i = close
-        elif c == "{":
-            close = pat.find("}", i + 1)
-            if close < 0 or "," not in pat[i + 1 : close]:
-                out.append(re.escape(c))
-            else:
-                alts = pat[i + 1 : close].split(",")
-                out.append("(?:" + "|".join(_translate(a) for a in alts) + ")")
-                i = close
-        else:
-            out.append(re.escape(c))
-        i += 1
-    return "".join(out)
-
-
-def _re2(regex: str, what: str, pat: str) -> re2._Regexp:
-    options = re2.Options()
-    options.log_errors = False  # the error comes back to the model as a ToolError
-    try:
-        return re2.compile(regex, options)
-    except re2.error as exc:
-        detail = exc.args[0].decode("utf-8", "replace") if exc.args else "invalid"
-        raise ToolError(
-            f"invalid {what} {pat!r}: {detail} (RE2 syntax: no lookaround, no backreferences)"
-        ) from None
-
-
-def glob_regex(pat: str) -> re2._Regexp:
-    """A compiled RE2 for a glob with `**`, `*`, `?`, `[...]` and `{a,b}`.
-
-    `*` and `?` stop at `/`; `**` crosses directories; `**/` may match nothing.
-    """
-    return _re2(r"(?s:" + _translate(pat) + r")\z", "glob pattern", pat)
 
 
 def iter_files(
@@ -225,7 +153,7 @@ def run_grep(root: Path, pat: str, base: Path, output_cap: int) -> ToolResult:
 
     Binary files (a NUL byte in the first 8 KiB) and files over 5 MiB are skipped.
     """
-    regex = _re2(pat, "regular expression", pat)
+    regex = compile_re2(pat, "regular expression", pat)
     if not base.exists():
         raise ToolError(f"no such file or directory: {display(root, base)}")
     if base.is_file():

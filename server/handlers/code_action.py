@@ -17,7 +17,7 @@ from ..text import describe_call
 if TYPE_CHECKING:
     from pygls.lsp.server import LanguageServer
 
-    from continual_lsp.agent.session import Proposal
+    from continual_lsp.agent.agent import Proposal
 
     from ..connection import Connection
     from ..session import Session

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from continual_lsp.agent.session import Agent
+from continual_lsp.agent.agent import Agent
 from continual_lsp.config import Settings
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from continual_lsp.agent.session import Agent, AgentError
+from continual_lsp.agent.agent import Agent, AgentError
 from continual_lsp.config import Settings
 from continual_lsp.tools.base import ToolCall
 from tests.agent.support import make_agent

@@ -10,7 +10,12 @@ import pytest
 from continual_lsp.config import Settings
 from continual_lsp.lanes.allocator import route_correction
 from continual_lsp.lanes.guards import check_guards
-from continual_lsp.lanes.ledger import AdapterRevertNeeded, LedgerError, build_ledger, revert
+from continual_lsp.lanes.routing_ledger import (
+    AdapterRevertNeeded,
+    LedgerError,
+    build_ledger,
+    revert,
+)
 from continual_lsp.lanes.rules_import import import_rules, routing_stats, split_rules, watch_rules
 from continual_lsp.protocol import LedgerResult
 from continual_lsp.tools.base import ToolCall

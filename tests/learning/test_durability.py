@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from bench import durability
-from continual_lsp.agent.training import TrainingBridge
+from continual_lsp.agent.training_jobs import TrainingJobs
 from continual_lsp.config import Settings
 from continual_lsp.learning.sdpo import SdpoJob
 from continual_lsp.policy import training
@@ -49,7 +49,7 @@ def test_sigkill_anywhere_in_the_cycle_keeps_store_and_adapters_consistent(
 def test_a_queued_job_resumes_when_the_agent_restarts(policy: Any, tmp_path: Path) -> None:
     """The crash came after the decision was applied and its job queued, before the
     worker trained it: reopening the agent alone must get the job done."""
-    from continual_lsp.agent.session import Agent
+    from continual_lsp.agent.agent import Agent
 
     root = tmp_path / "run"
     durability.prepare(root, durability.situation(policy))
@@ -92,6 +92,8 @@ def test_a_queued_job_resumes_when_the_agent_restarts(policy: Any, tmp_path: Pat
 class RecordingPolicy:
     """Stands in for the sampler: records which adapter path it was told to serve."""
 
+    manages_versions = False  # the registry checks the version files' sha256
+
     def __init__(self) -> None:
         self.loaded: list[str] = []
 
@@ -125,17 +127,17 @@ def _corrupt(path: Path, how: str) -> None:
 def test_corrupt_adapter_falls_back_to_the_previous_version(
     tmp_path: Path, how: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """What `TrainingBridge.sync_sampler` must do (continual_lsp/agent/training.py)."""
+    """What `TrainingJobs.sync_sampler` must do (continual_lsp/agent/training_jobs.py)."""
     store = Store(tmp_path / "store.sqlite3")
     try:
         directory = tmp_path / "adapters"
         v1 = _fake_version(store, directory, "v0001", None)
         v2 = _fake_version(store, directory, "v0002", 1)
         _corrupt(v2, how)
-        bridge = TrainingBridge(store, Settings(store_path=str(tmp_path / "store.sqlite3")))
+        jobs = TrainingJobs(store, Settings(store_path=str(tmp_path / "store.sqlite3")))
         sampler = RecordingPolicy()
         with caplog.at_level(logging.WARNING):
-            bridge.sync_sampler(sampler)
+            jobs.sync_sampler(sampler)
         assert sampler.loaded == [str(v1)], (
             f"a {how} v0002 was served (or nothing was): {sampler.loaded}; expected the "
             "previous good version v0001, chosen by the sha256 the store recorded"
@@ -144,9 +146,9 @@ def test_corrupt_adapter_falls_back_to_the_previous_version(
             "v0002" in r.getMessage() and r.levelno >= logging.WARNING for r in caplog.records
         ), "no warning names the corrupt version"
         # Status must tell what is served, not the newest row of the table.
-        assert bridge.current_version_name() == "adapter-1"
+        assert jobs.current_version_name() == "adapter-1"
         # Asked again (every decision syncs), it does not flip back to the bad file.
-        bridge.sync_sampler(sampler)
+        jobs.sync_sampler(sampler)
         assert sampler.loaded == [str(v1)]
     finally:
         store.close()
@@ -157,18 +159,18 @@ def test_every_version_corrupt_serves_the_base_model(tmp_path: Path) -> None:
     try:
         directory = tmp_path / "adapters"
         _corrupt(_fake_version(store, directory, "v0001", None), "truncated")
-        bridge = TrainingBridge(store, Settings(store_path=str(tmp_path / "store.sqlite3")))
+        jobs = TrainingJobs(store, Settings(store_path=str(tmp_path / "store.sqlite3")))
         sampler = RecordingPolicy()
-        bridge.sync_sampler(sampler)
+        jobs.sync_sampler(sampler)
         assert sampler.loaded == [""], sampler.loaded  # "" = base weights
-        assert bridge.current_version_name() is None
+        assert jobs.current_version_name() is None
     finally:
         store.close()
 
 
 @pytest.mark.model
 def test_load_adapter_checks_the_recorded_sha256(policy: Any, tmp_path: Path) -> None:
-    """The policy-level check the bridge can lean on: with the store's sha256,
+    """The policy-level check the jobs can lean on: with the store's sha256,
     `training.load_adapter` refuses a truncated or bit-flipped file before touching the
     weights. Without it (what `LocalPolicy.load_adapter` does today) a bit flip inside
     the tensor data loads silently."""

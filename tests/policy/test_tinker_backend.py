@@ -25,6 +25,7 @@ from continual_lsp.policy.tinker_backend import (  # noqa: E402
     DEFAULT_TINKER_MODEL,
     BackendUnavailable,
     TinkerPolicy,
+    as_unavailable,
     build_tinker_batch,
     completion_logprobs,
     fold_kl,
@@ -177,6 +178,13 @@ def test_train_step_builds_cispo_datums_and_submits_before_waiting(
     assert policy._sampling.weights == "step1"
     assert metrics.tokens == n and metrics.mean_advantage == pytest.approx((sum(adv) + 2.0) / n)
     assert 0.0 <= metrics.clipped_fraction <= 1.0
+
+
+def test_local_only_step_options_are_refused(policy: TinkerPolicy) -> None:
+    batch = [Datum(prompt_tokens=PROMPT, completion_tokens=COMPLETION)]
+    with pytest.raises(TypeError, match="prefix_cache"):
+        policy.train_step(batch, "cross_entropy", 1e-4, prefix_cache=False)  # type: ignore[call-arg]
+    assert policy._training.forward_backward_calls == []
 
 
 def test_cross_entropy_without_old_logprobs_uses_weights(policy: TinkerPolicy) -> None:
@@ -428,3 +436,30 @@ def test_sdpo_step_runs_on_the_tinker_backend(
     assert all(ids[: len(prompt) - 3] == prompt[:-3] for ids in with_correction)  # same prefix
     assert metrics.tokens == len(denied) + len(demo)
     assert policy._sampling is not sampler  # the retry samples from the new weights
+
+
+@pytest.mark.parametrize(
+    ("kind", "says"),
+    [
+        ("APIConnectionError", "cannot reach the Tinker service at https://t while training"),
+        ("AuthenticationError", "rejected the API key while training: check TINKER_API_KEY"),
+        ("PermissionDeniedError", "rejected the API key while training"),
+        ("BillingError", "refused the request for billing reasons while training"),
+        ("RateLimitError", "overloaded or failing while training"),
+        ("InternalServerError", "overloaded or failing while training"),
+    ],
+)
+def test_a_service_failure_tells_the_reviewer_what_happened(kind: str, says: str) -> None:
+    import tinker
+
+    cls = getattr(tinker, kind)
+    exc = cls.__new__(cls)  # the SDK's constructors want an HTTP request and response
+    exc.args = ("boom",)
+    unavailable = as_unavailable(exc, "training", "https://t")
+    assert unavailable is not None and says in str(unavailable) and "boom" in str(unavailable)
+
+
+def test_a_timeout_stays_queued_and_a_bug_is_not_unavailability() -> None:
+    timed_out = as_unavailable(TimeoutError(), "training", "https://t")
+    assert timed_out is not None and "the step stays queued" in str(timed_out)
+    assert as_unavailable(ValueError("a bug"), "training", "https://t") is None

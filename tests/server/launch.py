@@ -43,7 +43,7 @@ def main() -> None:
     )
     factory = None
     if args.script:
-        from continual_lsp.agent.session import Agent
+        from continual_lsp.agent.agent import Agent
         from continual_lsp.lanes.embed import HashingEmbedder, set_embedder
 
         # Protocol tests: lexical clustering instead of loading MiniLM in every server.

@@ -12,7 +12,7 @@ from continual_lsp.server.edits import (
 )
 from continual_lsp.server.reviewer_files import strip_correction
 from continual_lsp.server.text import end_position, line_edit, proposal_message, split_lines
-from continual_lsp.tools.edits import apply_edit, apply_edit_lines
+from continual_lsp.tools.text_edits import apply_edit, apply_edit_lines
 
 OLD = "a\nb\nc\nd\n"
 

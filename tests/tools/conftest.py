@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from continual_lsp.config import Settings
-from continual_lsp.tools.runner import Workspace
+from continual_lsp.tools.runner import ToolRunner
 from continual_lsp.tools.sandbox import bwrap_available
 
 SECRET = "OUTSIDE-SECRET-7f3a"
@@ -52,10 +52,10 @@ def unsandboxed() -> Settings:
 
 
 @pytest.fixture
-def ws(tmp_path: Path) -> Workspace:
+def ws(tmp_path: Path) -> ToolRunner:
     root = tmp_path / "ws"
     root.mkdir()
-    return Workspace(root, Settings(sandbox="none", bash_timeout=10))
+    return ToolRunner(root, Settings(sandbox="none", bash_timeout=10))
 
 
 def bwrap_reason() -> str | None:

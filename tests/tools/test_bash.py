@@ -17,7 +17,7 @@ from unittest import mock
 import pytest
 
 from continual_lsp.config import Settings
-from continual_lsp.tools import ToolCall, ToolError, Workspace, run_bash, run_sandboxed
+from continual_lsp.tools import ToolCall, ToolError, ToolRunner, run_bash, run_sandboxed
 from continual_lsp.tools import sandbox as sandbox_mod
 from continual_lsp.tools.bash import TIMEOUT_EXIT_CODE
 from continual_lsp.tools.sandbox import bwrap_argv, sandbox_status, scrub_env
@@ -182,7 +182,7 @@ def test_parent_stdout_is_never_inherited(tmp_path: Path, unsandboxed: Settings)
 
 
 def test_workspace_runs_bash(tmp_path: Path) -> None:
-    ws = Workspace(tmp_path, Settings(sandbox="none"))
+    ws = ToolRunner(tmp_path, Settings(sandbox="none"))
     result = ws.execute(ToolCall(tool="bash", arguments={"cmd": "echo hi > f.txt; cat f.txt"}))
     assert result.output == "hi\n" and (tmp_path / "f.txt").exists()
 

@@ -12,22 +12,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from continual_lsp.config import Settings
+from continual_lsp.text import split_lines
 from continual_lsp.tools import (
     StaleProposalError,
     ToolCall,
     ToolError,
     ToolResult,
-    Workspace,
+    ToolRunner,
 )
-from continual_lsp.tools.edits import apply_edit_lines, split_lines
-from continual_lsp.tools.search import glob_regex
+from continual_lsp.tools.text_edits import apply_edit_lines
 
 
 def call(tool: str, **arguments: Any) -> ToolCall:
     return ToolCall(tool=tool, arguments=arguments)  # type: ignore[arg-type]
 
 
-def run(ws: Workspace, tool: str, **arguments: Any) -> ToolResult:
+def run(ws: ToolRunner, tool: str, **arguments: Any) -> ToolResult:
     c = call(tool, **arguments)
     return ws.execute(c, preview=ws.preview(c))
 
@@ -35,14 +35,14 @@ def run(ws: Workspace, tool: str, **arguments: Any) -> ToolResult:
 # -- read ----------------------------------------------------------------------------
 
 
-def test_read_numbers_lines_like_cat_n(ws: Workspace) -> None:
+def test_read_numbers_lines_like_cat_n(ws: ToolRunner) -> None:
     (ws.root / "f.py").write_text("one\ntwo\nthree\n")
     result = run(ws, "read", path="f.py")
     assert result.ok and not result.truncated
     assert result.output == "     1\tone\n     2\ttwo\n     3\tthree"
 
 
-def test_read_offset_and_limit(ws: Workspace) -> None:
+def test_read_offset_and_limit(ws: ToolRunner) -> None:
     (ws.root / "f.txt").write_text("".join(f"line {i}\n" for i in range(1, 11)))
     result = run(ws, "read", path="f.txt", offset=4, limit=2)
     assert result.output.splitlines()[:2] == ["     4\tline 4", "     5\tline 5"]
@@ -53,12 +53,12 @@ def test_read_offset_and_limit(ws: Workspace) -> None:
         run(ws, "read", path="f.txt", offset=11)
 
 
-def test_read_crlf_and_no_final_newline(ws: Workspace) -> None:
+def test_read_crlf_and_no_final_newline(ws: ToolRunner) -> None:
     (ws.root / "w.txt").write_bytes(b"a\r\nb")
     assert run(ws, "read", path="w.txt").output == "     1\ta\n     2\tb"
 
 
-def test_read_errors(ws: Workspace) -> None:
+def test_read_errors(ws: ToolRunner) -> None:
     (ws.root / "d").mkdir()
     with pytest.raises(ToolError, match="no such file"):
         run(ws, "read", path="missing.txt")
@@ -70,7 +70,7 @@ def test_read_errors(ws: Workspace) -> None:
         run(ws, "read", path="x", bogus=1)
 
 
-def test_read_binary_and_empty(ws: Workspace) -> None:
+def test_read_binary_and_empty(ws: ToolRunner) -> None:
     (ws.root / "img.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)))
     result = run(ws, "read", path="img.png")
     assert result.ok and "binary file" in result.output and "\x00" not in result.output
@@ -78,13 +78,13 @@ def test_read_binary_and_empty(ws: Workspace) -> None:
     assert "empty" in run(ws, "read", path="empty").output
 
 
-def test_read_invalid_utf8_is_replaced(ws: Workspace) -> None:
+def test_read_invalid_utf8_is_replaced(ws: ToolRunner) -> None:
     (ws.root / "latin.txt").write_bytes("café\n".encode("latin-1"))
     assert "caf\ufffd" in run(ws, "read", path="latin.txt").output
 
 
 def test_read_huge_file_is_capped_with_a_note(tmp_path: Path) -> None:
-    ws = Workspace(tmp_path, Settings(sandbox="none", output_cap=2000))
+    ws = ToolRunner(tmp_path, Settings(sandbox="none", output_cap=2000))
     (tmp_path / "big.txt").write_text("".join(f"row {i}\n" for i in range(100_000)))
     result = run(ws, "read", path="big.txt")
     assert result.truncated
@@ -92,7 +92,7 @@ def test_read_huge_file_is_capped_with_a_note(tmp_path: Path) -> None:
     assert "output truncated" in result.output and "offset=" in result.output
     long_line = "x" * 10_000
     (tmp_path / "min.js").write_text(long_line + "\n")
-    roomy = Workspace(tmp_path, Settings(sandbox="none"))
+    roomy = ToolRunner(tmp_path, Settings(sandbox="none"))
     assert "line cut, 10000 characters" in run(roomy, "read", path="min.js").output
 
 
@@ -104,7 +104,7 @@ def test_read_never_holds_a_huge_line_whole(tmp_path: Path) -> None:
         for _ in range(48):
             fh.write(b"a" * (1 << 20))
         fh.write(b"\nsecond\n")
-    ws = Workspace(tmp_path, Settings(sandbox="none"))
+    ws = ToolRunner(tmp_path, Settings(sandbox="none"))
     tracemalloc.start()
     try:
         first = run(ws, "read", path="one.min.js", limit=1)
@@ -121,7 +121,7 @@ def test_read_never_holds_a_huge_line_whole(tmp_path: Path) -> None:
 # -- write ---------------------------------------------------------------------------
 
 
-def test_write_creates_parent_dirs_and_previews(ws: Workspace) -> None:
+def test_write_creates_parent_dirs_and_previews(ws: ToolRunner) -> None:
     c = call("write", path="pkg/sub/mod.py", content="x = 1\n")
     preview = ws.preview(c)
     assert preview is not None
@@ -133,7 +133,7 @@ def test_write_creates_parent_dirs_and_previews(ws: Workspace) -> None:
     assert (ws.root / "pkg" / "sub" / "mod.py").read_text() == "x = 1\n"
 
 
-def test_write_overwrites_and_keeps_mode(ws: Workspace) -> None:
+def test_write_overwrites_and_keeps_mode(ws: ToolRunner) -> None:
     script = ws.root / "run.sh"
     script.write_text("echo old\n")
     os.chmod(script, 0o755)
@@ -150,7 +150,7 @@ def test_write_overwrites_and_keeps_mode(ws: Workspace) -> None:
     assert not [p for p in ws.root.iterdir() if p.name.endswith(".tmp")]
 
 
-def test_write_errors(ws: Workspace) -> None:
+def test_write_errors(ws: ToolRunner) -> None:
     (ws.root / "d").mkdir()
     (ws.root / "plain").write_text("x")
     with pytest.raises(ToolError, match="directory"):
@@ -161,7 +161,7 @@ def test_write_errors(ws: Workspace) -> None:
         run(ws, "write", path=".", content="x")
 
 
-def test_write_over_binary_file_shows_binary_diff(ws: Workspace) -> None:
+def test_write_over_binary_file_shows_binary_diff(ws: ToolRunner) -> None:
     (ws.root / "blob.bin").write_bytes(b"\x00\x01\x02")
     preview = ws.preview(call("write", path="blob.bin", content="text\n"))
     assert preview is not None and preview.diff.startswith("Binary files a/blob.bin and b/blob.bin")
@@ -170,7 +170,7 @@ def test_write_over_binary_file_shows_binary_diff(ws: Workspace) -> None:
 # -- edit ----------------------------------------------------------------------------
 
 
-def test_edit_unique_match(ws: Workspace) -> None:
+def test_edit_unique_match(ws: ToolRunner) -> None:
     (ws.root / "m.py").write_text("a = 1\nb = 2\nc = 3\n")
     c = call("edit", path="m.py", old="b = 2", new="b = 20")
     preview = ws.preview(c)
@@ -180,7 +180,7 @@ def test_edit_unique_match(ws: Workspace) -> None:
     assert (ws.root / "m.py").read_text() == "a = 1\nb = 20\nc = 3\n"
 
 
-def test_edit_counts_in_errors(ws: Workspace) -> None:
+def test_edit_counts_in_errors(ws: ToolRunner) -> None:
     (ws.root / "m.py").write_text("x\nx\nx\n")
     with pytest.raises(ToolError, match="occurs 3 times"):
         run(ws, "edit", path="m.py", old="x", new="y")
@@ -194,7 +194,7 @@ def test_edit_counts_in_errors(ws: Workspace) -> None:
     assert result.ok and (ws.root / "m.py").read_text() == "y\ny\ny\n"
 
 
-def test_edit_whitespace_hint_and_crlf(ws: Workspace) -> None:
+def test_edit_whitespace_hint_and_crlf(ws: ToolRunner) -> None:
     (ws.root / "w.py").write_bytes(b"def f():\r\n    return 1\r\n")
     run(ws, "edit", path="w.py", old="def f():\n    return 1", new="def f():\n    return 2")
     assert (ws.root / "w.py").read_bytes() == b"def f():\r\n    return 2\r\n"
@@ -202,7 +202,7 @@ def test_edit_whitespace_hint_and_crlf(ws: Workspace) -> None:
         run(ws, "edit", path="w.py", old="  return 2  \n\n\n", new="x")
 
 
-def test_edit_refuses_binary_and_non_utf8(ws: Workspace) -> None:
+def test_edit_refuses_binary_and_non_utf8(ws: ToolRunner) -> None:
     (ws.root / "b.bin").write_bytes(b"ab\x00cd")
     (ws.root / "l.txt").write_bytes("café".encode("latin-1"))
     with pytest.raises(ToolError, match="binary"):
@@ -214,7 +214,7 @@ def test_edit_refuses_binary_and_non_utf8(ws: Workspace) -> None:
 # -- edit_lines ----------------------------------------------------------------------
 
 
-def test_edit_lines_replace_insert_delete_append(ws: Workspace) -> None:
+def test_edit_lines_replace_insert_delete_append(ws: ToolRunner) -> None:
     f = ws.root / "t.txt"
     f.write_text("1\n2\n3\n4\n")
     c = call("edit_lines", path="t.txt", start=2, end=3, content="two\nthree")
@@ -230,7 +230,7 @@ def test_edit_lines_replace_insert_delete_append(ws: Workspace) -> None:
     assert f.read_text() == "1\ntwo\nthree\n4\n5\n"
 
 
-def test_edit_lines_range_errors(ws: Workspace) -> None:
+def test_edit_lines_range_errors(ws: ToolRunner) -> None:
     (ws.root / "t.txt").write_text("1\n2\n3\n")
     with pytest.raises(ToolError, match="before start"):
         run(ws, "edit_lines", path="t.txt", start=3, end=1, content="x")
@@ -277,7 +277,7 @@ def test_edit_lines_property(lines: list[str], start: int, length: int, new: lis
 # -- staleness -----------------------------------------------------------------------
 
 
-def test_stale_proposal_detected(ws: Workspace) -> None:
+def test_stale_proposal_detected(ws: ToolRunner) -> None:
     f = ws.root / "s.py"
     f.write_text("v = 1\n")
     c = call("edit", path="s.py", old="v = 1", new="v = 2")
@@ -297,7 +297,7 @@ def test_stale_proposal_detected(ws: Workspace) -> None:
     assert f.read_text() == "v = 2\n# someone else was here\n"
 
 
-def test_stale_when_new_file_appears_or_file_vanishes(ws: Workspace) -> None:
+def test_stale_when_new_file_appears_or_file_vanishes(ws: ToolRunner) -> None:
     c = call("write", path="n.txt", content="mine\n")
     preview = ws.preview(c)
     assert preview is not None
@@ -312,13 +312,13 @@ def test_stale_when_new_file_appears_or_file_vanishes(ws: Workspace) -> None:
         ws.apply_preview(p2)
 
 
-def test_unchanged_file_applies_without_check(ws: Workspace) -> None:
+def test_unchanged_file_applies_without_check(ws: ToolRunner) -> None:
     (ws.root / "u.txt").write_text("a\n")
     result = ws.execute(call("edit", path="u.txt", old="a", new="b"))
     assert result.ok and (ws.root / "u.txt").read_text() == "b\n"
 
 
-def test_preview_is_none_for_non_file_tools(ws: Workspace) -> None:
+def test_preview_is_none_for_non_file_tools(ws: ToolRunner) -> None:
     assert ws.preview(call("read", path="x")) is None
     assert ws.preview(call("bash", cmd="true")) is None
     with pytest.raises(ToolError):
@@ -352,7 +352,7 @@ def _tree(root: Path) -> None:
         path.write_text(f"# {rel}\nneedle here\n")
 
 
-def test_glob_sorted_relative_and_skips_git(ws: Workspace) -> None:
+def test_glob_sorted_relative_and_skips_git(ws: ToolRunner) -> None:
     _tree(ws.root)
     assert run(ws, "glob", pat="*.py").output == "src/app.py\nsrc/util/helpers.py"
     assert run(ws, "glob", pat="src/*.py").output == "src/app.py"
@@ -365,7 +365,7 @@ def test_glob_sorted_relative_and_skips_git(ws: Workspace) -> None:
     assert absolute.output == "src/app.py"
 
 
-def test_glob_errors(ws: Workspace) -> None:
+def test_glob_errors(ws: ToolRunner) -> None:
     _tree(ws.root)
     with pytest.raises(ToolError, match=r"\.\."):
         run(ws, "glob", pat="../*")
@@ -377,19 +377,10 @@ def test_glob_errors(ws: Workspace) -> None:
         run(ws, "glob", pat="*", path="nope")
 
 
-def test_glob_regex_translation() -> None:
-    assert glob_regex("**/*.py").match("a.py")
-    assert glob_regex("**/*.py").match("x/y/a.py")
-    assert not glob_regex("*.py").match("x/a.py")
-    assert glob_regex("[!a]b").match("cb") and not glob_regex("[!a]b").match("ab")
-    assert glob_regex("[]x]").match("]")
-    assert glob_regex("a?c").match("abc") and not glob_regex("a?c").match("a/c")
-
-
 # -- grep ----------------------------------------------------------------------------
 
 
-def test_grep_file_line_text(ws: Workspace) -> None:
+def test_grep_file_line_text(ws: ToolRunner) -> None:
     _tree(ws.root)
     (ws.root / "bin.dat").write_bytes(b"needle\x00binary")
     out = run(ws, "grep", pat=r"need\w+").output.splitlines()
@@ -403,7 +394,7 @@ def test_grep_file_line_text(ws: Workspace) -> None:
     assert "No matches" in run(ws, "grep", pat="absent").output
 
 
-def test_grep_invalid_regex_and_missing_path(ws: Workspace) -> None:
+def test_grep_invalid_regex_and_missing_path(ws: ToolRunner) -> None:
     with pytest.raises(ToolError, match="invalid regular expression"):
         run(ws, "grep", pat="(unclosed")
     with pytest.raises(ToolError, match="no such"):
@@ -413,14 +404,14 @@ def test_grep_invalid_regex_and_missing_path(ws: Workspace) -> None:
 
 
 def test_grep_output_cap(tmp_path: Path) -> None:
-    ws = Workspace(tmp_path, Settings(sandbox="none", output_cap=500))
+    ws = ToolRunner(tmp_path, Settings(sandbox="none", output_cap=500))
     (tmp_path / "many.txt").write_text("hit\n" * 1000)
     result = run(ws, "grep", pat="hit")
     assert result.truncated and len(result.output) < 700
     assert "output truncated" in result.output
 
 
-def test_check_fresh_and_already_applied(ws: Workspace) -> None:
+def test_check_fresh_and_already_applied(ws: ToolRunner) -> None:
     f = ws.root / "c.txt"
     f.write_text("a\n")
     preview = ws.preview(call("edit", path="c.txt", old="a", new="b"))
@@ -433,13 +424,13 @@ def test_check_fresh_and_already_applied(ws: Workspace) -> None:
         ws.check_fresh(preview)
 
 
-def test_sandbox_note_only_for_bash(ws: Workspace) -> None:
+def test_sandbox_note_only_for_bash(ws: ToolRunner) -> None:
     assert ws.sandbox_note(call("read", path="x")) is None
     note = ws.sandbox_note(call("bash", cmd="ls"))
     assert note is not None and "WITHOUT a sandbox" in note  # the fixture runs sandbox="none"
 
 
-def test_fifo_is_refused_not_blocking(ws: Workspace) -> None:
+def test_fifo_is_refused_not_blocking(ws: ToolRunner) -> None:
     os.mkfifo(ws.root / "pipe")
     with pytest.raises(ToolError, match="not a regular file"):
         run(ws, "read", path="pipe")

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from continual_lsp.config import Settings
-from continual_lsp.tools import ToolCall, ToolError, ToolResult, Workspace
+from continual_lsp.tools import ToolCall, ToolError, ToolResult, ToolRunner
 from tests.tools.conftest import SECRET, snapshot
 
 _PATHS = st.one_of(
@@ -100,7 +100,7 @@ def test_fuzz_tool_layer(jail_layout: tuple[Path, Path], data: st.DataObject) ->
     if not (root / "bin.dat").exists():
         _layout(root, outside)
     before = snapshot(outside)
-    ws = Workspace(root, Settings(sandbox="none", output_cap=2000))
+    ws = ToolRunner(root, Settings(sandbox="none", output_cap=2000))
     tool, arguments = data.draw(tool_calls())
     call = ToolCall(tool=tool, arguments=arguments)  # type: ignore[arg-type]
     try:
@@ -123,7 +123,7 @@ def test_fuzz_tool_layer(jail_layout: tuple[Path, Path], data: st.DataObject) ->
 )
 def test_fuzz_bash_arguments(tmp_path: Path, text: str, timeout: Any) -> None:
     """bash with odd text and timeouts: a result or a ToolError, never a crash."""
-    ws = Workspace(tmp_path, Settings(sandbox="none", bash_timeout=5))
+    ws = ToolRunner(tmp_path, Settings(sandbox="none", bash_timeout=5))
     arguments: dict[str, Any] = {"cmd": f"printf %s {shlex.quote(text)}"}
     if timeout is not None:
         arguments["timeout"] = timeout

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from continual_lsp.config import Settings
-from continual_lsp.tools import PathEscapeError, ToolCall, ToolError, Workspace
+from continual_lsp.tools import PathEscapeError, ToolCall, ToolError, ToolRunner
 from continual_lsp.tools.jail import display, resolve
 from tests.tools.conftest import SECRET, snapshot
 
@@ -70,7 +70,7 @@ def test_root_given_through_a_symlink(tmp_path: Path) -> None:
     real = tmp_path / "real"
     real.mkdir()
     (tmp_path / "alias").symlink_to(real)
-    ws = Workspace(tmp_path / "alias", Settings(sandbox="none"))
+    ws = ToolRunner(tmp_path / "alias", Settings(sandbox="none"))
     assert ws.root == real
     assert ws.rel(ws.resolve(str(tmp_path / "alias" / "x.txt"))) == "x.txt"
 
@@ -139,7 +139,7 @@ def test_tools_never_touch_outside(jail_layout: tuple[Path, Path], data: st.Data
     and its secret never shows up in an output."""
     root, outside = jail_layout
     before = snapshot(outside)
-    ws = Workspace(root, Settings(sandbox="none"))
+    ws = ToolRunner(root, Settings(sandbox="none"))
     path = data.draw(weird_paths(root, outside))
     tool = data.draw(st.sampled_from(["read", "write", "edit", "edit_lines", "grep", "glob"]))
     arguments: dict[str, object] = {

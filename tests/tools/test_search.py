@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from continual_lsp.config import Settings
-from continual_lsp.tools import ToolCall, ToolError, Workspace
+from continual_lsp.tools import ToolCall, ToolError, ToolRunner
 
 DEADLINE_S = 20
 
@@ -23,8 +23,8 @@ def _run_in_child(root: Path, tool: str, pat: str) -> str:
     code = textwrap.dedent(
         f"""
         from continual_lsp.config import Settings
-        from continual_lsp.tools import ToolCall, Workspace
-        ws = Workspace({str(root)!r}, Settings(sandbox="none"))
+        from continual_lsp.tools import ToolCall, ToolRunner
+        ws = ToolRunner({str(root)!r}, Settings(sandbox="none"))
         print(ws.execute(ToolCall(tool={tool!r}, arguments={{"pat": {pat!r}}})).output)
         """
     )
@@ -48,7 +48,7 @@ def test_glob_with_many_double_stars_returns_at_once(tmp_path: Path) -> None:
 
 
 def test_backtracking_only_syntax_is_refused_clearly(tmp_path: Path) -> None:
-    ws = Workspace(tmp_path, Settings(sandbox="none"))
+    ws = ToolRunner(tmp_path, Settings(sandbox="none"))
     (tmp_path / "a.txt").write_text("ab\n")
     with pytest.raises(ToolError, match="RE2 syntax"):
         ws.execute(ToolCall(tool="grep", arguments={"pat": "a(?=b)"}))
@@ -63,7 +63,7 @@ def test_non_utf8_file_names_come_out_as_valid_text(tmp_path: Path) -> None:
 
     with open(os.path.join(os.fsencode(tmp_path), b"bad\xffname.txt"), "w") as fh:
         fh.write("needle\n")
-    ws = Workspace(tmp_path, Settings(sandbox="none"))
+    ws = ToolRunner(tmp_path, Settings(sandbox="none"))
     for tool, pat in (("glob", "*.txt"), ("grep", "needle")):
         out = ws.execute(ToolCall(tool=tool, arguments={"pat": pat})).output
         out.encode("utf-8")  # raises on a lone surrogate

@@ -1,4 +1,4 @@
-"""Run generated guard code in a sandboxed subprocess, never in the server process.
+"""Run generated guard code in the tools' sandbox, never in the server process.
 
 Layers, outermost first:
 - the tools' sandbox (`continual_lsp.tools.sandbox.run_sandboxed`): bubblewrap with a
@@ -69,7 +69,7 @@ sys.__stdout__.flush()
 """
 
 
-class SandboxResult(BaseModel):
+class GuardCodeResult(BaseModel):
     ok: bool
     value: Any = None
     error: str = ""
@@ -92,7 +92,7 @@ def run_guard_code(
     timeout_s: float = 2.0,
     memory: int = MEMORY_LIMIT,
     allow_unsandboxed: bool = False,
-) -> SandboxResult:
+) -> GuardCodeResult:
     """Run `check(call, preview)` from `code` in a fresh, limited interpreter."""
     with tempfile.TemporaryDirectory(prefix="guard-") as tmp:
         tmp_real = os.path.realpath(tmp)
@@ -118,24 +118,24 @@ def run_guard_code(
                 file_size_limit_bytes=1 << 20,
             )
         except ToolError as exc:  # no sandbox here: refuse rather than run bare
-            return SandboxResult(ok=False, error=f"guard refused: {exc}")
+            return GuardCodeResult(ok=False, error=f"guard refused: {exc}")
         if res.timed_out:
-            return SandboxResult(ok=False, error=f"guard timed out after {timeout_s:.1f}s")
+            return GuardCodeResult(ok=False, error=f"guard timed out after {timeout_s:.1f}s")
         return _parse(res.output, res.stderr, res.exit_code, res.sandboxed)
 
 
-def _parse(out: str, err: str, code: int | None, sandboxed: bool) -> SandboxResult:
+def _parse(out: str, err: str, code: int | None, sandboxed: bool) -> GuardCodeResult:
     marker = out.rfind("\n@@RESULT@@")
     if marker < 0:
         reason = err.strip()[-500:] or f"exit {code}"
         if code is not None and code < 0:
             reason = f"killed by signal {-code}; {reason}"
-        return SandboxResult(ok=False, error=f"guard died: {reason}", sandboxed=sandboxed)
+        return GuardCodeResult(ok=False, error=f"guard died: {reason}", sandboxed=sandboxed)
     try:
         result = json.loads(out[marker + len("\n@@RESULT@@") :])
     except json.JSONDecodeError as exc:
-        return SandboxResult(ok=False, error=f"guard answered non-JSON: {exc}")
-    return SandboxResult(
+        return GuardCodeResult(ok=False, error=f"guard answered non-JSON: {exc}")
+    return GuardCodeResult(
         ok=bool(result.get("ok")),
         value=result.get("value"),
         error=str(result.get("error", "")),

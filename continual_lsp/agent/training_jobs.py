@@ -7,48 +7,39 @@ only talks to the store's queue and tells the sampler which adapter version to u
 from __future__ import annotations
 
 import logging
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from continual_lsp.config import Settings
+from continual_lsp.policy.adapter_registry import AdapterRegistry
 from continual_lsp.policy.base import Policy
 from continual_lsp.protocol import LearnedNotification
 from continual_lsp.store import Store
 from continual_lsp.tools.base import ToolCall
-
-if TYPE_CHECKING:
-    from continual_lsp.agent.session import AgentListener
 
 log = logging.getLogger(__name__)
 
 WAIT_SECONDS = 300.0
 
 
-def _integrity_problem(adapter: dict[str, Any]) -> str | None:
-    """Why a local adapter file cannot be trusted, or None. Remote (tinker://) versions
-    are checked by their service."""
-    from continual_lsp.policy.training import ADAPTER_FILE, sha256_file
+class ProgressListener(Protocol):
+    """Where a training wait reports its progress (the agent's listener is one)."""
 
-    path = Path(adapter["path"])
-    if "://" in adapter["path"]:
-        return None
-    file = path / ADAPTER_FILE if path.is_dir() else path
-    if not file.is_file():
-        return f"{file} is missing"
-    actual = sha256_file(file)
-    if actual != adapter["sha256"]:
-        return f"{file} has sha256 {actual[:12]}…, recorded {adapter['sha256'][:12]}…"
-    return None
+    def on_progress(
+        self, token: str, title: str, message: str, percentage: int | None, done: bool
+    ) -> None: ...
 
 
 def adapter_item_id(version: int) -> str:
     return f"adapter-{version}"
 
 
-class TrainingBridge:
+class TrainingJobs:
+    """One training job per correction: queued, waited for, its version served."""
+
     def __init__(self, store: Store, settings: Settings) -> None:
         self.store = store
         self.settings = settings
+        self.adapters = AdapterRegistry(store)
         self._worker: Any = None
         self._loaded: int | None = None  # adapter version the sampler serves
 
@@ -139,7 +130,7 @@ class TrainingBridge:
         self,
         job_id: int,
         proposal_id: str,
-        listener: AgentListener,
+        listener: ProgressListener,
         policy: Policy | None,
     ) -> LearnedNotification | None:
         token = f"continual-train-{job_id}"
@@ -170,34 +161,34 @@ class TrainingBridge:
         )
 
     def sync_sampler(self, policy: Policy) -> None:
-        """Make the sampler serve the newest active adapter whose file is intact.
+        """Make the sampler serve the registry's newest intact adapter.
 
-        A version whose file no longer matches the sha256 recorded when it was written
-        (truncated, corrupted) is set inactive with a logged reason, and the version
-        before it is served instead: the reviewer keeps a working agent.
+        A damaged version is also set inactive with a logged reason (the agent owns the
+        versions; the worker only passes them over): the reviewer keeps a working agent.
         """
-        active = [a for a in reversed(self.store.adapters()) if a["active"]]
-        if (active[0]["version"] if active else None) == self._loaded:
+        newest = self.adapters.newest_active()
+        if (newest["version"] if newest else None) == self._loaded:
             return  # already serving it: no need to hash the file on every turn
-        for adapter in active:
-            problem = _integrity_problem(adapter)
-            if problem is None:
-                if adapter["version"] != self._loaded:
-                    policy.load_adapter(adapter["path"])
-                    self._loaded = adapter["version"]
-                return
-            log.error(
-                "adapter %s is damaged (%s); serving the previous version",
-                adapter_item_id(adapter["version"]),
-                problem,
-            )
-            self.store.append_event(
-                "adapter_corrupt", {"version": adapter["version"], "problem": problem}
-            )
-            self.store.set_adapter_active(adapter["version"], False)
-        if self._loaded is not None or self.store.adapters():
-            policy.load_adapter("")  # "" = no adapter: the base weights
-        self._loaded = None
+        adapter = self.adapters.newest_intact(policy, self._set_aside)
+        if adapter is None:
+            # The base weights, unless nothing was ever trained (a fresh policy is base).
+            if self._loaded is not None or self.store.adapters():
+                self.adapters.serve(policy, None)
+            self._loaded = None
+        elif adapter["version"] != self._loaded:
+            self.adapters.serve(policy, adapter)
+            self._loaded = adapter["version"]
+
+    def _set_aside(self, adapter: dict[str, Any], problem: str) -> None:
+        log.error(
+            "adapter %s is damaged (%s); serving the previous version",
+            adapter_item_id(adapter["version"]),
+            problem,
+        )
+        self.store.append_event(
+            "adapter_corrupt", {"version": adapter["version"], "problem": problem}
+        )
+        self.store.set_adapter_active(adapter["version"], False)
 
     def current_version_name(self) -> str | None:
         current = self.store.current_adapter()

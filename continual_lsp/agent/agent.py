@@ -3,6 +3,10 @@
 Order of work for every decision (the durability rule of DESIGN §1): commit the decision
 to the store, then execute / enqueue training / route the correction, then mark it
 applied. A crash anywhere after the commit is repaired by `_recover()` on the next start.
+
+Over 500 lines on purpose: the Agent orders every decision (commit, act, mark applied)
+and its recovery in one place; its parts (conversation, lanes facade, training jobs)
+are already modules of their own.
 """
 
 from __future__ import annotations
@@ -20,8 +24,8 @@ from pydantic import BaseModel, ValidationError
 
 from continual_lsp.agent.conversation import KEEP_CALLS, Conversation
 from continual_lsp.agent.lanes_facade import LanesFacade
-from continual_lsp.agent.training import TrainingBridge
-from continual_lsp.config import Settings
+from continual_lsp.agent.training_jobs import ProgressListener, TrainingJobs
+from continual_lsp.config import Settings, default_store_path
 from continual_lsp.policy.base import Completion, Policy, SampleParams
 from continual_lsp.policy.model_files import starter_name
 from continual_lsp.protocol import Learned as LearnedPayload
@@ -35,7 +39,8 @@ from continual_lsp.protocol import (
     StatusResult,
     TaskDoneNotification,
 )
-from continual_lsp.store import Store, StoreError, default_store_path
+from continual_lsp.store import Store, StoreError
+from continual_lsp.text import unified_diff
 from continual_lsp.tools.base import Preview, ToolCall, ToolError, ToolResult
 from continual_lsp.tools.runner import ToolRunner
 
@@ -91,14 +96,11 @@ class DecideOutcome(BaseModel):
     task_done: str | None = None
 
 
-class AgentListener(Protocol):
+class AgentListener(ProgressListener, Protocol):
     def on_proposal(self, proposal: Proposal) -> None: ...
     def on_learned(self, note: LearnedNotification) -> None: ...
     def on_routed(self, note: RoutedNotification) -> None: ...
     def on_task_done(self, note: TaskDoneNotification) -> None: ...
-    def on_progress(
-        self, token: str, title: str, message: str, percentage: int | None, done: bool
-    ) -> None: ...
 
 
 class _SilentListener:
@@ -175,7 +177,7 @@ class Agent:
         self._lock = threading.RLock()
         self._tasks: dict[str, _Task] = {}
         self.lanes = LanesFacade(self.store, settings, self._token_count)
-        self.training = TrainingBridge(self.store, settings)
+        self.training = TrainingJobs(self.store, settings)
         self._recover()
 
     # -- lazily built parts ---------------------------------------------------------------
@@ -243,7 +245,7 @@ class Agent:
         return self.lanes.ledger()
 
     def revert(self, item_id: str) -> None:
-        from continual_lsp.lanes.ledger import LedgerError
+        from continual_lsp.lanes.routing_ledger import LedgerError
 
         with self._lock:
             try:
@@ -473,7 +475,6 @@ class Agent:
     def _call_diff(self, proposal: Proposal, edited: ToolCall) -> str:
         """The correction an edit carries: a unified diff, of file content when both calls
         change the same file, else of the pretty-printed calls."""
-        import difflib
 
         try:
             after = self.tools.preview(edited)
@@ -490,14 +491,7 @@ class Agent:
                 {"tool": edited.tool, **edited.arguments}, indent=1, sort_keys=True
             )
             name = "call.json"
-        return "".join(
-            difflib.unified_diff(
-                before_text.splitlines(keepends=True),
-                after_text.splitlines(keepends=True),
-                f"a/{name} (proposed)",
-                f"b/{name} (edited)",
-            )
-        )
+        return unified_diff(before_text, after_text, f"a/{name} (proposed)", f"b/{name} (edited)")
 
     # -- turns ----------------------------------------------------------------------------
 
@@ -784,7 +778,7 @@ class Agent:
         """The turn's prompt, dropping the oldest calls (summarised in one line) until it
         and the call fit the model's context window."""
         renderer = self.policy.renderer
-        window = int(getattr(self.policy, "context_window", 8192))
+        window = self.policy.context_window
         room = window - self.settings.max_new_tokens
         keep = KEEP_CALLS
         while True:

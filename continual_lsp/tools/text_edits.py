@@ -8,30 +8,15 @@ from __future__ import annotations
 
 import difflib
 
+from continual_lsp.text import split_lines, unified_diff
 from continual_lsp.tools.base import ToolError
 
 __all__ = [
     "apply_edit",
     "apply_edit_lines",
     "changed_range",
-    "split_lines",
-    "unified_diff",
+    "file_diff",
 ]
-
-
-def split_lines(text: str) -> list[str]:
-    """Lines with their `\\n` kept; only `\\n` ends a line.
-
-    (str.splitlines also splits on \\x0c, \\x1c, \\u2028 and friends, which would
-    misnumber lines in files that contain them.)
-    """
-    if not text:
-        return []
-    parts = text.split("\n")
-    lines = [p + "\n" for p in parts[:-1]]
-    if parts[-1]:
-        lines.append(parts[-1])
-    return lines
 
 
 def _newline(text: str) -> str:
@@ -137,20 +122,8 @@ def changed_range(old: str, new: str) -> tuple[int, int] | None:
     return lo, max(lo, hi)
 
 
-def unified_diff(old: str | None, new: str, rel: str, *, binary: bool = False) -> str:
+def file_diff(old: str | None, new: str, rel: str, *, binary: bool = False) -> str:
     """A git-style unified diff with a/ b/ prefixes; /dev/null for a new file."""
     if binary:
         return f"Binary files a/{rel} and b/{rel} differ\n"
-    lines = difflib.unified_diff(
-        split_lines(old or ""),
-        split_lines(new),
-        fromfile=f"a/{rel}" if old is not None else "/dev/null",
-        tofile=f"b/{rel}",
-    )
-    out: list[str] = []
-    for line in lines:
-        if line.endswith("\n"):
-            out.append(line)
-        else:
-            out.append(line + "\n\\ No newline at end of file\n")
-    return "".join(out)
+    return unified_diff(old or "", new, f"a/{rel}" if old is not None else "/dev/null", f"b/{rel}")

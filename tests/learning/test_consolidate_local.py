@@ -9,7 +9,7 @@ import pytest
 from continual_lsp.config import Settings
 from continual_lsp.lanes.allocator import route_correction
 from continual_lsp.lanes.context import bullets_for_turn
-from continual_lsp.lanes.weights import consolidate
+from continual_lsp.learning.consolidate import consolidate
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(1200)]
 
@@ -17,9 +17,9 @@ pytestmark = [pytest.mark.model, pytest.mark.timeout(1200)]
 @pytest.fixture(autouse=True)
 def _two_probes(monkeypatch) -> None:
     # Half the drift probes: each probe costs two forward passes per evaluation on CPU.
-    from continual_lsp.lanes import weights
+    from continual_lsp.learning import consolidate as module
 
-    monkeypatch.setattr(weights, "DRIFT_PROBES", weights.DRIFT_PROBES[:2])
+    monkeypatch.setattr(module, "DRIFT_PROBES", module.DRIFT_PROBES[:2])
 
 
 PRINCIPLE = "Prefer edit_lines over rewriting a whole file with write."

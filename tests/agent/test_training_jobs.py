@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from continual_lsp.agent.training import TrainingBridge
+from continual_lsp.agent.training_jobs import TrainingJobs
 from continual_lsp.config import Settings
 from continual_lsp.policy import training
 from continual_lsp.store import Store
@@ -40,16 +40,16 @@ def test_a_corrupt_adapter_is_skipped_for_the_previous_version(
     changed = policy.logprobs(prompt, completion)
     assert changed != base
 
-    bridge = TrainingBridge(store, settings)
-    bridge.sync_sampler(policy)
+    jobs = TrainingJobs(store, settings)
+    jobs.sync_sampler(policy)
     assert policy.logprobs(prompt, completion) == changed  # v2 intact: served
 
     file = Path(info2.path) / training.ADAPTER_FILE
     file.write_bytes(file.read_bytes()[: file.stat().st_size // 2])  # truncated on disk
-    bridge._loaded = None  # as after a restart
-    bridge.sync_sampler(policy)
+    jobs._loaded = None  # as after a restart
+    jobs.sync_sampler(policy)
     assert policy.logprobs(prompt, completion) == base  # v1 served instead
-    assert bridge.current_version_name() == f"adapter-{v1}"
+    assert jobs.current_version_name() == f"adapter-{v1}"
     events = store.events(kind="adapter_corrupt")
     assert len(events) == 1 and "sha256" in events[0]["payload"]["problem"]
 
@@ -69,9 +69,9 @@ def test_reverting_every_version_serves_the_base_model(
             if "lora_B" in name:
                 param.add_(0.01)
     v1 = _register(store, policy.save_adapter("v0001"), None)
-    bridge = TrainingBridge(store, settings)
-    bridge.sync_sampler(policy)
+    jobs = TrainingJobs(store, settings)
+    jobs.sync_sampler(policy)
     assert policy.logprobs(prompt, completion) != base
-    bridge.revert_adapter(v1, policy)
-    assert bridge.current_version_name() is None
+    jobs.revert_adapter(v1, policy)
+    assert jobs.current_version_name() is None
     assert policy.logprobs(prompt, completion) == base

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from continual_lsp.agent.session import Agent, AgentError
+from continual_lsp.agent.agent import Agent, AgentError
 from continual_lsp.config import Settings
 from continual_lsp.store import Store
 from tests.agent.support import make_agent
@@ -149,10 +149,10 @@ def test_sigkill_after_commit_is_finished_on_restart(tmp_path: Path, workspace: 
         f"""
         import os, signal
         from continual_lsp.store import Store
-        from continual_lsp.tools import Workspace
+        from continual_lsp.tools import ToolRunner
         from continual_lsp.tools.base import ToolCall
         from continual_lsp.config import Settings
-        ws = Workspace({str(workspace)!r}, Settings())
+        ws = ToolRunner({str(workspace)!r}, Settings())
         call = ToolCall(tool="write", arguments={{"path": "new.txt", "content": "hi\\n"}})
         preview = ws.preview(call)
         s = Store({str(store_path)!r})
@@ -179,7 +179,7 @@ def test_recovery_never_overwrites_newer_work(
     tmp_path: Path, workspace: Path, decision: str, tool: str
 ) -> None:
     """Issue 15: a committed decision replayed on restart after the file changed."""
-    from continual_lsp.tools import ToolCall, Workspace
+    from continual_lsp.tools import ToolCall, ToolRunner
 
     target = workspace / "notes.txt"
     target.write_text("one\ntwo\n")
@@ -189,7 +189,7 @@ def test_recovery_never_overwrites_newer_work(
         else {"path": "notes.txt", "old": "two", "new": "TWO"}
     )
     call = ToolCall(tool=tool, arguments=args)
-    preview = Workspace(workspace, Settings()).preview(call)
+    preview = ToolRunner(workspace, Settings()).preview(call)
     assert preview is not None
     store = Store(tmp_path / "store.sqlite3")
     task = store.create_task("t", str(workspace))
@@ -226,7 +226,7 @@ def test_a_denial_queues_the_calls_approved_after_its_cluster(
     _, first = agent.start_task("Install the dependencies")
     assert first is not None
     agent.decide(first.id, "deny", correction=correction)
-    # What the bridge records when the reviewer approves the retry (training is off here).
+    # What the training jobs record when the reviewer approves the retry (training is off here).
     approved = ToolCall(tool="bash", arguments={"cmd": "pnpm install"})
     agent.store.enqueue_job(
         "sdpo",

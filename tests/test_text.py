@@ -1,0 +1,35 @@
+"""Lines, diffs and clipping as every tool and the agent count them."""
+
+from __future__ import annotations
+
+from continual_lsp.text import clip, split_lines, unified_diff
+
+
+def test_only_newline_ends_a_line() -> None:
+    # str.splitlines would make three lines of this and misnumber every line after it.
+    assert split_lines("a\x0cb\u2028c\nd") == ["a\x0cb\u2028c\n", "d"]
+    assert split_lines("") == []
+    assert split_lines("x\n") == ["x\n"]
+    assert split_lines("x\r\ny") == ["x\r\n", "y"]
+
+
+def test_the_diff_counts_the_lines_the_tools_count() -> None:
+    old = "one\x0ctwo\nthree\n"
+    new = "one\x0ctwo\nTHREE\n"
+    diff = unified_diff(old, new, "a/f", "b/f")
+    assert "@@ -1,2 +1,2 @@" in diff  # two lines, not three
+    assert "-three\n+THREE\n" in diff
+
+
+def test_a_last_line_without_newline_is_marked() -> None:
+    diff = unified_diff('{"a": 1}', '{"a": 2}', "a/call.json", "b/call.json")
+    assert diff.endswith(
+        '-{"a": 1}\n\\ No newline at end of file\n+{"a": 2}\n\\ No newline at end of file\n'
+    )
+    assert unified_diff("same\n", "same\n", "a", "b") == ""
+
+
+def test_clip() -> None:
+    assert clip("short", 10) == "short"
+    assert clip("abcdefghij", 4) == "abcd…"
+    assert clip("abcdefghij", 4, say_cut=True) == "abcd … (6 chars cut)"
