@@ -39,6 +39,7 @@ from continual_lsp.config import Settings
 from continual_lsp.protocol import LearnedNotification, RoutedNotification, TaskDoneNotification
 
 from .agents import AgentFactory, default_agent_factory
+from .text import describe_call
 
 if TYPE_CHECKING:
     from continual_lsp.agent.agent import Agent, Proposal
@@ -112,8 +113,6 @@ def read_decisions(stream: IO[str]) -> Iterator[tuple[int, ReviewDecision]]:
 
 
 def _proposal_line(agent: Agent, proposal: Proposal) -> dict[str, Any]:
-    from .text import describe_call
-
     payload = proposal.notification(agent.workspace).dump()
     payload["description"] = describe_call(proposal.call.tool, proposal.call.arguments)
     return payload

@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from continual_lsp.protocol import METHOD_NOTE, NoteParams, OkResult
+from continual_lsp.protocol import METHOD_NOTE, NoteParams
 
-from ..errors import validate
+from .agent_request import register_agent_request
 
 if TYPE_CHECKING:
     from pygls.lsp.server import LanguageServer
 
-    from ..connection import Connection
-
-
-async def note(ls: Connection, params: Any) -> dict[str, Any]:
-    args = validate(NoteParams, METHOD_NOTE, params)
-    agent = await ls.session.agent()
-    await ls.session.call(agent.note, args.text)
-    return OkResult(ok=True).dump()
-
 
 def register(ls: LanguageServer) -> None:
-    ls.feature(METHOD_NOTE)(note)
+    register_agent_request(ls, METHOD_NOTE, NoteParams, lambda agent, args: agent.note(args.text))
