@@ -15,7 +15,7 @@ from ..errors import validate
 if TYPE_CHECKING:
     from pygls.lsp.server import LanguageServer
 
-    from continual_lsp.agent.session import Agent
+    from continual_lsp.agent.agent import Agent
 
     from ..connection import Connection
 

@@ -27,7 +27,7 @@ from ..proposals import lookup
 from .code_action import APPROVE, DENY, DIFF, EDIT
 
 if TYPE_CHECKING:
-    from continual_lsp.agent.session import Proposal
+    from continual_lsp.agent.agent import Proposal
 
     from ..session import Session
 
