@@ -58,3 +58,29 @@ def test_sequence_guards_read_the_tasks_history(store: Any) -> None:
     test = ToolCall(tool="bash", arguments={"cmd": "pytest -q"})
     assert facade.check_guards(commit, None, [change]).action == "block"
     assert facade.check_guards(commit, None, [change, test]).action == "allow"
+
+
+def test_a_missing_step_is_due_before_a_commit_or_the_end(store: Any) -> None:
+    _guard(
+        store,
+        [
+            {
+                "kind": "sequence",
+                "command": r"\bpytest\b",
+                "step": "pytest -q",
+                "after_globs": ["src/**"],
+            }
+        ],
+    )
+    facade = LanesFacade(store, Settings(), len)
+    commit = ToolCall(tool="bash", arguments={"cmd": "cd repo && git commit -m 'fix mean'"})
+    other = ToolCall(tool="bash", arguments={"cmd": "ls"})
+    change = ToolCall(tool="write", arguments={"path": "src/calc/ops.py", "content": "x = 1\n"})
+    docs = ToolCall(tool="write", arguments={"path": "README.md", "content": "x\n"})
+    test = ToolCall(tool="bash", arguments={"cmd": "pytest -q"})
+    assert facade.due_step([change], commit) == "pytest -q"
+    assert facade.due_step([change], None) == "pytest -q"  # the task would finish
+    assert facade.due_step([change], other) is None  # not a commit: nothing to answer
+    assert facade.due_step([change, test], None) is None
+    assert facade.due_step([test, change], commit) == "pytest -q"  # changed after the run
+    assert facade.due_step([docs], None) is None  # outside the rule's files
