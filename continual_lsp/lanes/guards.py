@@ -48,6 +48,9 @@ class PathRule(_Rule):
     globs: list[str]
     mode: Literal["deny", "allow"] = "deny"  # allow: file changes only inside the globs
     tools: list[str] = Field(default_factory=lambda: sorted(FILE_CHANGING_TOOLS))
+    # The files the rule governs (empty: every file): "notebooks only under notebooks/"
+    # is `files=["*.ipynb"], globs=["notebooks/**"], mode="allow"`.
+    files: list[str] = Field(default_factory=list)
 
 
 class CommandRule(_Rule):
@@ -158,7 +161,7 @@ class GuardSpec(BaseModel):
             if isinstance(rule, ToolRule) and not rule.existing_files_only:
                 for tool in rule.deny:
                     out.tools_blocked[tool] = ["**"]
-            elif isinstance(rule, PathRule) and rule.mode == "deny":
+            elif isinstance(rule, PathRule) and rule.mode == "deny" and not rule.files:
                 prefixes = [p for p in map(directory_prefix, rule.globs) if p]
                 if set(rule.tools) >= FILE_CHANGING_TOOLS:
                     out.path_prefixes_never.extend(prefixes)
@@ -185,7 +188,7 @@ def directory_prefix(glob: str) -> str | None:
 def _literal_command(pattern: str) -> str | None:
     """The literal command a compiled deny pattern stands for (`git push`), else None."""
     body = pattern
-    for prefix in (_SEGMENT_START, r"\b"):
+    for prefix in (SEGMENT_START, r"\b"):
         body = body.removeprefix(prefix)
     for suffix in (r"(?![\w-])", r"(?=\s|$)", r"\b"):
         body = body.removesuffix(suffix)
@@ -196,7 +199,7 @@ def _literal_command(pattern: str) -> str | None:
 
 
 # How the compiler anchors a program at the start of a command segment.
-_SEGMENT_START = r"(^|[;&|(]\s*|\bsudo\s+)"
+SEGMENT_START = r"(^|[;&|(]\s*|\bsudo\s+)"
 
 
 class GuardVerdict(BaseModel):
@@ -356,6 +359,8 @@ def _eval_rule(rule: Rule, call: ToolCall, preview: Preview | None) -> tuple[str
         return "allow", None
     if isinstance(rule, PathRule):
         path = call_path(call, preview)
+        if path is not None and rule.files and not path_matches(path, rule.files):
+            return "allow", None
         if call.tool in rule.tools and path is not None:
             inside = path_matches(path, rule.globs)
             if (rule.mode == "deny") == inside:
@@ -363,7 +368,8 @@ def _eval_rule(rule: Rule, call: ToolCall, preview: Preview | None) -> tuple[str
         if call.tool == "bash" and rule.mode == "deny":
             cmd = str(call.arguments.get("cmd", ""))
             if _BASH_WRITES.search(cmd) and any(
-                path_matches(p, rule.globs) for p in _bash_paths(cmd)
+                path_matches(p, rule.globs) and (not rule.files or path_matches(p, rule.files))
+                for p in _bash_paths(cmd)
             ):
                 return "block", None
         return "allow", None
@@ -627,7 +633,8 @@ def rule_summary(rule: Rule) -> str:
         what = _literal_command(rule.pattern) or rule.pattern
         return f"command {'rewrite' if rule.replace else 'deny'} `{what}`"
     if isinstance(rule, PathRule):
-        return f"path {rule.mode} {', '.join(rule.globs)}"
+        which = f" for {', '.join(rule.files)}" if rule.files else ""
+        return f"path {rule.mode} {', '.join(rule.globs)}{which}"
     if isinstance(rule, ContentRule):
         where = f" in {', '.join(rule.path_globs)}" if rule.path_globs else ""
         return (

@@ -6,7 +6,8 @@ from typing import Any
 
 from continual_lsp.agent.lanes_facade import LanesFacade
 from continual_lsp.config import Settings
-from continual_lsp.lanes.compile import _command_pattern, _program_pattern
+from continual_lsp.lanes.compile import _command_pattern
+from continual_lsp.lanes.shapes import program_pattern
 from continual_lsp.tools.base import ToolCall
 
 
@@ -28,7 +29,7 @@ def test_guards_become_decode_restrictions(store: Any) -> None:
     _guard(store, [{"kind": "path", "globs": ["src/"], "mode": "allow"}])
     _guard(store, [{"kind": "command", "pattern": _command_pattern("git push")}])
     # A rewrite stays a rewrite: never a grammar restriction.
-    _guard(store, [{"kind": "command", "pattern": _program_pattern("npm"), "replace": "pnpm"}])
+    _guard(store, [{"kind": "command", "pattern": program_pattern("npm"), "replace": "pnpm"}])
     _guard(store, [{"kind": "command", "pattern": r"(?i)curl .*\| sh"}])
     got = LanesFacade(store, Settings(), len).decode_restrictions()
     assert got.path_prefixes == {"edit_lines": ["vendor/"], "write": [""]}
