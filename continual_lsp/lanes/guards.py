@@ -104,6 +104,14 @@ class SequenceRule(_Rule):
     after_globs: list[str] = Field(default_factory=list)  # empty: any file change
 
 
+class ReadFirstRule(_Rule):
+    """Files the task must have read before it changes any file ("always read
+    `docs/prd.md` before implementing"); checked on the task's history."""
+
+    kind: Literal["read_first"] = "read_first"
+    paths: list[str]
+
+
 class SizeRule(_Rule):
     kind: Literal["size"] = "size"
     max_lines: int | None = None
@@ -131,6 +139,7 @@ Rule = Annotated[
     | CommitMessageRule
     | NamingRule
     | SequenceRule
+    | ReadFirstRule
     | PythonRule,
     Field(discriminator="kind"),
 ]
@@ -429,7 +438,7 @@ def _eval_rule(rule: Rule, call: ToolCall, preview: Preview | None) -> tuple[str
         style = re.compile(re.escape(rule.prefix) + _CASE_STYLES[rule.style])
         ok = all(style.fullmatch(n) for n in names if n and not n.startswith("."))
         return ("allow", None) if ok else ("block", None)
-    if isinstance(rule, SequenceRule):
+    if isinstance(rule, (SequenceRule, ReadFirstRule)):
         return "allow", None  # judged on the task's history (`Guard.check(history=…)`)
     if isinstance(rule, SizeRule):
         if call.tool not in FILE_CHANGING_TOOLS:
@@ -469,6 +478,15 @@ class Guard:
                         guard_id=self.id,
                     )
                 continue
+            if isinstance(rule, ReadFirstRule):
+                unread = unread_paths(rule, history)
+                if current.tool in FILE_CHANGING_TOOLS and unread:
+                    return GuardVerdict(
+                        action="block",
+                        message=f"{self.spec.message} Read `{unread[0]}` first.",
+                        guard_id=self.id,
+                    )
+                continue
             if isinstance(rule, PythonRule):
                 verdict = _run_python_rule(rule, current, preview)
                 if verdict is None:
@@ -504,6 +522,12 @@ def step_missing(rule: SequenceRule, history: Sequence[ToolCall]) -> bool:
         ):
             last_step = i
     return last_change > last_step
+
+
+def unread_paths(rule: ReadFirstRule, history: Sequence[ToolCall]) -> list[str]:
+    """The rule's files the task has not read yet."""
+    read = [p for c in history if c.tool == "read" and (p := call_path(c, None)) is not None]
+    return [p for p in rule.paths if not any(path_matches(r, [p]) for r in read)]
 
 
 class GuardFailure(Exception):
@@ -646,6 +670,8 @@ def rule_summary(rule: Rule) -> str:
         return f"{rule.target} names {rule.style} case"
     if isinstance(rule, SequenceRule):
         return f"sequence: `{rule.step}` after changes, before {rule.before}"
+    if isinstance(rule, ReadFirstRule):
+        return f"read first: {', '.join(rule.paths)}"
     if isinstance(rule, ToolRule):
         return f"tool deny {', '.join(rule.deny)}" if rule.deny else "tool allow-list"
     return rule.kind

@@ -27,6 +27,7 @@ from continual_lsp.lanes.guards import (
     GuardSpec,
     NamingRule,
     PathRule,
+    ReadFirstRule,
     Rule,
     SequenceRule,
 )
@@ -660,6 +661,16 @@ def convention_shapes(text: str) -> list[Shaped]:
             "let n = name?.count ?? 0\n",
             "Sources/Example.swift",
         )
+    if re.search(r"\bprivate (?:fields?|members?|properties|variables?)\b", t, re.I) and re.search(
+        r"\bprefix\w*\s+(?:with\s+)?(?:an?\s+)?(?:`_`|underscores?)|\bunderscore prefix", t, re.I
+    ):
+        deny(
+            r"\bprivate\s+(?:(?:readonly|static|final)\s+)*(?:[\w<>\[\],?]+\s+)?(?!_)[A-Za-z]\w*\s*[;=:]",
+            ["*.ts", "*.tsx", "*.java", "*.cs", "*.kt"],
+            "class A {\n  private count: number = 0;\n}\n",
+            "class A {\n  private _count: number = 0;\n}\n",
+            "src/example.ts",
+        )
     out.extend(_hardcoded(t))
     out.extend(_logger_instead(t))
     if (
@@ -892,6 +903,25 @@ def placement_shapes(text: str) -> list[Shaped]:
     return [Shaped(rule, _write(name, "x\n"), _write(folder + name, "x\n"))]
 
 
+def read_first_shapes(text: str) -> list[Shaped]:
+    """ "Always read `docs/prd.md` before implementing", "Read AGENTS.md first"."""
+    m = re.search(
+        r"(?:^|[.;:]\s+|\b(?:always|must|should|first)\s+)read(?![\w-])(?P<what>[^.;]*(?:\.\w[^.;]*)*)",
+        text,
+        re.I,
+    )
+    if not m or not re.search(r"\b(always|first|before|must|start\w*|when working)\b", text, re.I):
+        return []
+    paths = [g for g in _globs(m.group("what")) if "*" not in g and "." in g.rsplit("/", 1)[-1]]
+    if not paths:
+        return []
+    reads = [ToolCall(tool="read", arguments={"path": p}) for p in paths]
+    change = ToolCall(tool="write", arguments={"path": "src/a.py", "content": "x\n"})
+    return [
+        Shaped(ReadFirstRule(paths=paths), Situation(change), Situation(change, reads)),
+    ]
+
+
 SHAPES: list[Callable[[str], list[Shaped]]] = [
     content_shapes,
     convention_shapes,
@@ -903,6 +933,7 @@ SHAPES: list[Callable[[str], list[Shaped]]] = [
     package_manager_shapes,
     wrapper_shapes,
     placement_shapes,
+    read_first_shapes,
 ]
 
 

@@ -410,6 +410,11 @@ def test_no_guard_no_code(embedder) -> None:
             ("src/m.ts", "const n = 1; // counter\n"),
         ),
         (
+            "Private members must be prefixed with an underscore.",
+            ("src/Cache.cs", "private readonly int size;\n"),
+            ("src/Cache.cs", "private readonly int _size;\n"),
+        ),
+        (
             "Use the `httpx` library, not requests.",
             ("app/client.py", "import requests\n"),
             ("app/client.py", "import httpx\n"),
@@ -489,3 +494,15 @@ def test_never_run_x_via_a_command() -> None:
 )
 def test_descriptions_and_advice_compile_to_nothing(text: str) -> None:
     assert compile_guard(text) is None, text
+
+
+def test_read_first_blocks_changes_until_the_files_are_read() -> None:
+    guard = guard_from("Always read `docs/design.md` and ARCHITECTURE.md before changing code.")
+    change = write("src/app.py")
+    read_design = ToolCall(tool="read", arguments={"path": "docs/design.md"})
+    read_arch = ToolCall(tool="read", arguments={"path": "./ARCHITECTURE.md"})
+    blocked = guard.check(change, None, [read_design])
+    assert blocked.action == "block" and "ARCHITECTURE.md" in blocked.message
+    assert guard.check(change, None, [read_design, read_arch]).action == "allow"
+    assert guard.check(bash("ls"), None, []).action == "allow"  # reading around is fine
+    assert compile_guard("The server reads `config.yaml` at start.") is None
