@@ -521,7 +521,8 @@ class Agent:
         Read-only calls are executed at once when auto-approve is on; a guard block is
         an automatic denial; a call identical to one already executed, sampled again
         after two warmer tries (`_sample`), ends the task (a small model repeats itself
-        once it has nothing new to do).
+        once it has nothing new to do). When a sequence guard's step ("after changing
+        src/ run pytest") is missing, a commit or that end is answered by proposing it.
         """
         while task.done is None:
             if task.turn >= self.settings.max_turns:
@@ -531,12 +532,25 @@ class Agent:
             if call is None:
                 self._finish(task, "the model could not produce a valid tool call")
                 break
-            if _canonical(call) in task.executed:
+            finishing = _canonical(call) in task.executed
+            note: str | None = None
+            step = self.lanes.due_step(task.history, None if finishing else call)
+            if step is not None:
+                # A sequence guard's step is missing: answered by proposing it, not by
+                # a denial or an end.
+                note = f"`{step}` is due after this task's changes, before it " + (
+                    "finishes" if finishing else "commits"
+                )
+                call = ToolCall(tool="bash", arguments={"cmd": step})
+                tokens = self.policy.renderer.render_call(call)
+                completion = Completion(
+                    tokens=tokens, logprobs=self.policy.logprobs(prompt_tokens, tokens), text=""
+                )
+            elif finishing:
                 self._finish(task, f"done: the agent repeated an executed call ({call.tool})")
                 break
             preview, error = self._preview(call)
             verdict = self.lanes.check_guards(call, preview, task.history)
-            note: str | None = None
             if verdict.action == "rewrite" and verdict.rewritten_call is not None:
                 call, note = verdict.rewritten_call, f"rewritten by a guard: {verdict.message}"
                 preview, error = self._preview(call)

@@ -83,6 +83,15 @@ class LanesFacade:
         """`history`: the task's executed calls, oldest first (sequence rules read it)."""
         return guards.check_guards(self.store, call, preview, history)
 
+    def due_step(self, history: Sequence[ToolCall], call: ToolCall | None) -> str | None:
+        """The step a sequence guard still requires before `call` commits, or (`call`
+        None) before the task finishes; None when nothing is due."""
+        if call is not None and not guards.is_commit(call):
+            return None
+        before = "finish" if call is None else "commit"
+        due = guards.GuardSet.from_store(self.store).missing_steps(history, before)
+        return due[0][1] if due else None
+
     def decode_restrictions(self) -> DecodeRestrictions:
         """The active guards' blocks that a grammar can express, so the sampler never
         writes them (DESIGN §4). The one place that turns guards into decoding limits.

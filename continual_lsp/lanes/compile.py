@@ -40,7 +40,7 @@ from continual_lsp.lanes.guards import (
     SizeRule,
     ToolRule,
 )
-from continual_lsp.lanes.shapes import fires, shaped_rules, synthesise
+from continual_lsp.lanes.shapes import fires, program_pattern, shaped_rules, synthesise
 
 PACKAGE_MANAGERS = frozenset({"npm", "yarn", "pnpm", "bun"})
 
@@ -157,9 +157,11 @@ def _items(clause: str) -> list[Item]:
         if last_neg >= 0 and last_neg >= last_pos:
             pol = "neg"
         elif last_pos >= 0:
-            # "never use X": a `use` right after a negation keeps it negative.
+            # "never use X", "never run tests via X": the means a negation governs.
             neg_then_use = re.search(
-                NEG_WORD.pattern + r"\s+(\w+\s+)?use\s*$", before[: last_pos + 1], re.I
+                NEG_WORD.pattern + r"\s+((\w+\s+)?use|(run|execute)(\s+\w+){0,2}\s+via)\s*$",
+                before[: last_pos + 1],
+                re.I,
             )
             pol = "neg" if neg_then_use else "pos"
         colon = before.rfind(":")
@@ -170,8 +172,11 @@ def _items(clause: str) -> list[Item]:
             pol = "pos" if re.match(r"\s*(run|use|call|try)\b", after, re.I) else "neutral"
         if pol == "neg" and last_neg >= 0:
             gap = re.findall(r"[\w']+", before[last_neg:])
+            means = re.fullmatch(r"\s*(run|execute)(\s+\w+){0,2}\s+via\s*", before[last_neg:], re.I)
             # Only the words a prohibition governs: "never on `main`" forbids nothing here.
-            if any(w.lower() not in GLUE and not _is_item_word(w, items) for w in gap):
+            if not means and any(
+                w.lower() not in GLUE and not _is_item_word(w, items) for w in gap
+            ):
                 pol = "neutral"
         items.append(Item(text=text, start=start, code=code, polarity=pol))
     return items
@@ -179,11 +184,6 @@ def _items(clause: str) -> list[Item]:
 
 def _is_item_word(word: str, items: list[Item]) -> bool:
     return any(word in it.text.split() or word == it.text for it in items)
-
-
-def _program_pattern(program: str) -> str:
-    # A program at the start of a command segment (after ;, &&, ||, |, `(` or `sudo`).
-    return r"(^|[;&|(]\s*|\bsudo\s+)" + re.escape(program) + r"(?=\s|$)"
 
 
 def _command_pattern(cmd: str) -> str:
@@ -272,7 +272,7 @@ def _from_denied_call(items: list[Item], context: dict[str, Any]) -> list[Rule]:
     good = pos[0].text.split()[0]
     if good == program or good not in PACKAGE_MANAGERS:
         return []
-    return [CommandRule(pattern=_program_pattern(program), replace=r"\g<1>" + good)]
+    return [CommandRule(pattern=program_pattern(program), replace=r"\g<1>" + good)]
 
 
 def _command_rules(items: list[Item]) -> list[Rule]:
@@ -296,7 +296,7 @@ def _command_rules(items: list[Item]) -> list[Rule]:
                 # x`" makes `npm test` → `pnpm test`, not `pnpm add x test`.
                 good = good.split()[0]
             for i in neg_cmd:
-                rules.append(CommandRule(pattern=_program_pattern(i.text), replace=r"\g<1>" + good))
+                rules.append(CommandRule(pattern=program_pattern(i.text), replace=r"\g<1>" + good))
         else:
             for i in neg_cmd:
                 rules.append(CommandRule(pattern=_command_pattern(i.text)))
@@ -312,7 +312,7 @@ def _command_rules(items: list[Item]) -> list[Rule]:
             if other.text == good or other.text.startswith("-"):
                 continue
             if len(ow) == 1 and ow[0] in gw[1:]:
-                rules.append(CommandRule(pattern=_program_pattern(ow[0]), replace=r"\g<1>" + good))
+                rules.append(CommandRule(pattern=program_pattern(ow[0]), replace=r"\g<1>" + good))
             elif len(ow) > 1 and ow[0] == gw[0] and ow != gw:
                 rules.append(
                     CommandRule(pattern=_command_pattern(other.text), replace=r"\g<1>" + good)

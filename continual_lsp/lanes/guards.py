@@ -48,6 +48,9 @@ class PathRule(_Rule):
     globs: list[str]
     mode: Literal["deny", "allow"] = "deny"  # allow: file changes only inside the globs
     tools: list[str] = Field(default_factory=lambda: sorted(FILE_CHANGING_TOOLS))
+    # The files the rule governs (empty: every file): "notebooks only under notebooks/"
+    # is `files=["*.ipynb"], globs=["notebooks/**"], mode="allow"`.
+    files: list[str] = Field(default_factory=list)
 
 
 class CommandRule(_Rule):
@@ -101,6 +104,14 @@ class SequenceRule(_Rule):
     after_globs: list[str] = Field(default_factory=list)  # empty: any file change
 
 
+class ReadFirstRule(_Rule):
+    """Files the task must have read before it changes any file ("always read
+    `docs/prd.md` before implementing"); checked on the task's history."""
+
+    kind: Literal["read_first"] = "read_first"
+    paths: list[str]
+
+
 class SizeRule(_Rule):
     kind: Literal["size"] = "size"
     max_lines: int | None = None
@@ -128,6 +139,7 @@ Rule = Annotated[
     | CommitMessageRule
     | NamingRule
     | SequenceRule
+    | ReadFirstRule
     | PythonRule,
     Field(discriminator="kind"),
 ]
@@ -158,7 +170,7 @@ class GuardSpec(BaseModel):
             if isinstance(rule, ToolRule) and not rule.existing_files_only:
                 for tool in rule.deny:
                     out.tools_blocked[tool] = ["**"]
-            elif isinstance(rule, PathRule) and rule.mode == "deny":
+            elif isinstance(rule, PathRule) and rule.mode == "deny" and not rule.files:
                 prefixes = [p for p in map(directory_prefix, rule.globs) if p]
                 if set(rule.tools) >= FILE_CHANGING_TOOLS:
                     out.path_prefixes_never.extend(prefixes)
@@ -174,7 +186,7 @@ class GuardSpec(BaseModel):
 def _literal_command(pattern: str) -> str | None:
     """The literal command a compiled deny pattern stands for (`git push`), else None."""
     body = pattern
-    for prefix in (_SEGMENT_START, r"\b"):
+    for prefix in (SEGMENT_START, r"\b"):
         body = body.removeprefix(prefix)
     for suffix in (r"(?![\w-])", r"(?=\s|$)", r"\b"):
         body = body.removesuffix(suffix)
@@ -185,7 +197,7 @@ def _literal_command(pattern: str) -> str | None:
 
 
 # How the compiler anchors a program at the start of a command segment.
-_SEGMENT_START = r"(^|[;&|(]\s*|\bsudo\s+)"
+SEGMENT_START = r"(^|[;&|(]\s*|\bsudo\s+)"
 
 
 class GuardVerdict(BaseModel):
@@ -328,6 +340,8 @@ def _eval_rule(rule: Rule, call: ToolCall, preview: Preview | None) -> tuple[str
         return "allow", None
     if isinstance(rule, PathRule):
         path = call_path(call, preview)
+        if path is not None and rule.files and not path_matches(path, rule.files):
+            return "allow", None
         if call.tool in rule.tools and path is not None:
             inside = path_matches(path, rule.globs)
             if (rule.mode == "deny") == inside:
@@ -335,7 +349,8 @@ def _eval_rule(rule: Rule, call: ToolCall, preview: Preview | None) -> tuple[str
         if call.tool == "bash" and rule.mode == "deny":
             cmd = str(call.arguments.get("cmd", ""))
             if _BASH_WRITES.search(cmd) and any(
-                path_matches(p, rule.globs) for p in _bash_paths(cmd)
+                path_matches(p, rule.globs) and (not rule.files or path_matches(p, rule.files))
+                for p in _bash_paths(cmd)
             ):
                 return "block", None
         return "allow", None
@@ -395,7 +410,7 @@ def _eval_rule(rule: Rule, call: ToolCall, preview: Preview | None) -> tuple[str
         style = re.compile(re.escape(rule.prefix) + _CASE_STYLES[rule.style])
         ok = all(style.fullmatch(n) for n in names if n and not n.startswith("."))
         return ("allow", None) if ok else ("block", None)
-    if isinstance(rule, SequenceRule):
+    if isinstance(rule, (SequenceRule, ReadFirstRule)):
         return "allow", None  # judged on the task's history (`Guard.check(history=…)`)
     if isinstance(rule, SizeRule):
         if call.tool not in FILE_CHANGING_TOOLS:
@@ -435,6 +450,15 @@ class Guard:
                         guard_id=self.id,
                     )
                 continue
+            if isinstance(rule, ReadFirstRule):
+                unread = unread_paths(rule, history)
+                if current.tool in FILE_CHANGING_TOOLS and unread:
+                    return GuardVerdict(
+                        action="block",
+                        message=f"{self.spec.message} Read `{unread[0]}` first.",
+                        guard_id=self.id,
+                    )
+                continue
             if isinstance(rule, PythonRule):
                 verdict = _run_python_rule(rule, current, preview)
                 if verdict is None:
@@ -470,6 +494,12 @@ def step_missing(rule: SequenceRule, history: Sequence[ToolCall]) -> bool:
         ):
             last_step = i
     return last_change > last_step
+
+
+def unread_paths(rule: ReadFirstRule, history: Sequence[ToolCall]) -> list[str]:
+    """The rule's files the task has not read yet."""
+    read = [p for c in history if c.tool == "read" and (p := call_path(c, None)) is not None]
+    return [p for p in rule.paths if not any(path_matches(r, [p]) for r in read)]
 
 
 class GuardFailure(Exception):
@@ -599,7 +629,8 @@ def rule_summary(rule: Rule) -> str:
         what = _literal_command(rule.pattern) or rule.pattern
         return f"command {'rewrite' if rule.replace else 'deny'} `{what}`"
     if isinstance(rule, PathRule):
-        return f"path {rule.mode} {', '.join(rule.globs)}"
+        which = f" for {', '.join(rule.files)}" if rule.files else ""
+        return f"path {rule.mode} {', '.join(rule.globs)}{which}"
     if isinstance(rule, ContentRule):
         where = f" in {', '.join(rule.path_globs)}" if rule.path_globs else ""
         return (
@@ -611,6 +642,8 @@ def rule_summary(rule: Rule) -> str:
         return f"{rule.target} names {rule.style} case"
     if isinstance(rule, SequenceRule):
         return f"sequence: `{rule.step}` after changes, before {rule.before}"
+    if isinstance(rule, ReadFirstRule):
+        return f"read first: {', '.join(rule.paths)}"
     if isinstance(rule, ToolRule):
         return f"tool deny {', '.join(rule.deny)}" if rule.deny else "tool allow-list"
     return rule.kind

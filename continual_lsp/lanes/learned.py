@@ -37,9 +37,12 @@ def featurize(texts: Sequence[str], embedder: Embedder | None = None) -> np.ndar
 
 
 def train_logreg(
-    x: np.ndarray, y: np.ndarray, l2: float = 1.0, steps: int = 400, lr: float = 0.5
+    x: np.ndarray, y: np.ndarray, l2: float = 0.1, steps: int = 2000, lr: float = 0.5
 ) -> tuple[np.ndarray, float]:
-    """Class-balanced L2 logistic regression by full-batch gradient descent (tiny data)."""
+    """Class-balanced L2 logistic regression by full-batch gradient descent (tiny data).
+
+    Trained close to convergence: 400 steps at l2 1.0 left the behavioural head at 0.77
+    repository-grouped accuracy, 2000 at 0.1 reach 0.80 (bench/allocator.py)."""
     n, d = x.shape
     w = np.zeros(d, dtype=np.float64)
     b = 0.0
@@ -72,7 +75,7 @@ class Heads:
         return predict(x, self.heads[head])
 
     @classmethod
-    def fit(cls, x: np.ndarray, labels: Sequence[str], l2: float = 1.0) -> Heads:
+    def fit(cls, x: np.ndarray, labels: Sequence[str], l2: float = 0.1) -> Heads:
         lanes = np.asarray(labels)
         heads: dict[str, tuple[np.ndarray, float]] = {}
         heads["correction"] = train_logreg(x, (lanes != "NONE").astype(float), l2)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from continual_lsp.lanes.features import FILE_TYPES, KNOWN_CLI, PATHISH, is_commandish
 from continual_lsp.lanes.guards import (
+    SEGMENT_START,
     CommandRule,
     CommitMessageRule,
     ContentRule,
@@ -26,6 +27,7 @@ from continual_lsp.lanes.guards import (
     GuardSpec,
     NamingRule,
     PathRule,
+    ReadFirstRule,
     Rule,
     SequenceRule,
 )
@@ -43,14 +45,6 @@ class Shaped:
     rule: Rule
     violating: Situation
     compliant: Situation
-
-
-def passes_self_check(shaped: Shaped) -> bool:
-    """The rule's guard blocks the violating situation and allows the compliant one."""
-    guard = Guard("self-check", GuardSpec(message="self-check", rules=[shaped.rule]))
-    bad = guard.check(shaped.violating.call, None, shaped.violating.history)
-    good = guard.check(shaped.compliant.call, None, shaped.compliant.history)
-    return bad.action == "block" and good.action == "allow"
 
 
 def _write(path: str, content: str) -> Situation:
@@ -324,6 +318,12 @@ def git_shapes(text: str) -> list[Shaped]:
                 _bash("git commit -m 'fix: handle empty input'"),
             )
         )
+    language = re.search(r"\b(chinese|english)\b|(中文|英文)", t, re.I)
+    if language and re.search(r"\bcommit(?:s| messages?)\b|提交", t, re.I):
+        chinese = (language.group(1) or "").lower() == "chinese" or language.group(2) == "中文"
+        rule = CommitMessageRule(pattern=CJK_CHARS, must_match=chinese)
+        zh, en = _bash("git commit -m '修复空输入'"), _bash("git commit -m 'fix: empty input'")
+        out.append(Shaped(rule, en, zh) if chinese else Shaped(rule, zh, en))
     m = re.search(
         NEG + r"\s+commit\s+(?P<what>.+?)(?:\s+(?:unless|without|to|into)\b|[.;(](?:\s|$)|$)",
         t,
@@ -357,8 +357,14 @@ def git_shapes(text: str) -> list[Shaped]:
 
 def _step_command(token: str) -> str | None:
     token = token.strip().rstrip(".")
-    if token and (
-        is_commandish(token) or token.split()[0].lower() in FORMATTERS or "/" in token.split()[0]
+    if (
+        token
+        and not token.startswith("-")
+        and (
+            is_commandish(token)
+            or token.split()[0].lower() in FORMATTERS
+            or "/" in token.split()[0]
+        )
     ):
         return token
     return None
@@ -393,7 +399,23 @@ def sequence_shapes(text: str) -> list[Shaped]:
         t,
         re.I,
     )
+    # "make sure `npm run build` passes", "`bun run build`でビルドエラーがないか確認".
+    verify = re.search(
+        r"\b(make sure|ensure|verify|check|confirm)\b[^.]*\b((?:must|should|to|will|still) pass"
+        r"|passes|succeeds?|no (?:\w+ )?errors?|green)\b|確認|确认|検証|检查",
+        t,
+        re.I,
+    )
+    finish_trigger = re.search(
+        r"\bbefore (?:you )?(?:finish\w*|complet\w+|submit\w*|mark\w* [^.]*\bdone|hand\w* off)"
+        r"|\bwhen (?:you(?:'re| are) )?(?:done|finished)\b",
+        t,
+        re.I,
+    )
     runs = re.search(r"\b(run|execute|use|verify with|check with|invoke)\b", t, re.I)
+    change_trigger = change_trigger or finish_trigger
+    # "`npm run build` — verify the build succeeds" is a glossary line, not a rule.
+    glossary = re.match(r"^\s*`[^`]+`\s*[:\u2014\u2013-]\s", t)
     steps = [s for s in (_step_command(b) for b in _backticked(t)) if s]
     if re.search(r"\bpre-commit\b", t, re.I) and re.search(r"\brun\b", t, re.I) and not steps:
         steps = ["pre-commit run"]
@@ -421,6 +443,9 @@ def sequence_shapes(text: str) -> list[Shaped]:
                 )
             )
             return out
+    if steps and verify and not glossary:
+        add(steps[0], "commit", _languages(t))
+        return out
     if steps and runs and (commit_trigger or change_trigger):
         add(steps[0], "commit", _languages(t))
         return out
@@ -494,12 +519,421 @@ def path_shapes(text: str) -> list[Shaped]:
     return [Shaped(rule, _write(inside, "x\n"), _write("elsewhere/ok.txt", "x\n"))]
 
 
+# -- conventions a regex on the added lines can keep -----------------------------------------
+
+CJK_CHARS = r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]"
+CODE_FILES = [
+    "*.py", *JS, "*.go", "*.rs", "*.java", "*.kt", "*.swift", "*.rb", "*.php", "*.cs",
+    "*.dart", "*.c", "*.cc", "*.cpp", "*.h", "*.hpp", "*.lua", "*.sh",
+]  # fmt: skip
+UI_FILES = ["*.jsx", "*.tsx", "*.vue", "*.svelte"]
+PY_DEF = r"^[ \t]*(?:async\s+)?def\s+"
+PY_DOCSTRING_MISSING = (
+    PY_DEF + r"(?!_)\w+\([^\n]*\)(?:\s*->[^\n]*)?:[ \t]*\n(?![ \t]*[rRbBuU]?(?:\"\"\"|'''))"
+)
+# Writing to stdout where a logger is wanted, per language.
+OUTPUT_CALLS = {
+    "console.log": (r"\bconsole\.(?:log|debug|info)\(", JS),
+    "process.stdout.write": (r"\bprocess\.stdout\.write\(", JS),
+    "print": (r"^\s*print\(", ["*.py"]),
+    "System.out.println": (r"\bSystem\.(?:out|err)\.print", ["*.java", "*.kt"]),
+    "fmt.Println": (r"\bfmt\.Print", ["*.go"]),
+    "println!": (r"\bprintln!\(", ["*.rs"]),
+}
+# "tests go in `tests/`", "put notebooks under `notebooks/`": the files a kind names.
+FILE_KINDS = {
+    "notebook": ["*.ipynb"],
+    "test": ["test_*.py", "*_test.py", "*_test.go", "*.test.*", "*.spec.*"],
+    "migration": ["*migration*"],
+}
+MANIFESTS = [
+    "Cargo.toml", "package.json", "pyproject.toml", "requirements*.txt", "Gemfile",
+    "go.mod", "pubspec.yaml", "composer.json", "build.gradle*", "pom.xml",
+]  # fmt: skip
+JS_MANAGERS = ("npm", "yarn", "pnpm", "bun")
+DROP_IN = {"pnpm", "bun"}  # they take npm's subcommands: rewriting keeps the command working
+
+
+def _negated(t: str, word: str) -> bool:
+    """`word` sits right after a negation ("don't use pnpm", "no docstrings")."""
+    return bool(re.search(NEG + r"\s+(?:\w+\s+){0,2}`?" + re.escape(word), t, re.I))
+
+
+def convention_shapes(text: str) -> list[Shaped]:
+    """Code conventions of languages and frameworks: docstrings, JSDoc, type hints,
+    function components, arrow parentheses, interfaces, force unwraps, hard-coded text or
+    colours, a logger instead of stdout, licence headers, the language of strings."""
+    t = text
+    out: list[Shaped] = []
+
+    def deny(pattern: str, globs: list[str], bad: str, good: str, path: str) -> None:
+        rule = ContentRule(pattern=pattern, path_globs=globs)
+        out.append(Shaped(rule, _write(path, bad), _write(path, good)))
+
+    langs = _languages(t)
+    python = not langs or "*.py" in langs
+    if (
+        re.search(r"\bdocstrings?\b", t, re.I)
+        and re.search(r"\b(all|every|each|public|functions?|methods?|classes?)\b", t, re.I)
+        and not _negated(t, "docstring")
+        and python
+    ):
+        deny(
+            PY_DOCSTRING_MISSING,
+            ["*.py"],
+            "def mean(xs):\n    return sum(xs) / len(xs)\n",
+            'def mean(xs):\n    """The arithmetic mean."""\n    return sum(xs) / len(xs)\n',
+            "src/example.py",
+        )
+    if re.search(r"\bjs ?doc\b", t, re.I) and not _negated(t, "jsdoc"):
+        deny(
+            r"(?<!\*/\n)^[ \t]*(?:export\s+)?(?:default\s+)?(?:async\s+)?function\b",
+            JS,
+            "export function f(a) {\n  return a;\n}\n",
+            "/** Returns a. */\nexport function f(a) {\n  return a;\n}\n",
+            "src/example.js",
+        )
+    if (
+        re.search(r"\btype (?:hints?|annotations?)\b", t, re.I)
+        and not _negated(t, "type")
+        and python
+    ):
+        deny(
+            PY_DEF + r"\w+\([^\n]*\)\s*:",
+            ["*.py"],
+            "def mean(xs):\n    return 0.0\n",
+            "def mean(xs: list[float]) -> float:\n    return 0.0\n",
+            "src/example.py",
+        )
+    if (
+        re.search(
+            r"\b(?:use|write|only|always|prefer)\s+(?:only\s+)?(?:react\s+)?function(?:al)? components?",
+            t,
+            re.I,
+        )
+        and not _negated(t, "function")
+    ) or re.search(NEG + r"\s+(?:\w+\s+)?class components?\b", t, re.I):
+        deny(
+            r"\bclass\s+\w+\s+extends\s+(?:React\.)?(?:Pure)?Component\b",
+            JS,
+            "class App extends React.Component {}\n",
+            "function App() {\n  return null;\n}\n",
+            "src/App.jsx",
+        )
+    if re.search(r"\barrow functions?\b", t, re.I) and re.search(r"\bparen", t, re.I):
+        if re.search(r"\b(without|omit\w*|no|avoid|drop)\b[^.]*\bparen", t, re.I):
+            deny(
+                r"(?<![\w$.])\(\s*[A-Za-z_$][\w$]*\s*\)\s*=>",
+                JS,
+                "const f = (x) => x;\n",
+                "const f = x => x;\n",
+                "src/example.js",
+            )
+        elif re.search(r"\b(always|with|require\w*|include)\b[^.]*\bparen", t, re.I):
+            deny(
+                r"(?:^|[=(,:?]\s*)(?:async\s+)?[A-Za-z_$][\w$]*\s*=>",
+                JS,
+                "const f = x => x;\n",
+                "const f = (x) => x;\n",
+                "src/example.js",
+            )
+    ts = ["*.ts", "*.tsx"]
+    type_alias = (
+        "type A = {\n  x: number;\n};\n",
+        r"^\s*(?:export\s+)?type\s+\w+(?:<[^>\n]*>)?\s*=\s*\{",
+    )
+    interface = ("interface A {\n  x: number;\n}\n", r"^\s*(?:export\s+)?interface\s+\w+")
+    if re.search(
+        r"\btypes?\b`?[^.]*\b(?:over|instead of|rather than|not)\s+`?interfaces?\b", t, re.I
+    ):
+        deny(interface[1], ts, interface[0], type_alias[0], "src/example.ts")
+    elif re.search(
+        r"\binterfaces?`?\s+(?:for\s+(?:all\s+)?(?:object|props|data)|over|instead of|rather than)\b",
+        t,
+        re.I,
+    ) and re.search(r"\b(use|prefer|always)\b", t, re.I):
+        deny(type_alias[1], ts, type_alias[0], interface[0], "src/example.ts")
+    if re.search(r"\bforce[- ]?unwrap", t, re.I) and re.search(NEG, t, re.I):
+        deny(
+            r"[\w)\]]!(?=[.\s),;\]]|$)",
+            ["*.swift"],
+            "let n = name!.count\n",
+            "let n = name?.count ?? 0\n",
+            "Sources/Example.swift",
+        )
+    if re.search(r"\bprivate (?:fields?|members?|properties|variables?)\b", t, re.I) and re.search(
+        r"\bprefix\w*\s+(?:with\s+)?(?:an?\s+)?(?:`_`|underscores?)|\bunderscore prefix", t, re.I
+    ):
+        deny(
+            r"\bprivate\s+(?:(?:readonly|static|final)\s+)*(?:[\w<>\[\],?]+\s+)?(?!_)[A-Za-z]\w*\s*[;=:]",
+            ["*.ts", "*.tsx", "*.java", "*.cs", "*.kt"],
+            "class A {\n  private count: number = 0;\n}\n",
+            "class A {\n  private _count: number = 0;\n}\n",
+            "src/example.ts",
+        )
+    out.extend(_hardcoded(t))
+    out.extend(_logger_instead(t))
+    if (
+        re.search(r"\b(licen[cs]e|copyright)\s+headers?\b|\bspdx\b", t, re.I)
+        and re.search(r"\b(every|all|each|new|must|should|always|include|add|start)\b", t, re.I)
+        and not _negated(t, "licen")
+    ):
+        rule = ContentRule(
+            pattern=r"SPDX-License-Identifier|[Cc]opyright|Licensed under",
+            path_globs=CODE_FILES,
+            required=True,
+        )
+        out.append(
+            Shaped(
+                rule,
+                _write("src/a.py", "x = 1\n"),
+                _write("src/a.py", "# SPDX-License-Identifier: MIT\nx = 1\n"),
+            )
+        )
+    out.extend(_artefact_language(t))
+    return out
+
+
+def _hardcoded(t: str) -> list[Shaped]:
+    """ "never hard-code text, use `t()`", "use theme values - never hardcode" colours."""
+    hard = re.search(r"\bhard[- ]?cod\w*|\bdirect(?:ly)?\s+(?:text\s+)?embed\w*", t, re.I)
+    if not hard:
+        return []
+    out: list[Shaped] = []
+    if re.search(r"\b(text|strings?|copy|labels?|literals?|messages?)\b", t, re.I) and (
+        re.search(NEG, t, re.I) or re.search(r"\b(instead|rather than|warning)\b", t, re.I)
+    ):
+        for pattern, globs, bad, good, path in (
+            (r">[ \t]*[A-Za-z][^<>{}\n]*[A-Za-z.!?:][ \t]*</", UI_FILES,
+             "<h1>Welcome back</h1>\n", "<h1>{t('welcome')}</h1>\n", "src/Home.tsx"),
+            (r"\bText\(\s*['\"][^'\"\n]*[A-Za-z]", ["*.dart"],
+             "Text('Welcome back')\n", "Text(l10n.welcome)\n", "lib/home.dart"),
+            (r"\.(?:text|title)\s*=\s*\"[^\"\n]*[A-Za-z]", ["*.swift"],
+             'label.text = "Welcome back"\n', "label.text = L10n.welcome\n", "Sources/Home.swift"),
+        ):  # fmt: skip
+            out.append(
+                Shaped(
+                    ContentRule(pattern=pattern, path_globs=globs),
+                    _write(path, bad),
+                    _write(path, good),
+                )
+            )
+    if re.search(r"\b(colou?rs?|theme)\b", t, re.I):
+        rule = ContentRule(
+            pattern=r"(?<=['\":\s])#(?:[0-9a-fA-F]{3}){1,2}(?:[0-9a-fA-F]{2})?\b|\brgba?\(",
+            path_globs=[*JS, "*.css", "*.scss"],
+            exclude_globs=["*theme*", "*tokens*", "*colors*"],
+        )
+        out.append(
+            Shaped(
+                rule,
+                _write("src/Card.tsx", "const s = { color: '#ff0000' };\n"),
+                _write("src/Card.tsx", "const s = { color: theme.colors.error };\n"),
+            )
+        )
+    return out
+
+
+def _logger_instead(t: str) -> list[Shaped]:
+    """ "`console.log` in runtime code: use the shared logger" forbids the named call."""
+    if not re.search(r"\blog(?:ger|ging)\b", t, re.I) or re.search(
+        r"\b(?:use|prefer)\s+`?(?:console\.log|print)\b", t, re.I
+    ):
+        return []
+    out = []
+    for name, (pattern, globs) in OUTPUT_CALLS.items():
+        if re.search(r"(?<![\w.])" + re.escape(name) + r"(?![\w.])", t):
+            call = name + "('x')"
+            path = _example_path(globs, "src/example.js")
+            out.append(
+                Shaped(
+                    ContentRule(pattern=pattern, path_globs=globs),
+                    _write(path, call + "\n"),
+                    _write(path, "log.info('x')\n"),
+                )
+            )
+    return out
+
+
+def _artefact_language(t: str) -> list[Shaped]:
+    """ "strings and error messages in English", "代码注释使用英文": no CJK in code."""
+    if not re.search(r"\benglish\b|英文|英語", t, re.I) or re.search(
+        r"\b(reply|respond|answer|talk|chat|speak|user|conversation|commit)\w*|用户|对话|回答|回复",
+        t,
+        re.I,
+    ):
+        return []
+    strings = re.search(
+        r"\bstrings?\b|\berror messages?\b|\blog messages?\b|字符串|错误信息|文字列", t, re.I
+    )
+    if re.search(r"\bcomments?\b|注释|コメント", t, re.I) and not strings:
+        pattern, bad = rf"(?:#|//|/\*|\*|<!--).*{CJK_CHARS}", "x = 1  # 计数\n"
+    elif strings:
+        pattern, bad = rf"[\"'`][^\"'`\n]*{CJK_CHARS}", 'raise ValueError("参数错误")\n'
+    elif re.search(r"\b(code|identifiers?|variable names?)\b|代码|コード", t, re.I):
+        pattern, bad = CJK_CHARS, "计数 = 1\n"
+    else:
+        return []
+    rule = ContentRule(pattern=pattern, path_globs=CODE_FILES)
+    return [Shaped(rule, _write("src/a.py", bad), _write("src/a.py", 'x = 1  # "count"\n'))]
+
+
+def dependency_shapes(text: str) -> list[Shaped]:
+    """ "use the `ocrs` crate, not tesseract": the other library is never imported or added."""
+    out: list[Shaped] = []
+    for m in re.finditer(
+        r"\buse\s+(?:the\s+)?`?(?P<good>[\w@/.-]+)`?\s+(?:crate|package|library|lib|module|gem)s?\b"
+        r"[^.;]*?\b(?:not|instead of|rather than|over)\s+(?:the\s+)?`?(?P<bad>[\w@/.-]+)`?",
+        text,
+        re.I,
+    ):
+        bad, good = m.group("bad").rstrip("."), m.group("good").rstrip(".")
+        if (
+            bad.lower() in KNOWN_CLI
+            or bad.lower() in ("a", "an", "the", "any", "it")
+            or len(bad) < 3
+        ):
+            continue
+        module = bad.replace("-", "_")
+        out.append(
+            Shaped(
+                ContentRule(pattern=_import_re(module)),
+                _write("src/a.py", f"import {module}\n"),
+                _write("src/a.py", f"import {good.replace('-', '_')}\n"),
+            )
+        )
+        out.append(
+            Shaped(
+                ContentRule(
+                    pattern=rf"^\s*[\"']?{re.escape(bad)}[\"']?(?:\s*[=:<>~^\[]|\s*$)",
+                    path_globs=MANIFESTS,
+                ),
+                _write("Cargo.toml", f'[dependencies]\n{bad} = "1"\n'),
+                _write("Cargo.toml", f'[dependencies]\n{good} = "1"\n'),
+            )
+        )
+    return out
+
+
+def program_pattern(program: str) -> str:
+    """A program at the start of a command segment (after ;, &&, ||, |, `(` or `sudo`)."""
+    return SEGMENT_START + re.escape(program) + r"(?=\s|$)"
+
+
+def package_manager_shapes(text: str) -> list[Shaped]:
+    """ "always use pnpm", "yarn is our package manager", "use `uv` for dependencies"."""
+    t = text
+    out: list[Shaped] = []
+    for pm in (*JS_MANAGERS, "uv", "poetry"):
+        q = rf"`?{pm}`?(?![\w-])"
+        chosen = re.search(
+            rf"\b(?:always|only)\s+(?:use\s+)?{q}|\buse\s+{q}(?!\s+(?:run|exec|dlx|x)\b)"
+            rf"|(?<![\w-]){q}\s+(?:is|as)\s+(?:the|our)\s+(?:\w+\s+)?package manager"
+            rf"|\bpackage manager\b[^.]*?(?<![\w-]){q}",
+            t,
+            re.I,
+        )
+        if not chosen or _negated(t, pm):
+            continue
+        if pm in JS_MANAGERS:
+            for other in JS_MANAGERS:
+                if other == pm:
+                    continue
+                replace = r"\g<1>" + pm if pm in DROP_IN else None
+                rule = CommandRule(pattern=program_pattern(other), replace=replace)
+                out.append(Shaped(rule, _bash(f"{other} install"), _bash(f"{pm} install")))
+        elif pm == "uv":
+            for pip in ("pip", "pip3"):
+                rule = CommandRule(pattern=program_pattern(pip), replace=r"\g<1>uv pip")
+                out.append(Shaped(rule, _bash(f"{pip} install x"), _bash("uv pip install x")))
+        else:
+            rule = CommandRule(pattern=SEGMENT_START + r"pip3?\s+install\b")
+            out.append(Shaped(rule, _bash("pip install x"), _bash("poetry add x")))
+        break
+    return out
+
+
+def wrapper_shapes(text: str) -> list[Shaped]:
+    """ "Tests on Linux require xvfb: `xvfb-run -a npm test`", "CLI commands run inside
+    ddev: `ddev exec php craft ...`": the bare command is rewritten to the wrapped one."""
+    out: list[Shaped] = []
+    for sentence in re.split(r"(?<=[.!?])\s+", text):
+        if not re.search(
+            r"\b(require[sd]?|must|always|only|should)\b|\ball\b[^.`]*\bcommands?\b",
+            sentence,
+            re.I,
+        ):
+            continue
+        for span in _backticked(sentence):
+            if re.search(r"[;&|<>\\$]", span):
+                continue
+            words = span.replace("...", "").replace("\u2026", "").split()
+            for i in range(1, len(words)):
+                if words[i].lower() in KNOWN_CLI and words[i].lower() != words[0].lower():
+                    inner, wrapper = " ".join(words[i:]), " ".join(words[:i])
+                    pattern = SEGMENT_START + r"\s+".join(map(re.escape, words[i:])) + r"(?![\w-])"
+                    rule = CommandRule(pattern=pattern, replace=rf"\g<1>{wrapper} {inner}")
+                    out.append(Shaped(rule, _bash(inner), _bash(f"{wrapper} {inner}")))
+                    break
+    return out
+
+
+def placement_shapes(text: str) -> list[Shaped]:
+    """ "Use Jupyter notebooks in the `notebooks/` directory", "tests go in `tests/`":
+    files of that kind are written only under the directory."""
+    where = r"(?:the\s+)?`?(?P<{}>[\w.-]+(?:/[\w.-]+)*/)`?"
+    m = re.search(
+        r"\b(?:put|keep|place|store|save|create|add|write|use)\s+(?:(?:all|new|any|the)\s+)*"
+        r"(?:[\w-]+\s+){0,2}?(?P<kind>[\w-]+?)s?\s+(?:files?\s+)?(?:only\s+)?"
+        r"(?:in|under|inside|into)\s+" + where.format("dir") + r"|\b(?P<kind2>[\w-]+?)s?\s+"
+        r"(?:files?\s+)?(?:must|should)\s+(?:go|belong|live|be kept|be placed)\s+(?:only\s+)?"
+        r"(?:in|under|inside)\s+" + where.format("dir2"),
+        text,
+        re.I,
+    )
+    if not m:
+        return []
+    kind = (m.group("kind") or m.group("kind2")).lower()
+    folder = m.group("dir") or m.group("dir2")
+    files = FILE_KINDS.get(kind) or ([FILE_TYPES[kind]] if kind in FILE_TYPES else [])
+    if not files:
+        return []
+    rule = PathRule(globs=[folder + "**"], mode="allow", tools=["write"], files=files)
+    name = files[0].replace("*", "example")
+    return [Shaped(rule, _write(name, "x\n"), _write(folder + name, "x\n"))]
+
+
+def read_first_shapes(text: str) -> list[Shaped]:
+    """ "Always read `docs/prd.md` before implementing", "Read AGENTS.md first"."""
+    m = re.search(
+        r"(?:^|[.;:]\s+|\b(?:always|must|should|first)\s+)read(?![\w-])(?P<what>[^.;]*(?:\.\w[^.;]*)*)",
+        text,
+        re.I,
+    )
+    if not m or not re.search(r"\b(always|first|before|must|start\w*|when working)\b", text, re.I):
+        return []
+    paths = [g for g in _globs(m.group("what")) if "*" not in g and "." in g.rsplit("/", 1)[-1]]
+    if not paths:
+        return []
+    reads = [ToolCall(tool="read", arguments={"path": p}) for p in paths]
+    change = ToolCall(tool="write", arguments={"path": "src/a.py", "content": "x\n"})
+    return [
+        Shaped(ReadFirstRule(paths=paths), Situation(change), Situation(change, reads)),
+    ]
+
+
 SHAPES: list[Callable[[str], list[Shaped]]] = [
     content_shapes,
+    convention_shapes,
+    dependency_shapes,
     git_shapes,
     sequence_shapes,
     naming_shapes,
     path_shapes,
+    package_manager_shapes,
+    wrapper_shapes,
+    placement_shapes,
+    read_first_shapes,
 ]
 
 
@@ -508,12 +942,12 @@ def shaped_rules(text: str) -> list[Rule]:
     rules: list[Rule] = []
     for shape in SHAPES:
         for shaped in shape(text):
-            if passes_self_check(shaped):
+            if fires(shaped):
                 rules.append(shaped.rule)
     return rules
 
 
-__all__ = ["KNOWN_CLI", "SHAPES", "Shaped", "passes_self_check", "shaped_rules"]
+__all__ = ["KNOWN_CLI", "SHAPES", "Shaped", "fires", "shaped_rules"]
 
 
 def synthesise(rule: Rule) -> Shaped | None:
@@ -559,7 +993,8 @@ def synthesise(rule: Rule) -> Shaped | None:
 
 
 def fires(shaped: Shaped) -> bool:
-    """Like `passes_self_check`, with a rewrite counting as firing (a substitution)."""
+    """The self-check: the rule's guard blocks (or, a substitution, rewrites) the violating
+    situation and allows the compliant one."""
     guard = Guard("self-check", GuardSpec(message="self-check", rules=[shaped.rule]))
     bad = guard.check(shaped.violating.call, None, shaped.violating.history)
     good = guard.check(shaped.compliant.call, None, shaped.compliant.history)

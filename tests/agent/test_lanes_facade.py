@@ -6,7 +6,8 @@ from typing import Any
 
 from continual_lsp.agent.lanes_facade import LanesFacade
 from continual_lsp.config import Settings
-from continual_lsp.lanes.compile import _command_pattern, _program_pattern
+from continual_lsp.lanes.compile import _command_pattern
+from continual_lsp.lanes.shapes import program_pattern
 from continual_lsp.tools.base import ToolCall
 
 
@@ -28,7 +29,7 @@ def test_guards_become_decode_restrictions(store: Any) -> None:
     _guard(store, [{"kind": "path", "globs": ["src/"], "mode": "allow"}])
     _guard(store, [{"kind": "command", "pattern": _command_pattern("git push")}])
     # A rewrite stays a rewrite: never a grammar restriction.
-    _guard(store, [{"kind": "command", "pattern": _program_pattern("npm"), "replace": "pnpm"}])
+    _guard(store, [{"kind": "command", "pattern": program_pattern("npm"), "replace": "pnpm"}])
     _guard(store, [{"kind": "command", "pattern": r"(?i)curl .*\| sh"}])
     got = LanesFacade(store, Settings(), len).decode_restrictions()
     assert got.path_prefixes == {"edit_lines": ["vendor/"], "write": [""]}
@@ -58,3 +59,29 @@ def test_sequence_guards_read_the_tasks_history(store: Any) -> None:
     test = ToolCall(tool="bash", arguments={"cmd": "pytest -q"})
     assert facade.check_guards(commit, None, [change]).action == "block"
     assert facade.check_guards(commit, None, [change, test]).action == "allow"
+
+
+def test_a_missing_step_is_due_before_a_commit_or_the_end(store: Any) -> None:
+    _guard(
+        store,
+        [
+            {
+                "kind": "sequence",
+                "command": r"\bpytest\b",
+                "step": "pytest -q",
+                "after_globs": ["src/**"],
+            }
+        ],
+    )
+    facade = LanesFacade(store, Settings(), len)
+    commit = ToolCall(tool="bash", arguments={"cmd": "cd repo && git commit -m 'fix mean'"})
+    other = ToolCall(tool="bash", arguments={"cmd": "ls"})
+    change = ToolCall(tool="write", arguments={"path": "src/calc/ops.py", "content": "x = 1\n"})
+    docs = ToolCall(tool="write", arguments={"path": "README.md", "content": "x\n"})
+    test = ToolCall(tool="bash", arguments={"cmd": "pytest -q"})
+    assert facade.due_step([change], commit) == "pytest -q"
+    assert facade.due_step([change], None) == "pytest -q"  # the task would finish
+    assert facade.due_step([change], other) is None  # not a commit: nothing to answer
+    assert facade.due_step([change, test], None) is None
+    assert facade.due_step([test, change], commit) == "pytest -q"  # changed after the run
+    assert facade.due_step([docs], None) is None  # outside the rule's files

@@ -341,3 +341,168 @@ def test_no_guard_no_code(embedder) -> None:
     assert d.lane != "CODE" and d.checkable and "no guard compiled" in d.reason
     code = allocate("Never force-push.", 1, use_llm=False, embedder=embedder)
     assert code.lane == "CODE" and "command deny" in code.reason and code.spec["rules"]
+
+
+# -- conventions of languages and frameworks (paraphrases, not the dev set's rows) -------------
+
+
+@pytest.mark.parametrize(
+    ("text", "bad", "good"),
+    [
+        (
+            "All public functions must have docstrings.",
+            ("pkg/m.py", "def area(r):\n    return r * r\n"),
+            ("pkg/m.py", 'def area(r):\n    """Area."""\n    return r * r\n'),
+        ),
+        (
+            "Document every exported function with JSDoc.",
+            ("src/m.ts", "export function area(r) {\n  return r;\n}\n"),
+            ("src/m.ts", "/**\n * Area.\n */\nexport function area(r) {\n  return r;\n}\n"),
+        ),
+        (
+            "Always add type hints to new Python functions.",
+            ("pkg/m.py", "def area(r):\n    return r\n"),
+            ("pkg/m.py", "def area(r: float) -> float:\n    return r\n"),
+        ),
+        (
+            "Only write function components; no class components.",
+            ("src/Nav.tsx", "export class Nav extends Component {}\n"),
+            ("src/Nav.tsx", "export function Nav() {\n  return null;\n}\n"),
+        ),
+        (
+            "Omit parentheses around a single arrow function parameter.",
+            ("src/m.js", "items.map((item) => item.id);\n"),
+            ("src/m.js", "items.map(item => item.id);\n"),
+        ),
+        (
+            "Prefer interfaces over type aliases for object types.",
+            ("src/t.ts", "export type User = {\n  id: string;\n};\n"),
+            ("src/t.ts", "export interface User {\n  id: string;\n}\n"),
+        ),
+        (
+            "Never force-unwrap optionals.",
+            ("App/View.swift", "let u = user!\n"),
+            ("App/View.swift", "guard let u = user else { return }\n"),
+        ),
+        (
+            "Don't hardcode UI strings; every label goes through i18n.",
+            ("src/Login.jsx", "<button>Sign in</button>\n"),
+            ("src/Login.jsx", "<button>{t('signIn')}</button>\n"),
+        ),
+        (
+            "Never hard-code colors; take them from the theme.",
+            ("src/Badge.ts", "const c = '#1e90ff';\n"),
+            ("src/Badge.ts", "const c = theme.palette.primary;\n"),
+        ),
+        (
+            "`fmt.Println` is for scripts; services use the structured logger.",
+            ("svc/main.go", 'fmt.Println("started")\n'),
+            ("svc/main.go", 'logger.Info("started")\n'),
+        ),
+        (
+            "Every source file must carry a license header.",
+            ("src/m.rs", "fn main() {}\n"),
+            ("src/m.rs", "// Copyright 2026 The Authors\nfn main() {}\n"),
+        ),
+        (
+            "Comments in the code are written in English.",
+            ("src/m.ts", "const n = 1; // 计数器\n"),
+            ("src/m.ts", "const n = 1; // counter\n"),
+        ),
+        (
+            "Private members must be prefixed with an underscore.",
+            ("src/Cache.cs", "private readonly int size;\n"),
+            ("src/Cache.cs", "private readonly int _size;\n"),
+        ),
+        (
+            "Use the `httpx` library, not requests.",
+            ("app/client.py", "import requests\n"),
+            ("app/client.py", "import httpx\n"),
+        ),
+    ],
+)
+def test_convention_shapes(text: str, bad: tuple[str, str], good: tuple[str, str]) -> None:
+    guard = guard_from(text)
+    assert guard.check(write(*bad), None).action == "block", text
+    assert guard.check(write(*good), None).action == "allow", text
+
+
+@pytest.mark.parametrize(
+    ("text", "bad", "expected"),
+    [
+        ("Always use pnpm.", "cd web && npm install", "cd web && pnpm install"),
+        ("bun is our package manager", "yarn add zod", "bun add zod"),
+        ("Use uv for dependencies.", "pip install httpx", "uv pip install httpx"),
+        (
+            "Integration tests must run under `dbus-run-session -- pytest tests/it`.",
+            "pytest tests/it",
+            "dbus-run-session -- pytest tests/it",
+        ),
+    ],
+)
+def test_package_managers_and_wrappers_rewrite(text: str, bad: str, expected: str) -> None:
+    verdict = guard_from(text).check(bash(bad), None)
+    assert verdict.action == "rewrite" and verdict.rewritten_call is not None, text
+    assert verdict.rewritten_call.arguments["cmd"] == expected
+
+
+def test_one_package_manager_that_is_not_drop_in_blocks_the_others() -> None:
+    guard = guard_from("Always use yarn, it is the only package manager here.")
+    assert guard.check(bash("FOO=1 npm test"), None).action == "block"
+    assert guard.check(bash("yarn test"), None).action == "allow"
+
+
+def test_a_kind_of_file_only_under_its_folder() -> None:
+    guard = guard_from("Put all notebooks in the `analysis/` folder.")
+    assert guard.check(write("scratch.ipynb"), None).action == "block"
+    assert guard.check(write("analysis/scratch.ipynb"), None).action == "allow"
+    assert guard.check(write("src/app.py"), None).action == "allow"  # not a notebook
+
+
+def test_commit_message_language() -> None:
+    english = guard_from("Write commit messages in English.")
+    assert english.check(bash("git commit -m '修复'"), None).action == "block"
+    assert english.check(bash("git commit -m 'fix: x'"), None).action == "allow"
+    chinese = guard_from("提交信息 commit message 使用中文")
+    assert chinese.check(bash("git commit -m 'fix: x'"), None).action == "block"
+    assert chinese.check(bash("git commit -m '修复'"), None).action == "allow"
+
+
+def test_verify_with_a_command_is_a_step_before_commit() -> None:
+    guard = guard_from("Make sure `cargo clippy` passes without warnings.")
+    change = write("src/lib.rs")
+    commit = bash("git commit -m 'fix: x'")
+    assert guard.check(commit, None, [change]).action == "block"
+    assert guard.check(commit, None, [change, bash("cargo clippy")]).action == "allow"
+
+
+def test_never_run_x_via_a_command() -> None:
+    guard = guard_from("Never run migrations via `rails db:migrate` in production.")
+    assert guard.check(bash("rails db:migrate"), None).action == "block"
+    assert guard.check(bash("rails test"), None).action == "allow"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "`npm run build` - verify the production build succeeds",  # a glossary line
+        "Tests live in `spec/` and use factories",  # a description
+        "`docker compose exec web npm run seed` fails inside that container.",
+        "Advise the user to use memo for function components that re-render often.",
+        "Use `nameof` instead of string literals for member names.",
+    ],
+)
+def test_descriptions_and_advice_compile_to_nothing(text: str) -> None:
+    assert compile_guard(text) is None, text
+
+
+def test_read_first_blocks_changes_until_the_files_are_read() -> None:
+    guard = guard_from("Always read `docs/design.md` and ARCHITECTURE.md before changing code.")
+    change = write("src/app.py")
+    read_design = ToolCall(tool="read", arguments={"path": "docs/design.md"})
+    read_arch = ToolCall(tool="read", arguments={"path": "./ARCHITECTURE.md"})
+    blocked = guard.check(change, None, [read_design])
+    assert blocked.action == "block" and "ARCHITECTURE.md" in blocked.message
+    assert guard.check(change, None, [read_design, read_arch]).action == "allow"
+    assert guard.check(bash("ls"), None, []).action == "allow"  # reading around is fine
+    assert compile_guard("The server reads `config.yaml` at start.") is None

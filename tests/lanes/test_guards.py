@@ -172,7 +172,10 @@ def test_invalid_regex_in_spec_fails_open(store) -> None:
 
 
 def test_a_denial_comment_uses_the_denied_call() -> None:
-    assert compile_guard("use pnpm") is None  # alone, nothing says what to replace
+    # Alone, "use pnpm" names the package manager: the others are rewritten to it.
+    alone = compile_guard("use pnpm")
+    assert alone is not None
+    assert Guard("g", alone).check(bash("yarn add x"), None).rewritten_call == bash("pnpm add x")
     ctx = {"tool": "bash", "arguments": {"cmd": "npm install lodash"}}
     spec = compile_guard("use pnpm", ctx)
     assert spec is not None
