@@ -149,6 +149,13 @@ class Policy(Protocol):
         """Current weights' logprob of each completion token given the prompt."""
         ...
 
+    def logprobs_batch(
+        self, prompt_tokens: list[int], completions: list[list[int]]
+    ) -> list[list[float]]:
+        """`logprobs` of several completions of one prompt in one request (a retry's
+        candidates scored against the denied turn's prompt)."""
+        ...
+
     def train_step(
         self, batch: list[Datum], loss: LossName, lr: float, **options: Any
     ) -> TrainMetrics: ...
