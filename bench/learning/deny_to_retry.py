@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
@@ -60,8 +61,29 @@ def main(argv: list[str] | None = None) -> int:
         adapters_dir=str(work / "adapters"),
         allowed_tools=DEMO_TOOLS.split(","),
     )
-    agent = Agent(settings, ws)
+    shown_at: list[float] = []
+
+    class Clock:
+        """Notes when the agent hands each proposal to its listener (the server)."""
+
+        def on_proposal(self, proposal: Any) -> None:
+            shown_at.append(time.perf_counter())
+
+        def on_learned(self, note: Any) -> None:
+            pass
+
+        def on_routed(self, note: Any) -> None:
+            pass
+
+        def on_task_done(self, note: Any) -> None:
+            pass
+
+        def on_progress(self, *args: Any) -> None:
+            pass
+
+    agent = Agent(settings, ws, listener=Clock())
     waits: list[float] = []
+    handed: list[float] = []
     prompt_tokens: list[int] = []
     load = [os.getloadavg()[0]]
     try:
@@ -84,10 +106,14 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             outcome = agent.decide(proposal.id, "deny", correction=CORRECTION)
             waits.append(time.perf_counter() - t0)
+            handed.append(next((t - t0 for t in shown_at if t > t0), waits[-1]))
             load.append(os.getloadavg()[0])
             log.info("deny %d → retry in %.2f s (load %.1f)", len(waits), waits[-1], load[-1])
             proposal = outcome.next_proposal
-        chosen = [e["payload"]["seconds"] for e in agent.store.events(kind="retry_chosen")]
+        events = [e["payload"] for e in agent.store.events(kind="retry_chosen")]
+        chosen = [e["seconds"] for e in events]
+        chosen_cpu = [e.get("cpu_seconds") for e in events]
+        lengths = [e.get("tokens") for e in events]
         steps = [a.get("metrics", {}).get("seconds") for a in agent.store.adapters()]
     finally:
         agent.close()
@@ -105,7 +131,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  {result}")
     print(f"  every wait (s): {[round(w, 2) for w in waits]}")
     print(f"  worker had loaded its model by the first denial: {ready_at_first}")
+    print(
+        "  retry handed to the server (before the step; the server shows it with the "
+        f"response), s: {[round(h, 2) for h in handed]}"
+    )
     print(f"  choosing the retry (N candidates + scoring), s: {[round(c, 2) for c in chosen]}")
+    print(f"  … of which this thread's CPU time (a core of its own), s: {chosen_cpu}")
+    print(f"  the candidates' lengths (tokens; the batch runs to the longest): {lengths}")
     print(f"  SDPO steps in the worker, s: {steps}")
     print(f"  prompt tokens: {prompt_tokens}")
     print(

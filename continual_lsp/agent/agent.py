@@ -392,36 +392,33 @@ class Agent:
         if not correction:
             raise AgentError("a denial needs a correction: say what the agent should do instead")
         self._record(proposal, "deny", correction=correction)
+        # The step's job is committed with the denial, held until its demonstration (the
+        # chosen retry) is known: whatever fails or crashes after this, the step runs.
+        job_id = self.training.enqueue(proposal.id, "deny", correction, None, held=True)
         task.pending = None
-        # A guard's own block message is already a CODE item: routing it again would
-        # only duplicate it. Routed before the retry is chosen, so a guard compiled from
-        # this very correction already screens the candidates; and the correction's
-        # cluster says which earlier approved calls the teacher may see as examples.
-        routed = None
+        choice = routed = None
+        examples: list[ToolCall] = []
         try:
+            # A guard's own block message is already a CODE item: routing it again would
+            # only duplicate it. Routed before the retry is chosen, so a guard compiled
+            # from this very correction already screens the candidates; and the
+            # correction's cluster says which earlier approved calls the teacher may see.
             if route:
                 routed = self.lanes.route_correction(correction, proposal, is_denial=True)
-        except Exception:
-            # The step must not depend on the lanes.
-            self.training.enqueue(proposal.id, "deny", correction, None)
-            raise
-        task.denied.append(proposal.id)
-        task.conversation.add_feedback(correction)
-        task.retries += 1
-        choice = None
-        if task.retries > self.settings.max_retries:
-            self._finish(task, f"stopped after {self.settings.max_retries} denied retries")
-        else:
-            choice = self._choose_retry(task, proposal)
-        examples = (
-            self.lanes.cluster_demonstrations(routed.item_id, exclude=proposal.id)
-            if routed is not None
-            else []
-        )
-        # The chosen retry is this step's demonstration (SDPO's successful attempt in the
-        # teacher's context), verified by the guards and its preview.
-        demonstration = choice.call if choice is not None and choice.reason is None else None
-        job_id = self.training.enqueue(proposal.id, "deny", correction, demonstration, examples)
+            task.denied.append(proposal.id)
+            task.conversation.add_feedback(correction)
+            task.retries += 1
+            if task.retries > self.settings.max_retries:
+                self._finish(task, f"stopped after {self.settings.max_retries} denied retries")
+            else:
+                choice = self._choose_retry(task, proposal)
+            if routed is not None:
+                examples = self.lanes.cluster_demonstrations(routed.item_id, exclude=proposal.id)
+        finally:
+            # The chosen retry is this step's demonstration (SDPO's successful attempt in
+            # the teacher's context), verified by the guards and its preview.
+            demonstration = choice.call if choice is not None and choice.reason is None else None
+            self.training.release(job_id, demonstration, examples)
         if routed is not None:
             self.listener.on_routed(routed)
         self.store.mark_applied(proposal.id, {"denied": True})
@@ -616,7 +613,7 @@ class Agent:
         the denied turn's prompt), ties by the former. With nothing left, the choice
         carries the one-line reason instead.
         """
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.thread_time()
         policy = self.policy
         self.training.sync_sampler(policy)
         bullets = self.lanes.bullets_for_turn(
@@ -637,7 +634,7 @@ class Agent:
         student_prompt = row["prompt_tokens"] if row else prompt_tokens
         denied_keys = {_canonical(c) for c in self._denied_calls(task).values()}
         drops: Counter[str] = Counter()
-        ranked: dict[str, tuple[float, float, _Choice]] = {}
+        kept: dict[str, _Choice] = {}
         for completion in completions:
             try:
                 sampled = policy.renderer.parse_call(completion.text)
@@ -663,29 +660,35 @@ class Agent:
             if error is not None:
                 drops[f"could not run ({error})"] += 1
                 continue
-            if key in ranked or not completion.tokens:
+            if key in kept or not completion.tokens:
                 continue  # the same call sampled twice is one candidate
-            teacher = sum(completion.logprobs) / len(completion.logprobs)
-            student_lps = policy.logprobs(student_prompt, completion.tokens)
-            lift = teacher - sum(student_lps) / len(student_lps)
-            ranked[key] = (
-                lift,
-                teacher,
-                _Choice(call, completion, prompt_tokens, preview, note, None),
-            )
-        seconds = time.perf_counter() - started
+            kept[key] = _Choice(call, completion, prompt_tokens, preview, note, None)
+        # The lift needs each survivor under the denied turn's prompt: one batched request.
+        choices = list(kept.values())
+        students = policy.logprobs_batch(
+            student_prompt, [c.completion.tokens for c in choices if c.completion]
+        )
+        ranked: list[tuple[float, float, _Choice]] = []
+        for choice, student in zip(choices, students, strict=True):
+            assert choice.completion is not None
+            teacher = sum(choice.completion.logprobs) / len(choice.completion.logprobs)
+            ranked.append((teacher - sum(student) / len(student), teacher, choice))
         summary = {
             "candidates": len(completions),
+            "tokens": [len(c.tokens) for c in completions],
             "kept": len(ranked),
             "dropped": dict(drops),
-            "seconds": round(seconds, 3),
+            "seconds": round(time.perf_counter() - started, 3),
+            # This thread's CPU time: what the choice costs on a core of its own, however
+            # busy the machine (the sampler runs single-threaded by default).
+            "cpu_seconds": round(time.thread_time() - cpu_started, 3),
         }
         if not ranked:
             reasons = ", ".join(f"{count} {why}" for why, count in drops.most_common())
             reason = f"No compliant retry among {len(completions)} candidates: {reasons}."
             self.store.append_event("retry_chosen", {**summary, "winner": None}, task.id)
             return _Choice(denied.call, None, prompt_tokens, denied.preview, None, reason)
-        lift, teacher, choice = max(ranked.values(), key=lambda entry: entry[:2])
+        lift, teacher, choice = max(ranked, key=lambda entry: entry[:2])
         self.store.append_event(
             "retry_chosen",
             {**summary, "winner": choice.call.model_dump(), "lift": lift, "teacher": teacher},

@@ -52,13 +52,29 @@ class TrainingJobs:
         correction: str | None,
         demonstration: ToolCall | None,
         examples: list[ToolCall] | None = None,
+        held: bool = False,
     ) -> int | None:
+        """Queue the decision's SDPO job; a `held` one waits for `release` (its
+        demonstration is still being chosen) and is released by crash recovery."""
         if not self.settings.enable_training:
             return None
         row = self.store.proposal(proposal_id)
         if row is None:
             return None
-        return self._enqueue(row, signal, correction, demonstration, examples or [])
+        return self._enqueue(row, signal, correction, demonstration, examples or [], held)
+
+    def release(
+        self, job_id: int | None, demonstration: ToolCall | None, examples: list[ToolCall]
+    ) -> None:
+        """Complete a held job with what was chosen since (none: it teaches the correction
+        alone) and let the worker take it."""
+        if job_id is None:
+            return
+        updates: dict[str, Any] = {"examples": [e.model_dump() for e in examples]}
+        if demonstration is not None:
+            updates["demonstration"] = demonstration.model_dump()
+        self.store.release_held_job(job_id, updates)
+        self._ensure_worker().notify()
 
     def enqueue_from_row(
         self, row: dict[str, Any], decision: dict[str, Any], demonstration: ToolCall | None
@@ -76,6 +92,7 @@ class TrainingJobs:
         correction: str | None,
         demonstration: ToolCall | None,
         examples: list[ToolCall] | None = None,
+        held: bool = False,
     ) -> int:
         from continual_lsp.learning.sdpo import SdpoJob
 
@@ -89,13 +106,16 @@ class TrainingJobs:
             examples=[e.model_dump() for e in examples or []],
             signal=signal,
         )
-        job_id = self.store.enqueue_job("sdpo", job.model_dump())
-        self._ensure_worker().notify()
+        job_id = self.store.enqueue_job("sdpo", job.model_dump(), held=held)
+        if not held:
+            self._ensure_worker().notify()
         return job_id
 
     def resume(self) -> None:
         """Jobs left queued or running by a crash start again without waiting for the
-        next decision."""
+        next decision; a job held for a choice the crash cut short runs without it."""
+        for job_id in self.store.held_jobs():
+            self.store.release_held_job(job_id)
         if self.settings.enable_training and self.store.queue_depth(("sdpo",)) > 0:
             self._ensure_worker().notify()
 

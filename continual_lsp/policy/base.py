@@ -189,6 +189,13 @@ class Policy(Protocol):
         """Tokens of prompt and completion together the model reads."""
         ...
 
+    def logprobs_batch(
+        self, prompt_tokens: list[int], completions: list[list[int]]
+    ) -> list[list[float]]:
+        """`logprobs` of several completions of one prompt in one request (a retry's
+        candidates scored against the denied turn's prompt)."""
+        ...
+
     def train_step(
         self, batch: list[Datum], loss: LossName, lr: float, **options: Unpack[TrainOptions]
     ) -> TrainMetrics: ...

@@ -206,45 +206,53 @@ def cache_keyword(model: Any) -> str:
 
 
 class PromptCache:
-    """The KV cache of the last prompt, reused for the longest prefix the next one shares.
+    """The KV caches of the last prompts, reused for the longest prefix the next one shares.
 
     Every agent turn re-renders the whole conversation, so consecutive prompts share the
     system prompt (~250 tokens) and usually all earlier turns: reusing their keys and
-    values saves most of the prefill, the largest cost of a proposal on CPU. An entry is
-    valid only for the weights it was computed with: `key` (see
-    `LocalPolicy.weights_key`) must match, or the entry is dropped. Only plain
-    `DynamicCache` layers are reused (sliding-window or recurrent layers cannot be cut
-    at an arbitrary prefix); other models simply prefill in full.
+    values saves most of the prefill, the largest cost of a proposal on CPU. Two prompts
+    are kept because a retry alternates between two contexts: its candidates are sampled
+    from the conversation with the correction, then scored against the denied turn's
+    prompt (which, once a routed correction adds a rule near the top, shares little with
+    the first). An entry is valid only for the weights it was computed with: `key` (see
+    `LocalPolicy.weights_key`) must match, and entries of other weights are dropped.
+    Only plain `DynamicCache` layers are reused (sliding-window or recurrent layers
+    cannot be cut at an arbitrary prefix); other models simply prefill in full.
     """
 
+    CAPACITY = 2
+
     def __init__(self) -> None:
-        self.tokens: list[int] = []
-        self.layers: list[tuple[torch.Tensor, torch.Tensor]] = []
-        self.key: Any = None
+        # (prompt tokens, per-layer keys and values, weights key), newest first.
+        self.entries: list[tuple[list[int], list[tuple[torch.Tensor, torch.Tensor]], Any]] = []
         self.hits = 0
         self.reused_tokens = 0
 
     def clear(self) -> None:
-        self.tokens, self.layers, self.key = [], [], None
+        self.entries = []
 
     def lookup(self, prompt_tokens: list[int], key: Any) -> tuple[int, Any]:
         """(number of prompt tokens covered, a fresh cache holding them) or (0, None)."""
-        if not self.layers or key != self.key:
-            return 0, None
-        shared = 0
-        for a, b in zip(self.tokens, prompt_tokens, strict=False):
-            if a != b:
-                break
-            shared += 1
+        best, layers = 0, None
+        for tokens, entry_layers, entry_key in self.entries:
+            if entry_key != key:
+                continue
+            shared = 0
+            for a, b in zip(tokens, prompt_tokens, strict=False):
+                if a != b:
+                    break
+                shared += 1
+            if shared > best:
+                best, layers = shared, entry_layers
         # At least one prompt token must still be fed: its logits predict the first token.
-        shared = min(shared, len(prompt_tokens) - 1)
-        if shared <= 0:
+        shared = min(best, len(prompt_tokens) - 1)
+        if shared <= 0 or layers is None:
             return 0, None
         from transformers import DynamicCache
 
         # DynamicCache.update concatenates into new tensors, so these slices of the stored
         # tensors are never written to: the entry stays valid for later lookups.
-        data = [(k[..., :shared, :], v[..., :shared, :]) for k, v in self.layers]
+        data = [(k[..., :shared, :], v[..., :shared, :]) for k, v in layers]
         self.hits += 1
         self.reused_tokens += shared
         return shared, DynamicCache(ddp_cache_data=data)
@@ -256,9 +264,9 @@ class PromptCache:
         if not layers or any(type(layer) is not DynamicLayer for layer in layers):
             self.clear()
             return
-        self.tokens = list(prompt_tokens)
-        self.layers = [(layer.keys, layer.values) for layer in layers]
-        self.key = key
+        kept = [e for e in self.entries if e[2] == key and e[0] != prompt_tokens]
+        entry = (list(prompt_tokens), [(layer.keys, layer.values) for layer in layers], key)
+        self.entries = [entry, *kept][: self.CAPACITY]
 
 
 class _Decoder:
@@ -369,35 +377,19 @@ def constrained_decode(
                 tokens.extend(pending)
                 logprobs.append(first_lp)
                 logprobs.extend(log_probs.gather(1, rest[:, None])[:, 0].tolist())
-                pending = []
-            if len(tokens) >= limit or matcher.is_error():
-                break
-            mask = allowed_mask(matcher, decoder.next_logits.shape[-1]).to(
-                decoder.next_logits.device
+            pending, more = _next_chunk(
+                matcher,
+                decoder.next_logits,
+                tokens,
+                logprobs,
+                limit,
+                eos,
+                params.temperature,
+                generator,
             )
-            count = int(mask.sum())
-            if count == 0:
-                break  # the grammar is in an error state; return what we have
-            if count == 1:
-                token = int(mask.nonzero()[0, 0])
-                forced += 1
-            else:
-                token = _choose(decoder.next_logits, mask, params.temperature, generator)
-            if token in eos:
-                tokens.append(token)
-                logprobs.append(_logprob(decoder.next_logits, token))
-                matcher.consume_token(token)
+            forced += more
+            if not pending:
                 break
-            if not matcher.consume_token(token):
-                break
-            pending = [token]
-            room = limit - len(tokens) - 1
-            if room > 0 and not matcher.is_stopped():
-                ff = _take(matcher.compute_ff_tokens(), room)
-                if ff:
-                    matcher.consume_tokens(ff)
-                    forced += len(ff)
-                    pending.extend(ff)
 
     text = grammar.tokenizer.decode(
         [t for t in tokens if t not in eos], clean_up_tokenization_spaces=False
@@ -409,6 +401,52 @@ def constrained_decode(
         forced=forced,
         seconds=time.perf_counter() - start,
     )
+
+
+def _next_chunk(
+    matcher: llguidance.LLMatcher,
+    logits: torch.Tensor,
+    tokens: list[int],
+    logprobs: list[float],
+    limit: int,
+    eos: set[int],
+    temperature: float,
+    generator: torch.Generator | None,
+) -> tuple[list[int], int]:
+    """The next token and the tokens the grammar forces after it (to feed in one pass),
+    and how many of them the grammar forced; [] when the call has ended.
+
+    An end-of-turn token is appended to `tokens` / `logprobs` here, since nothing is fed
+    after it; an unfinished call (the limit, a grammar error) simply ends.
+    """
+    if len(tokens) >= limit or matcher.is_error():
+        return [], 0
+    mask = allowed_mask(matcher, logits.shape[-1]).to(logits.device)
+    count = int(mask.sum())
+    if count == 0:
+        return [], 0  # the grammar is in an error state; the call ends as it is
+    forced = 0
+    if count == 1:
+        token = int(mask.nonzero()[0, 0])
+        forced = 1
+    else:
+        token = _choose(logits, mask, temperature, generator)
+    if token in eos:
+        tokens.append(token)
+        logprobs.append(_logprob(logits, token))
+        matcher.consume_token(token)
+        return [], forced
+    if not matcher.consume_token(token):
+        return [], forced
+    chunk = [token]
+    room = limit - len(tokens) - 1
+    if room > 0 and not matcher.is_stopped():
+        ff = _take(matcher.compute_ff_tokens(), room)
+        if ff:
+            matcher.consume_tokens(ff)
+            forced += len(ff)
+            chunk.extend(ff)
+    return chunk, forced
 
 
 def _take(tokens: list[int], room: int) -> list[int]:
@@ -475,7 +513,6 @@ def constrained_decode_batch(
     tokens: list[list[int]] = [list(opening) for _ in range(n)]
     logprobs: list[list[float]] = [[] for _ in range(n)]
     forced = [len(opening)] * n
-    done = [False] * n
     pad = grammar.eos_tokens[0] if grammar.eos_tokens else 0
 
     with torch.inference_mode():
@@ -487,59 +524,48 @@ def constrained_decode_batch(
             for row in logprobs:
                 row.extend(opening_lps)
         decoder.cache.batch_repeat_interleave(n)
+        # Row b of the cache, `attention` and `next_logits` is candidate `alive[b]`; a
+        # finished candidate leaves the batch, so one long call does not make every
+        # step pay for the rows that ended long ago.
+        alive = list(range(n))
         next_logits = decoder.next_logits.unsqueeze(0).repeat(n, 1)
         device = next_logits.device
         attention = torch.ones(n, len(prompt_tokens) + len(opening), dtype=torch.long)
         positions = [len(prompt_tokens) + len(opening)] * n
         while True:
-            chunks: list[list[int]] = [[] for _ in range(n)]
-            for r in range(n):
-                if done[r]:
-                    continue
-                matcher = matchers[r]
-                if len(tokens[r]) >= limit or matcher.is_error():
-                    done[r] = True
-                    continue
-                mask = allowed_mask(matcher, next_logits.shape[-1]).to(device)
-                count = int(mask.sum())
-                if count == 0:
-                    done[r] = True
-                    continue
-                if count == 1:
-                    token = int(mask.nonzero()[0, 0])
-                    forced[r] += 1
-                else:
-                    temperature = 0.0 if r < params.greedy_rows else params.temperature
-                    token = _choose(next_logits[r], mask, temperature, generator)
-                if token in eos:
-                    tokens[r].append(token)
-                    logprobs[r].append(_logprob(next_logits[r], token))
-                    matcher.consume_token(token)
-                    done[r] = True
-                    continue
-                if not matcher.consume_token(token):
-                    done[r] = True
-                    continue
-                chunk = [token]
-                room = limit - len(tokens[r]) - 1
-                if room > 0 and not matcher.is_stopped():
-                    ff = _take(matcher.compute_ff_tokens(), room)
-                    if ff:
-                        matcher.consume_tokens(ff)
-                        forced[r] += len(ff)
-                        chunk.extend(ff)
-                chunks[r] = chunk
-            width = max(len(c) for c in chunks)
-            if width == 0:
+            chunks: list[list[int]] = []
+            for b, r in enumerate(alive):
+                temperature = 0.0 if r < params.greedy_rows else params.temperature
+                chunk, more = _next_chunk(
+                    matchers[r],
+                    next_logits[b],
+                    tokens[r],
+                    logprobs[r],
+                    limit,
+                    eos,
+                    temperature,
+                    generator,
+                )
+                chunks.append(chunk)
+                forced[r] += more
+            live = [b for b, chunk in enumerate(chunks) if chunk]
+            if not live:
                 break
-            ids = torch.full((n, width), pad, dtype=torch.long)
-            real = torch.zeros(n, width, dtype=torch.long)
-            position_ids = torch.zeros(n, width, dtype=torch.long)
-            for r, chunk in enumerate(chunks):
-                ids[r, : len(chunk)] = torch.tensor(chunk, dtype=torch.long)
-                real[r, : len(chunk)] = 1
+            if len(live) < len(alive):
+                keep = torch.tensor(live, dtype=torch.long)
+                decoder.cache.batch_select_indices(keep.to(device))
+                attention, next_logits = attention[keep], next_logits[keep.to(device)]
+                alive = [alive[b] for b in live]
+                chunks = [chunks[b] for b in live]
+            width = max(len(c) for c in chunks)
+            ids = torch.full((len(alive), width), pad, dtype=torch.long)
+            real = torch.zeros(len(alive), width, dtype=torch.long)
+            position_ids = torch.zeros(len(alive), width, dtype=torch.long)
+            for b, (r, chunk) in enumerate(zip(alive, chunks, strict=True)):
+                ids[b, : len(chunk)] = torch.tensor(chunk, dtype=torch.long)
+                real[b, : len(chunk)] = 1
                 # Padding sits after the row's last real position and is never attended to.
-                position_ids[r] = positions[r] + torch.arange(width).clamp(max=max(len(chunk), 1))
+                position_ids[b] = positions[r] + torch.arange(width).clamp(max=len(chunk))
             attention = torch.cat([attention, real], dim=1)
             out = model(
                 input_ids=ids.to(device),
@@ -552,16 +578,14 @@ def constrained_decode_batch(
             cache = getattr(out, "cache", None)
             decoder.cache = cache if cache is not None else out.past_key_values
             logits = out.logits.float()
-            for r, chunk in enumerate(chunks):
-                if not chunk:
-                    continue
-                first = _logprob(next_logits[r], chunk[0])
-                rows = torch.log_softmax(logits[r, : len(chunk) - 1], dim=-1)
-                rest = torch.tensor(chunk[1:], dtype=torch.long, device=rows.device)
+            for b, (r, chunk) in enumerate(zip(alive, chunks, strict=True)):
+                first = _logprob(next_logits[b], chunk[0])
+                scored = torch.log_softmax(logits[b, : len(chunk) - 1], dim=-1)
+                rest = torch.tensor(chunk[1:], dtype=torch.long, device=scored.device)
                 tokens[r].extend(chunk)
                 logprobs[r].append(first)
-                logprobs[r].extend(rows.gather(1, rest[:, None])[:, 0].tolist())
-                next_logits[r] = logits[r, len(chunk) - 1]
+                logprobs[r].extend(scored.gather(1, rest[:, None])[:, 0].tolist())
+                next_logits[b] = logits[b, len(chunk) - 1]
                 positions[r] += len(chunk)
 
     seconds = time.perf_counter() - start

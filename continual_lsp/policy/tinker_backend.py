@@ -758,6 +758,27 @@ class TinkerPolicy:
         self._require()
         return self._score(self._sampling, prompt_tokens, completion_tokens, "scoring")
 
+    def logprobs_batch(
+        self, prompt_tokens: list[int], completions: list[list[int]]
+    ) -> list[list[float]]:
+        """`logprobs` of each completion: every request is submitted before any is awaited."""
+        self._require()
+        if not prompt_tokens:
+            raise ValueError("logprobs needs a non-empty prompt")
+        futures = [
+            self._submit_score(self._sampling, prompt_tokens, c) if c else None for c in completions
+        ]
+        return [
+            completion_logprobs(
+                self._call(lambda f=f: f.result(timeout=self.request_timeout_s), "scoring"),
+                len(prompt_tokens),
+                len(c),
+            )
+            if f is not None
+            else []
+            for f, c in zip(futures, completions, strict=True)
+        ]
+
     def reference_logprobs(
         self, prompt_tokens: list[int], completion_tokens: list[int]
     ) -> list[float]:

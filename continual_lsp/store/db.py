@@ -417,16 +417,38 @@ class Store:
 
     # -- training / consolidation queue ---------------------------------------------------
 
-    def enqueue_job(self, kind: str, payload: dict[str, Any]) -> int:
+    def enqueue_job(self, kind: str, payload: dict[str, Any], held: bool = False) -> int:
+        """Queue a job; a `held` one is committed but not claimed until `release_held_job`
+        (a decision's job, queued with the decision, whose payload is still being
+        completed)."""
         now = time.time()
         with self.transaction() as db:
             cur = db.execute(
-                "INSERT INTO jobs(kind, payload, created_at, updated_at) VALUES (?,?,?,?)",
-                (kind, json.dumps(payload), now, now),
+                "INSERT INTO jobs(kind, payload, status, created_at, updated_at)"
+                " VALUES (?,?,?,?,?)",
+                (kind, json.dumps(payload), "held" if held else "pending", now, now),
             )
             job_id = int(cur.lastrowid or 0)
-            self._event(db, "job_queued", {"jobId": job_id, "kind": kind})
+            self._event(db, "job_queued", {"jobId": job_id, "kind": kind, "held": held})
         return job_id
+
+    def release_held_job(self, job_id: int, updates: dict[str, Any] | None = None) -> None:
+        """Let the worker claim a held job, with `updates` merged into its payload."""
+        with self.transaction() as db:
+            row = db.execute(
+                "SELECT payload FROM jobs WHERE id=? AND status='held'", (job_id,)
+            ).fetchone()
+            if row is None:
+                return  # released already (crash recovery got there first)
+            payload = {**json.loads(row["payload"]), **(updates or {})}
+            db.execute(
+                "UPDATE jobs SET status='pending', payload=?, updated_at=? WHERE id=?",
+                (json.dumps(payload), time.time(), job_id),
+            )
+            self._event(db, "job_released", {"jobId": job_id, "completed": sorted(updates or {})})
+
+    def held_jobs(self) -> list[int]:
+        return [int(r[0]) for r in self._query("SELECT id FROM jobs WHERE status='held'")]
 
     def claim_job(self, kinds: tuple[str, ...] | None = None) -> dict[str, Any] | None:
         """Take the oldest pending job (or one left `running` by a crash) and mark it running."""

@@ -18,7 +18,7 @@ import pytest
 from continual_lsp.agent.agent import Agent, AgentError
 from continual_lsp.config import Settings
 from continual_lsp.store import Store
-from tests.agent.support import make_agent
+from tests.agent.support import make_agent, record_jobs
 
 pytestmark = pytest.mark.model
 
@@ -216,12 +216,7 @@ def test_a_denial_queues_the_calls_approved_after_its_cluster(
     from continual_lsp.tools.base import ToolCall
 
     agent = make_agent(tmp_path, workspace, policy, allowed_tools=["bash"])
-    queued: list[tuple[str, str, list[ToolCall] | None]] = []
-
-    def enqueue(pid: str, signal: str, correction: Any, demo: Any, examples: Any = None) -> None:
-        queued.append((pid, signal, examples))
-
-    monkeypatch.setattr(agent.training, "enqueue", enqueue)
+    jobs = record_jobs(agent, monkeypatch)
     correction = "This project uses pnpm, never npm."
     _, first = agent.start_task("Install the dependencies")
     assert first is not None
@@ -239,7 +234,7 @@ def test_a_denial_queues_the_calls_approved_after_its_cluster(
     _, second = agent.start_task("Add lodash to the project")
     assert second is not None
     agent.decide(second.id, "deny", correction=correction)
-    by_proposal = {pid: examples for pid, _, examples in queued}
+    by_proposal = {job["proposal"]: job["examples"] for job in jobs}
     assert by_proposal[first.id] == []
     assert by_proposal[second.id] == [approved]
     agent.close()
@@ -249,8 +244,7 @@ def test_a_denial_is_queued_for_training_even_when_routing_fails(
     tmp_path: Path, workspace: Path, policy: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     agent = make_agent(tmp_path, workspace, policy, allowed_tools=["write"])
-    queued: list[str] = []
-    monkeypatch.setattr(agent.training, "enqueue", lambda pid, *args, **kw: queued.append(pid))
+    jobs = record_jobs(agent, monkeypatch)
 
     def broken(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("the embedding model is missing")
@@ -260,7 +254,83 @@ def test_a_denial_is_queued_for_training_even_when_routing_fails(
     assert proposal is not None
     with pytest.raises(RuntimeError, match="embedding model"):
         agent.decide(proposal.id, "deny", correction="Say hi, not hello.")
-    assert queued == [proposal.id]  # the step was queued before the error surfaced
+    # The step was queued with the denial and released, without a demonstration, when
+    # the error surfaced.
+    assert [(j["proposal"], j["held"], j["demo"]) for j in jobs] == [(proposal.id, False, None)]
     decision = agent.store.decision(proposal.id)
     assert decision is not None and decision["correction"] == "Say hi, not hello."
+    agent.close()
+
+
+class _IdleWorker:
+    """Stands in for the training worker process: these tests look at the queue only."""
+
+    alive = ready = True
+
+    def start(self) -> None:
+        pass
+
+    def notify(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+@pytest.fixture
+def idle_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    from continual_lsp.learning import worker
+
+    monkeypatch.setattr(worker, "TrainingWorker", lambda *args: _IdleWorker())
+
+
+def _training_agent(tmp_path: Path, workspace: Path, policy: Any = None, **overrides: Any) -> Agent:
+    settings = Settings(store_path=str(tmp_path / "store.sqlite3"), **overrides)
+    return Agent(settings, workspace, policy=policy)
+
+
+def test_a_denials_step_is_committed_before_its_retry_is_chosen(
+    tmp_path: Path,
+    workspace: Path,
+    policy: Any,
+    idle_worker: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    agent = _training_agent(tmp_path, workspace, policy, allowed_tools=["write"])
+    _, proposal = agent.start_task("Create notes.txt that says hello")
+    assert proposal is not None
+    held: list[int] = []
+
+    def crash(task: Any, denied: Any) -> None:
+        held.extend(agent.store.held_jobs())
+        raise RuntimeError("the sampler died mid-choice")
+
+    monkeypatch.setattr(agent, "_choose_retry", crash)
+    with pytest.raises(RuntimeError, match="mid-choice"):
+        agent.decide(proposal.id, "deny", correction="Say hi, not hello.")
+    [job_id] = held  # queued with the denial, held while the retry was being chosen
+    job = agent.store.job(job_id)
+    assert job is not None and job["status"] == "pending"  # released: the step still runs
+    assert job["payload"]["proposal_id"] == proposal.id
+    assert job["payload"]["correction"] == "Say hi, not hello."
+    assert job["payload"]["demonstration"] is None
+    agent.close()
+
+
+def test_a_job_held_by_a_crash_mid_choice_runs_after_restart(
+    tmp_path: Path, workspace: Path, idle_worker: None
+) -> None:
+    store = Store(tmp_path / "store.sqlite3")
+    task_id = store.create_task("t", str(workspace))
+    pid = store.add_proposal(
+        task_id, 0, "write", {"path": "a", "content": "b"}, [1], [2], [-0.5], None, None
+    )
+    store.record_decision(pid, "deny", correction="not a")
+    job_id = store.enqueue_job("sdpo", {"proposal_id": pid, "correction": "not a"}, held=True)
+    store.close()  # the server died while choosing the retry
+    agent = _training_agent(tmp_path, workspace)
+    job = agent.store.job(job_id)
+    assert job is not None and job["status"] == "pending"
+    assert agent.store.queue_depth(("sdpo",)) == 1  # released, not queued a second time
+    assert agent.store.pending_decisions() == []
     agent.close()

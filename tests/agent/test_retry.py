@@ -16,7 +16,7 @@ import pytest
 from continual_lsp.agent.agent import Agent, AgentError
 from continual_lsp.config import Settings
 from continual_lsp.tools.base import ToolCall
-from tests.agent.support import make_agent
+from tests.agent.support import make_agent, record_jobs
 
 pytestmark = pytest.mark.model
 
@@ -45,12 +45,7 @@ def test_a_guard_on_the_favourite_call_still_shows_the_reviewer_something(
     _, favourite = agent.start_task(task)
     assert favourite is not None and favourite.call.tool == "bash"
     _block(agent, favourite.call)
-    queued: list[tuple[str, str, Any]] = []
-    monkeypatch.setattr(
-        agent.training,
-        "enqueue",
-        lambda pid, signal, correction, demo, examples=None: queued.append((pid, signal, demo)),
-    )
+    jobs = record_jobs(agent, monkeypatch)
     task_id, shown = agent.start_task(task)
     # The favourite was sampled again and blocked (an automatic denial) ...
     blocked = [e for e in agent.store.events(kind="decision") if e["payload"]["decision"] == "deny"]
@@ -69,7 +64,9 @@ def test_a_guard_on_the_favourite_call_still_shows_the_reviewer_something(
         assert shown.call != favourite.call
         assert agent.lanes.check_guards(shown.call, shown.preview).action != "block"
         # The winner is the blocked turn's demonstration.
-        assert queued == [(blocked[0]["proposal_id"], "deny", shown.call)]
+        assert [(j["proposal"], j["signal"], j["demo"]) for j in jobs] == [
+            (blocked[0]["proposal_id"], "deny", shown.call)
+        ]
     agent.close()
 
 
@@ -77,12 +74,7 @@ def test_a_denial_shows_the_chosen_retry_and_teaches_it(
     tmp_path: Path, workspace: Path, policy: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     agent = make_agent(tmp_path, workspace, policy, allowed_tools=["write", "edit_lines"])
-    queued: list[tuple[str, str, Any]] = []
-    monkeypatch.setattr(
-        agent.training,
-        "enqueue",
-        lambda pid, signal, correction, demo, examples=None: queued.append((pid, signal, demo)),
-    )
+    jobs = record_jobs(agent, monkeypatch)
     _, proposal = agent.start_task("Fix mean() in src/calc/ops.py")
     assert proposal is not None
     outcome = agent.decide(proposal.id, "deny", correction="Use edit_lines on line 7 only.")
@@ -92,11 +84,13 @@ def test_a_denial_shows_the_chosen_retry_and_teaches_it(
     payload = chosen["payload"]
     if payload["winner"] is not None:
         assert retry.call != proposal.call and retry.call.model_dump() == payload["winner"]
-        assert queued == [(proposal.id, "deny", retry.call)]
+        assert [(j["proposal"], j["demo"], j["held"]) for j in jobs] == [
+            (proposal.id, retry.call, False)
+        ]
         assert retry.preview is not None  # its preview ran: it can be applied
     else:
         assert retry.call == proposal.call and retry.note and "Edit" in retry.note
-        assert queued == [(proposal.id, "deny", None)]
+        assert [(j["proposal"], j["demo"], j["held"]) for j in jobs] == [(proposal.id, None, False)]
     agent.close()
 
 
