@@ -337,6 +337,9 @@ def route_correction(
         store.append_event("not_a_correction", {"confidence": detection.confidence})
         return None
     cluster = assign_cluster(store, text, settings, embedder=embedder)
+    # Before the item exists: the ledger counts corrections of a cluster made after an
+    # item did (`recurredAfter`), and this one is not one of them.
+    store.append_event("correction_clustered", {"clusterId": cluster.cluster_id})
     decision = allocate(
         text, cluster.count, settings, context=context, use_llm=use_llm, embedder=embedder
     )

@@ -7,7 +7,9 @@ and `LedgerError` for ids it does not know at all.
 
 from __future__ import annotations
 
-from continual_lsp.protocol import LedgerItem, LedgerResult
+from typing import Any
+
+from continual_lsp.protocol import GateCompliance, LedgerItem, LedgerResult
 from continual_lsp.store.db import Store
 
 
@@ -35,6 +37,12 @@ def build_ledger(store: Store) -> LedgerResult:
             recurrence=max(1, counts.get(row["cluster_id"] or "", 1)),
             created_at=float(row["created_at"]),
             active=bool(row["active"]),
+            fired=int(store.counter(f"fired:{row['id']}")),
+            recurred_after=_recurred_after(store, row),
+            gate=_gate(store, row),
+            approvals=(row["spec"].get("allow") or {}).get("approvals")
+            if row.get("kind") == "allow"
+            else None,
         )
         for row in store.lane_items()
     ]
@@ -42,6 +50,34 @@ def build_ledger(store: Store) -> LedgerResult:
         items=items,
         context_tokens=int(store.counter("context_tokens")),
         notes_only_tokens=int(store.counter("notes_only_tokens")),
+    )
+
+
+def _recurred_after(store: Store, row: dict[str, Any]) -> int | None:
+    """Corrections of the item's cluster made after the item existed: its mistake came
+    back although the lesson was in place."""
+    if not row.get("cluster_id"):
+        return None
+    later = store.events("correction_clustered", cluster_id=row["cluster_id"])
+    return sum(1 for e in later if e["ts"] > row["created_at"])
+
+
+def _gate(store: Store, row: dict[str, Any]) -> GateCompliance | None:
+    """A WEIGHTS item's latest consolidation: held-out compliance before and after."""
+    if row["lane"] != "WEIGHTS" or not row.get("cluster_id"):
+        return None
+    runs = [
+        a
+        for a in store.adapters()
+        if a["source"] == "consolidation" and a["metrics"].get("clusterId") == row["cluster_id"]
+    ]
+    if not runs:
+        return None
+    metrics = runs[-1]["metrics"]
+    return GateCompliance(
+        before=float(metrics["incumbent"]["compliance"]),
+        after=float(metrics["candidate"]["compliance"]),
+        promoted=row["spec"].get("promoted") == runs[-1]["name"],
     )
 
 
