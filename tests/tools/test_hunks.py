@@ -39,7 +39,9 @@ lines = st.lists(st.sampled_from(["x\n", "y\n", "z\n", "w\n", "v\n"]), max_size=
 
 
 @given(lines, lines, st.data())
-def test_edit_lines_form_equals_the_merge(old: list[str], new: list[str], data: st.DataObject) -> None:
+def test_edit_lines_form_equals_the_merge(
+    old: list[str], new: list[str], data: st.DataObject
+) -> None:
     o, n = "".join(old), "".join(new)
     total = len(spans(o, n))
     if total == 0 or not o:
