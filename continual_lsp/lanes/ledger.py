@@ -28,6 +28,7 @@ class AdapterRevertNeeded(LedgerError):
 
 def build_ledger(store: Store) -> LedgerResult:
     counts = {c["id"]: int(c["count"]) for c in store.clusters()}
+    corrections = store.events("correction_clustered")
     items = [
         LedgerItem(
             id=row["id"],
@@ -38,7 +39,7 @@ def build_ledger(store: Store) -> LedgerResult:
             created_at=float(row["created_at"]),
             active=bool(row["active"]),
             fired=int(store.counter(f"fired:{row['id']}")),
-            recurred_after=_recurred_after(store, row),
+            recurred_after=_recurred_after(row, corrections),
             gate=_gate(store, row),
             approvals=(row["spec"].get("allow") or {}).get("approvals")
             if row.get("kind") == "allow"
@@ -53,13 +54,19 @@ def build_ledger(store: Store) -> LedgerResult:
     )
 
 
-def _recurred_after(store: Store, row: dict[str, Any]) -> int | None:
-    """Corrections of the item's cluster made after the item existed: its mistake came
-    back although the lesson was in place."""
-    if not row.get("cluster_id"):
-        return None
-    later = store.events("correction_clustered", cluster_id=row["cluster_id"])
-    return sum(1 for e in later if e["ts"] > row["created_at"])
+def _recurred_after(row: dict[str, Any], events: list[dict[str, Any]]) -> int:
+    """Corrections routed to the item, or filed in its cluster, after it existed: its
+    mistake came back although the lesson was in place."""
+    return sum(
+        1
+        for e in events
+        if e["ts"] > row["created_at"]
+        and not (e["payload"].get("created") and e["payload"].get("itemId") == row["id"])
+        and (
+            e["payload"].get("itemId") == row["id"]
+            or (row.get("cluster_id") and e["payload"].get("clusterId") == row["cluster_id"])
+        )
+    )
 
 
 def _gate(store: Store, row: dict[str, Any]) -> GateCompliance | None:
