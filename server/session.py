@@ -43,6 +43,7 @@ from .edits import (
     edited_json_arguments,
 )
 from .errors import RequestFailed, agent_error
+from .hunks import HunkVotes, hunk_diagnostics
 from .text import line_edit, line_position, proposal_message, unified_diff
 
 if TYPE_CHECKING:
@@ -148,6 +149,7 @@ class Session:
         self._holds = 0
         self._progress: dict[str, bool] = {}  # token → created on the client
         self._decide_lock = asyncio.Lock()
+        self.hunk_votes = HunkVotes()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stop = asyncio.Event()
         self._pump = self.spawn(self._pump_events())
@@ -316,6 +318,7 @@ class Session:
 
     def forget(self, proposal_id: str) -> None:
         self.proposals.pop(proposal_id, None)
+        self.hunk_votes.forget(proposal_id)
         uri = self._diag_uri.pop(proposal_id, None)
         if uri is not None:
             self.publish(uri)
@@ -365,6 +368,8 @@ class Session:
                     data={"proposalId": pid},
                 )
             )
+            if len(proposal.hunks()) > 1:
+                out.extend(hunk_diagnostics(proposal, self.hunk_votes.decided(pid)))
         return out
 
     def publish(self, uri: str) -> None:

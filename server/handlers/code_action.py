@@ -1,7 +1,8 @@
 """textDocument/codeAction: on the lines a pending proposal changes, offer *Approve*
 (the command alone: the server applies the edit with a versioned workspace/applyEdit, so
 approving never races the client's didChange), *Deny with correction…*, *Edit proposal…*
-and *Show diff*. Pure in-memory work: no agent call, so it stays fast while the agent
+and *Show diff*; on a hunk of a multi-hunk change, *Accept hunk n* / *Reject hunk n…*
+first. Pure in-memory work: no agent call, so it stays fast while the agent
 samples or trains."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types as lsp
 
+from ..hunks import hunk_actions
 from ..session import normalize_uri
 from ..text import describe_call
 
@@ -60,6 +62,13 @@ def register(ls: ContinualServer) -> None:
         session = ls.session
         uri = normalize_uri(params.text_document.uri)
         actions: list[lsp.CodeAction] = []
-        for proposal in session.proposals_at(uri, params.range):
+        rng = params.range
+        here = [
+            d
+            for d in session.diagnostics_for(uri)
+            if d.range.start.line <= rng.end.line and rng.start.line <= d.range.end.line
+        ]
+        for proposal in session.proposals_at(uri, rng):
+            actions.extend(hunk_actions(proposal, here))
             actions.extend(actions_for(session, uri, proposal))
         return actions or None

@@ -1,0 +1,33 @@
+"""continual/allow {proposalId} → {ok, itemId, rule}: "always allow calls like this one",
+an allow rule in the CODE lane (revert it from the ledger). Guards and deny rules still
+run first. Also the command `continual.allow [proposalId]`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pygls.exceptions import JsonRpcInvalidParams
+
+from continual_lsp.protocol import METHOD_ALLOW, AllowParams
+
+# A runtime import: pygls resolves command handlers' type hints to find their parameters.
+from ..app import ContinualServer
+from ..errors import validate
+
+ALLOW = "continual.allow"
+
+
+async def allow(ls: ContinualServer, params: Any) -> dict[str, Any]:
+    args = validate(AllowParams, METHOD_ALLOW, params)
+    agent = await ls.session.ready_agent()
+    return (await ls.session.call(agent.allow, args.proposal_id)).dump()
+
+
+def register(ls: ContinualServer) -> None:
+    ls.feature(METHOD_ALLOW)(allow)
+
+    @ls.command(ALLOW)
+    async def allow_command(ls: ContinualServer, *args: Any) -> dict[str, Any]:
+        if len(args) != 1 or not isinstance(args[0], str):
+            raise JsonRpcInvalidParams(message=f"{ALLOW} expects [proposalId]")
+        return await allow(ls, {"proposalId": args[0]})
