@@ -7,11 +7,17 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
+import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from continual_lsp.protocol import Autonomy
 
 EMBEDDED_MODEL = "embedded:SmolLM2-135M-Instruct"
+
+
+def default_store_path(user: str = "default") -> Path:
+    """Where `user`'s store lives when `store_path` is not set: the user data directory."""
+    return Path(platformdirs.user_data_dir("continual-lsp")) / f"{user}.sqlite3"
 
 
 class Settings(BaseModel):
@@ -133,6 +139,10 @@ class Settings(BaseModel):
             resolved.is_relative_to(Path(root).expanduser().resolve())
             for root in self.workspace_roots
         )
+
+    def store_file(self) -> Path:
+        """This user's store: `store_path`, else the default for `user`."""
+        return Path(self.store_path) if self.store_path else default_store_path(self.user)
 
     @classmethod
     def load(cls, file: str | Path | None = None, **overrides: Any) -> Settings:

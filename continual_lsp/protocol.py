@@ -9,6 +9,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue, models_json_schema
+from pydantic_core import core_schema
 
 
 class Wire(BaseModel):
@@ -260,3 +262,37 @@ NOTIFY_PROPOSAL = "continual/proposal"
 NOTIFY_LEARNED = "continual/learned"
 NOTIFY_ROUTED = "continual/routed"
 NOTIFY_TASK_DONE = "continual/taskDone"
+
+
+class _WireSchema(GenerateJsonSchema):
+    """The payloads as `Wire.dump` writes them: an unset field is absent, never null."""
+
+    def nullable_schema(self, schema: core_schema.NullableSchema) -> JsonSchemaValue:
+        return self.generate_inner(schema["schema"])
+
+    def default_schema(self, schema: core_schema.WithDefaultSchema) -> JsonSchemaValue:
+        out = super().default_schema(schema)
+        if "default" in out and out["default"] is None:
+            del out["default"]
+        return out
+
+    def field_title_should_be_set(self, schema: Any) -> bool:
+        return False  # a title would become a type of its own in generated code
+
+
+def json_schema() -> dict[str, Any]:
+    """JSON Schema of every wire payload (under `$defs`, by wire name), from which
+    `vscode-client/src/core/wire.ts` is generated (`bash scripts/protocol.sh`)."""
+    models = [
+        value
+        for value in globals().values()
+        if isinstance(value, type) and issubclass(value, Wire) and value is not Wire
+    ]
+    _, schema = models_json_schema(
+        [(model, "serialization") for model in models],
+        by_alias=True,
+        title="Wire",
+        description="Every payload of the continual/* methods, one definition each.",
+        schema_generator=_WireSchema,
+    )
+    return schema

@@ -17,6 +17,8 @@ from pygls.protocol.json_rpc import MsgId
 
 import continual_lsp
 
+from .handlers import register_all
+
 if TYPE_CHECKING:
     from .session import Session
 
@@ -81,8 +83,6 @@ class ContinualServer(LanguageServer):
 
 
 def build_server() -> ContinualServer:
-    from .handlers import register_all
-
     ls = ContinualServer()
     register_all(ls)
     return ls

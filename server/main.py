@@ -36,11 +36,11 @@ from typing import BinaryIO
 from pygls.exceptions import JsonRpcException
 from pygls.io_ import StdinAsyncReader
 
-from continual_lsp.config import Settings
-from continual_lsp.store import default_store_path
+from continual_lsp.config import Settings, default_store_path
 
 from .agents import AgentFactory, AgentPool, default_agent_factory
 from .app import ContinualServer, build_server
+from .delivery import deliver
 from .session import Session
 from .transport import serve_connection
 
@@ -148,7 +148,7 @@ def shared_server_settings(base: Settings, tokens_file: Path | None) -> Settings
     command may see, derived from this server's own configuration: the tokens file,
     the directory of every user's store and adapters, and every workspace root (each
     user's own workspace is bound back on top)."""
-    store = Path(base.store_path) if base.store_path else default_store_path(base.user)
+    store = base.store_file()
     hidden = [*base.sandbox_hidden_paths, str(store.parent), *base.workspace_roots]
     if base.adapters_dir:
         hidden.append(base.adapters_dir)
@@ -190,12 +190,11 @@ class Server:
         self.executor = ThreadPoolExecutor(AGENT_THREADS, thread_name_prefix="agent")
         self.pool = AgentPool(agent_factory or default_agent_factory, self.executor)
 
-    def make_server(
-        self, settings: Settings, user: str, default_workspace: Path | None
-    ) -> ContinualServer:
+    def make_server(self, settings: Settings, default_workspace: Path | None) -> ContinualServer:
         ls = build_server()
-        ls.session = Session(ls, settings, self.pool, self.executor, user=user)
-        ls.session.default_workspace = default_workspace
+        ls.session = Session(
+            ls, settings, self.pool, self.executor, deliver, default_workspace=default_workspace
+        )
         return ls
 
     def close(self) -> None:
@@ -211,7 +210,7 @@ async def _serve_stdio(server: Server, stdin: BinaryIO, stdout: BinaryIO) -> int
         stdout.flush()
 
     def make(_: str | None) -> ContinualServer:
-        ls = server.make_server(server.settings, server.settings.user, Path.cwd())
+        ls = server.make_server(server.settings, Path.cwd())
         ls.protocol.set_writer(_Writer(write))
         return ls
 
@@ -260,7 +259,7 @@ async def _serve_tcp(server: Server, host: str, port: int, tokens: dict[str, str
         def make(user: str | None) -> ContinualServer:
             assert user is not None
             settings = settings_by_user.setdefault(user, user_settings(server.settings, user))
-            ls = server.make_server(settings, user, None)
+            ls = server.make_server(settings, None)
             ls.protocol.set_writer(_Writer(write))
             log.info("connection from %s as %s", peer, user)
             return ls

@@ -409,6 +409,11 @@ class Agent:
             proposal.allow_offer = self._allow_offer(proposal.call, proposal.preview)
         return proposal
 
+    def proposal_status(self, proposal_id: str) -> str | None:
+        """The status: pending, a decision (approve, deny, edit) or stale; None if unknown."""
+        row = self.store.proposal(proposal_id)
+        return None if row is None else str(row["status"])
+
     def pending_proposals(self) -> list[Proposal]:
         """The proposal each open task waits on, oldest task first."""
         found = (self.proposal(t.pending) for t in self._tasks.values() if t.pending)

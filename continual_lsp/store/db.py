@@ -18,8 +18,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import platformdirs
-
 SCHEMA_VERSION = 1
 
 _SCHEMA = """
@@ -129,10 +127,6 @@ CREATE TABLE IF NOT EXISTS checkpoint_files (
   PRIMARY KEY (proposal_id, path)
 );
 """
-
-
-def default_store_path(user: str = "default") -> Path:
-    return Path(platformdirs.user_data_dir("continual-lsp")) / f"{user}.sqlite3"
 
 
 def new_id(prefix: str) -> str:

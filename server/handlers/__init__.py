@@ -26,7 +26,8 @@ from . import (
 )
 
 if TYPE_CHECKING:
-    from ..app import ContinualServer
+    from pygls.lsp.server import LanguageServer
+
 
 MODULES = (
     initialize,
@@ -50,6 +51,6 @@ MODULES = (
 )
 
 
-def register_all(ls: ContinualServer) -> None:
+def register_all(ls: LanguageServer) -> None:
     for module in MODULES:
         module.register(ls)

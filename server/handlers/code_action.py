@@ -11,14 +11,17 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types as lsp
 
+from ..documents import normalize_uri
 from ..hunks import hunk_actions
-from ..session import normalize_uri
+from ..proposals import diagnostics_for, proposals_at
 from ..text import describe_call
 
 if TYPE_CHECKING:
+    from pygls.lsp.server import LanguageServer
+
     from continual_lsp.agent.session import Proposal
 
-    from ..app import ContinualServer
+    from ..connection import Connection
     from ..session import Session
 
 APPROVE, DENY, EDIT, DIFF = (
@@ -31,7 +34,7 @@ APPROVE, DENY, EDIT, DIFF = (
 
 def actions_for(session: Session, uri: str, proposal: Proposal) -> list[lsp.CodeAction]:
     pid = proposal.id
-    diagnostics = [d for d in session.diagnostics_for(uri) if d.code == pid]
+    diagnostics = [d for d in diagnostics_for(session, uri) if d.code == pid]
     summary = describe_call(proposal.call.tool, proposal.call.arguments)
 
     def action(title: str, command: str, *, preferred: bool = False) -> lsp.CodeAction:
@@ -51,24 +54,22 @@ def actions_for(session: Session, uri: str, proposal: Proposal) -> list[lsp.Code
     ]
 
 
-def register(ls: ContinualServer) -> None:
+def register(ls: LanguageServer) -> None:
     @ls.feature(
         lsp.TEXT_DOCUMENT_CODE_ACTION,
         lsp.CodeActionOptions(code_action_kinds=[lsp.CodeActionKind.QuickFix]),
     )
-    def code_action(
-        ls: ContinualServer, params: lsp.CodeActionParams
-    ) -> list[lsp.CodeAction] | None:
+    def code_action(ls: Connection, params: lsp.CodeActionParams) -> list[lsp.CodeAction] | None:
         session = ls.session
         uri = normalize_uri(params.text_document.uri)
         actions: list[lsp.CodeAction] = []
         rng = params.range
         here = [
             d
-            for d in session.diagnostics_for(uri)
+            for d in diagnostics_for(session, uri)
             if d.range.start.line <= rng.end.line and rng.start.line <= d.range.end.line
         ]
-        for proposal in session.proposals_at(uri, rng):
+        for proposal in proposals_at(session, uri, rng):
             actions.extend(hunk_actions(proposal, here))
             actions.extend(actions_for(session, uri, proposal))
         return actions or None

@@ -7,15 +7,18 @@ from typing import TYPE_CHECKING
 
 from lsprotocol import types as lsp
 
-from ..session import normalize_uri
+from ..proposals import diagnostics_for, publish
 
 if TYPE_CHECKING:
-    from ..app import ContinualServer
+    from pygls.lsp.server import LanguageServer
+
+    from ..connection import Connection
 
 
-def register(ls: ContinualServer) -> None:
+def register(ls: LanguageServer) -> None:
     @ls.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
-    def did_open(ls: ContinualServer, params: lsp.DidOpenTextDocumentParams) -> None:
-        uri = normalize_uri(params.text_document.uri)
-        if ls.session.diagnostics_for(uri):
-            ls.session.publish(uri)
+    def did_open(ls: Connection, params: lsp.DidOpenTextDocumentParams) -> None:
+        session = ls.session
+        uri = session.documents.opened(params.text_document.uri)
+        if diagnostics_for(session, uri):
+            publish(session, uri)

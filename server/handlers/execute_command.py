@@ -15,10 +15,14 @@ from __future__ import annotations
 from typing import Any
 
 from pygls.exceptions import JsonRpcInvalidParams
+from pygls.lsp.server import LanguageServer
 
-# A runtime import, not a TYPE_CHECKING one: pygls resolves command handlers' type hints
+from .. import decisions, reviewer_files
+
+# Runtime imports, not TYPE_CHECKING ones: pygls resolves command handlers' type hints
 # (typing.get_type_hints) to find their parameters.
-from ..app import ContinualServer
+from ..connection import Connection
+from ..proposals import lookup
 from .code_action import APPROVE, DENY, DIFF, EDIT
 
 
@@ -28,34 +32,34 @@ def _args(command: str, args: tuple[Any, ...], usage: str, max_args: int) -> tup
     return args[0], args[1] if len(args) > 1 else None
 
 
-def register(ls: ContinualServer) -> None:
+def register(ls: LanguageServer) -> None:
     @ls.command(APPROVE)
-    async def approve(ls: ContinualServer, *args: Any) -> dict[str, Any]:
+    async def approve(ls: Connection, *args: Any) -> dict[str, Any]:
         pid, _ = _args(APPROVE, args, "[proposalId]", 1)
-        return (await ls.session.decide(pid, "approve")).dump()
+        return (await decisions.decide(ls.session, pid, "approve")).dump()
 
     @ls.command(DENY)
-    async def deny(ls: ContinualServer, *args: Any) -> dict[str, Any]:
+    async def deny(ls: Connection, *args: Any) -> dict[str, Any]:
         pid, correction = _args(DENY, args, "[proposalId, correction?]", 2)
         if correction is not None and not isinstance(correction, str):
             raise JsonRpcInvalidParams(message=f"{DENY}: the correction must be a string")
         if correction and correction.strip():
-            return (await ls.session.decide(pid, "deny", correction=correction)).dump()
-        proposal = await ls.session.lookup(pid)
-        return {"ok": True, "uri": await ls.session.open_correction(proposal)}
+            return (await decisions.decide(ls.session, pid, "deny", correction=correction)).dump()
+        proposal = await lookup(ls.session, pid)
+        return {"ok": True, "uri": await reviewer_files.open_correction(ls.session, proposal)}
 
     @ls.command(EDIT)
-    async def edit(ls: ContinualServer, *args: Any) -> dict[str, Any]:
+    async def edit(ls: Connection, *args: Any) -> dict[str, Any]:
         pid, edited = _args(EDIT, args, "[proposalId, editedArguments?]", 2)
         if edited is not None:
             if not isinstance(edited, dict):
                 raise JsonRpcInvalidParams(message=f"{EDIT}: editedArguments must be an object")
-            return (await ls.session.decide(pid, "edit", edited_arguments=edited)).dump()
-        proposal = await ls.session.lookup(pid)
-        return {"ok": True, "uri": await ls.session.open_edit(proposal)}
+            return (await decisions.decide(ls.session, pid, "edit", edited_arguments=edited)).dump()
+        proposal = await lookup(ls.session, pid)
+        return {"ok": True, "uri": await reviewer_files.open_edit(ls.session, proposal)}
 
     @ls.command(DIFF)
-    async def show_diff(ls: ContinualServer, *args: Any) -> dict[str, Any]:
+    async def show_diff(ls: Connection, *args: Any) -> dict[str, Any]:
         pid, _ = _args(DIFF, args, "[proposalId]", 1)
-        proposal = await ls.session.lookup(pid)
-        return {"ok": True, "uri": await ls.session.open_diff(proposal)}
+        proposal = await lookup(ls.session, pid)
+        return {"ok": True, "uri": await reviewer_files.open_diff(ls.session, proposal)}

@@ -8,19 +8,21 @@ from typing import Any
 
 from pydantic import ValidationError
 from pygls.exceptions import JsonRpcInvalidParams
+from pygls.lsp.server import LanguageServer
 
 from continual_lsp.protocol import HunkDecision
 
 # A runtime import: pygls resolves command handlers' type hints to find their parameters.
-from ..app import ContinualServer
+from ..connection import Connection
 from ..errors import RequestFailed
 from ..hunks import HUNK
+from ..proposals import lookup, proposal_uri, publish
 from .decide import decide_hunks
 
 
-def register(ls: ContinualServer) -> None:
+def register(ls: LanguageServer) -> None:
     @ls.command(HUNK)
-    async def hunk(ls: ContinualServer, *args: Any) -> dict[str, Any]:
+    async def hunk(ls: Connection, *args: Any) -> dict[str, Any]:
         usage = f"{HUNK} expects [proposalId, index, accept, reason?]"
         if not 3 <= len(args) <= 4 or not isinstance(args[0], str):
             raise JsonRpcInvalidParams(message=f"{usage}, got {list(args)!r}")
@@ -31,17 +33,17 @@ def register(ls: ContinualServer) -> None:
         except ValidationError as exc:
             raise JsonRpcInvalidParams(message=f"{usage}: {exc}") from exc
         session = ls.session
-        proposal = await session.lookup(args[0])
+        proposal = await lookup(session, args[0])
         try:
-            votes = session.hunk_votes.add(proposal, vote)
+            votes = session.state.hunk_votes.add(proposal, vote)
         except ValueError as exc:
             raise RequestFailed(str(exc)) from exc
         if votes is None:
-            uri = session.proposal_uri(proposal)
+            uri = proposal_uri(session, proposal)
             if uri is not None:
-                session.publish(uri)  # the decided hunk's diagnostic goes away
+                publish(session, uri)  # the decided hunk's diagnostic goes away
             left = sorted(
-                set(range(len(proposal.hunks()))) - session.hunk_votes.decided(proposal.id)
+                set(range(len(proposal.hunks()))) - session.state.hunk_votes.decided(proposal.id)
             )
             return {"ok": True, "pending": left}
         return await decide_hunks(ls, proposal.id, votes, None)

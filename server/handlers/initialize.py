@@ -11,10 +11,13 @@ from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcInvalidParams
 from pygls.uris import to_fs_path
 
-from ..session import CAPABILITY
+from .. import watcher
+from ..state import ClientCapabilities
 
 if TYPE_CHECKING:
-    from ..app import ContinualServer
+    from pygls.lsp.server import LanguageServer
+
+    from ..connection import Connection
 
 
 def workspace_root(params: lsp.InitializeParams) -> Path | None:
@@ -29,21 +32,9 @@ def workspace_root(params: lsp.InitializeParams) -> Path | None:
     return Path(params.root_path) if params.root_path else None
 
 
-def declares_proposals(params: lsp.InitializeParams) -> bool:
-    """A client renders `continual/proposal` itself when it says so in either place:
-    `initializationOptions.continualProposals: true` or
-    `capabilities.experimental.continualProposals: true`."""
-    options: Any = params.initialization_options
-    experimental: Any = params.capabilities.experimental
-    return any(
-        isinstance(source, dict) and bool(source.get(CAPABILITY))
-        for source in (options, experimental)
-    )
-
-
-def register(ls: ContinualServer) -> None:
+def register(ls: LanguageServer) -> None:
     @ls.feature(lsp.INITIALIZE)
-    async def initialize(ls: ContinualServer, params: lsp.InitializeParams) -> None:
+    async def initialize(ls: Connection, params: lsp.InitializeParams) -> None:
         session = ls.session
         root = workspace_root(params) or session.default_workspace
         if root is None:
@@ -57,11 +48,11 @@ def register(ls: ContinualServer) -> None:
                 message=f"initialize: workspace {root} is outside the server's workspace roots "
                 f"({', '.join(session.settings.workspace_roots)})"
             )
-        session.understands_proposals = declares_proposals(params)
-        session.attach(root)
+        session.attach(root, ClientCapabilities.resolve(params))
+        session.spawn(watcher.watch(session))
 
     @ls.feature(lsp.INITIALIZED)
-    async def initialized(ls: ContinualServer, params: lsp.InitializedParams) -> None:
+    async def initialized(ls: Connection, params: lsp.InitializedParams) -> None:
         # Surface a failed agent start (bad model path, unreadable store) right away
         # instead of on the reviewer's first request.
         handle = ls.session.handle

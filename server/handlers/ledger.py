@@ -9,15 +9,17 @@ from continual_lsp.protocol import METHOD_LEDGER, LedgerParams
 from ..errors import validate
 
 if TYPE_CHECKING:
-    from ..app import ContinualServer
+    from pygls.lsp.server import LanguageServer
+
+    from ..connection import Connection
 
 
-async def ledger(ls: ContinualServer, params: Any) -> dict[str, Any]:
+async def ledger(ls: Connection, params: Any) -> dict[str, Any]:
     validate(LedgerParams, METHOD_LEDGER, params)
     agent = await ls.session.agent()
     result = await ls.session.call(agent.ledger)
     return result.dump()
 
 
-def register(ls: ContinualServer) -> None:
+def register(ls: LanguageServer) -> None:
     ls.feature(METHOD_LEDGER)(ledger)

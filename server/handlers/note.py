@@ -9,15 +9,17 @@ from continual_lsp.protocol import METHOD_NOTE, NoteParams, OkResult
 from ..errors import validate
 
 if TYPE_CHECKING:
-    from ..app import ContinualServer
+    from pygls.lsp.server import LanguageServer
+
+    from ..connection import Connection
 
 
-async def note(ls: ContinualServer, params: Any) -> dict[str, Any]:
+async def note(ls: Connection, params: Any) -> dict[str, Any]:
     args = validate(NoteParams, METHOD_NOTE, params)
     agent = await ls.session.agent()
     await ls.session.call(agent.note, args.text)
     return OkResult(ok=True).dump()
 
 
-def register(ls: ContinualServer) -> None:
+def register(ls: LanguageServer) -> None:
     ls.feature(METHOD_NOTE)(note)

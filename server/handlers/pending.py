@@ -10,10 +10,12 @@ from continual_lsp.protocol import METHOD_PENDING, PendingParams, PendingResult
 from ..errors import validate
 
 if TYPE_CHECKING:
-    from ..app import ContinualServer
+    from pygls.lsp.server import LanguageServer
+
+    from ..connection import Connection
 
 
-async def pending(ls: ContinualServer, params: Any) -> dict[str, Any]:
+async def pending(ls: Connection, params: Any) -> dict[str, Any]:
     validate(PendingParams, METHOD_PENDING, params)
     session = ls.session
     agent = await session.agent()
@@ -21,5 +23,5 @@ async def pending(ls: ContinualServer, params: Any) -> dict[str, Any]:
     return PendingResult(proposals=[session.notification(p) for p in waiting]).dump()
 
 
-def register(ls: ContinualServer) -> None:
+def register(ls: LanguageServer) -> None:
     ls.feature(METHOD_PENDING)(pending)

@@ -9,15 +9,17 @@ from continual_lsp.protocol import METHOD_REVERT, OkResult, RevertParams
 from ..errors import validate
 
 if TYPE_CHECKING:
-    from ..app import ContinualServer
+    from pygls.lsp.server import LanguageServer
+
+    from ..connection import Connection
 
 
-async def revert(ls: ContinualServer, params: Any) -> dict[str, Any]:
+async def revert(ls: Connection, params: Any) -> dict[str, Any]:
     args = validate(RevertParams, METHOD_REVERT, params)
     agent = await ls.session.agent()
     await ls.session.call(agent.revert, args.item_id)
     return OkResult(ok=True).dump()
 
 
-def register(ls: ContinualServer) -> None:
+def register(ls: LanguageServer) -> None:
     ls.feature(METHOD_REVERT)(revert)

@@ -8,13 +8,17 @@ from typing import TYPE_CHECKING, Any
 
 from lsprotocol import types as lsp
 
+from .. import edit_signals
+
 if TYPE_CHECKING:
-    from ..app import ContinualServer
+    from pygls.lsp.server import LanguageServer
+
+    from ..connection import Connection
 
 
-def register(ls: ContinualServer) -> None:
+def register(ls: LanguageServer) -> None:
     @ls.feature(lsp.SHUTDOWN)
-    async def shutdown(ls: ContinualServer, *args: Any) -> None:
+    async def shutdown(ls: Connection, *args: Any) -> None:
         with contextlib.suppress(Exception):
-            await ls.session.flush_manual_edits()
+            await edit_signals.flush(ls.session)
         ls.session.close()

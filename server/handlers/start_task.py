@@ -11,20 +11,22 @@ from continual_lsp.protocol import METHOD_START_TASK, StartTaskParams, StartTask
 from ..errors import validate
 
 if TYPE_CHECKING:
-    from ..app import ContinualServer
+    from pygls.lsp.server import LanguageServer
+
+    from ..connection import Connection
 
 
-async def start_task(ls: ContinualServer, params: Any) -> dict[str, Any]:
+async def start_task(ls: Connection, params: Any) -> dict[str, Any]:
     args = validate(StartTaskParams, METHOD_START_TASK, params)
     session = ls.session
     agent = await session.ready_agent()
-    with session.holding():
+    with session.events.holding():
         task_id, proposal = await session.call(agent.start_task, args.text)
         if proposal is not None:
-            session.announce(proposal)
+            session.events.announce("proposal", proposal)
     first = session.notification(proposal) if proposal is not None else None
     return StartTaskResult(task_id=task_id, proposal=first).dump()
 
 
-def register(ls: ContinualServer) -> None:
+def register(ls: LanguageServer) -> None:
     ls.feature(METHOD_START_TASK)(start_task)

@@ -13,10 +13,12 @@ from continual_lsp.protocol import METHOD_STATUS, StatusParams
 from ..errors import agent_error, validate
 
 if TYPE_CHECKING:
-    from ..app import ContinualServer
+    from pygls.lsp.server import LanguageServer
+
+    from ..connection import Connection
 
 
-async def status(ls: ContinualServer, params: Any) -> dict[str, Any]:
+async def status(ls: Connection, params: Any) -> dict[str, Any]:
     validate(StatusParams, METHOD_STATUS, params)
     agent = await ls.session.agent()
     try:
@@ -26,5 +28,5 @@ async def status(ls: ContinualServer, params: Any) -> dict[str, Any]:
     return result.dump()
 
 
-def register(ls: ContinualServer) -> None:
+def register(ls: LanguageServer) -> None:
     ls.feature(METHOD_STATUS)(status)

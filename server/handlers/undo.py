@@ -10,18 +10,19 @@ import contextlib
 from typing import Any
 
 from pygls.exceptions import JsonRpcInvalidParams
+from pygls.lsp.server import LanguageServer
 
 from continual_lsp.protocol import METHOD_UNDO, UndoParams
 
 # A runtime import: pygls resolves command handlers' type hints to find their parameters.
-from ..app import ContinualServer
+from ..connection import Connection
+from ..documents import normalize_uri
 from ..errors import RequestFailed, validate
-from ..session import normalize_uri
 
 UNDO = "continual.undo"
 
 
-async def undo(ls: ContinualServer, params: Any) -> dict[str, Any]:
+async def undo(ls: Connection, params: Any) -> dict[str, Any]:
     args = validate(UndoParams, METHOD_UNDO, params)
     session = ls.session
     agent = await session.ready_agent()
@@ -30,24 +31,24 @@ async def undo(ls: ContinualServer, params: Any) -> dict[str, Any]:
         for rel in result.restored:
             path = session.workspace / rel
             uri = normalize_uri(path.as_uri())
-            buffer = session.buffer_text(uri)
+            buffer = session.documents.text(uri)
             if buffer is None:
                 continue
             text = path.read_text(encoding="utf-8") if path.exists() else ""
             if buffer != text:
                 # Unversioned: the buffer may hold the change's text or already the disk's.
                 with contextlib.suppress(RequestFailed):
-                    await session.apply(
+                    await session.documents.apply(
                         uri, buffer, text, f"Undo {result.proposal_id}", versioned=False
                     )
     return result.dump()
 
 
-def register(ls: ContinualServer) -> None:
+def register(ls: LanguageServer) -> None:
     ls.feature(METHOD_UNDO)(undo)
 
     @ls.command(UNDO)
-    async def undo_command(ls: ContinualServer, *args: Any) -> dict[str, Any]:
+    async def undo_command(ls: Connection, *args: Any) -> dict[str, Any]:
         if len(args) > 2 or any(a is not None and not isinstance(a, str) for a in args):
             raise JsonRpcInvalidParams(message=f"{UNDO} expects [proposalId?, reason?]")
         params = {

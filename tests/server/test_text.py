@@ -10,7 +10,7 @@ from continual_lsp.server.edits import (
     edited_file_arguments,
     edited_json_arguments,
 )
-from continual_lsp.server.session import strip_correction
+from continual_lsp.server.reviewer_files import strip_correction
 from continual_lsp.server.text import end_position, line_edit, proposal_message, split_lines
 from continual_lsp.tools.edits import apply_edit, apply_edit_lines
 

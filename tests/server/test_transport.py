@@ -51,7 +51,7 @@ _SERVER: Server
 
 def _make(user: str | None) -> ContinualServer:
     settings = _SERVER.settings
-    ls = _SERVER.make_server(settings, user or settings.user, _SERVER.workspace)
+    ls = _SERVER.make_server(settings, _SERVER.workspace)
 
     @ls.feature("test/boom")
     def boom(_params: Any) -> None:

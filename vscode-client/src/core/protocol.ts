@@ -1,5 +1,22 @@
-// Wire payloads of DESIGN §7, mirrored from continual_lsp/protocol.py (camelCase on the wire).
-// Names are stable: extend, never rename. No `vscode` import here.
+// The continual/* methods and what arrives from the server, checked before use. The payload
+// types come from continual_lsp/protocol.py through JSON Schema (./wire.ts); the method
+// names are held to it by tests/test_protocol.py. No `vscode` import here.
+
+import type {
+  DecideParams,
+  DecideResult,
+  LearnedNotification,
+  LedgerItem,
+  LedgerResult,
+  PendingResult,
+  Position,
+  ProposalNotification,
+  Range,
+  RoutedNotification,
+  StartTaskResult,
+  StatusResult,
+  TaskDoneNotification,
+} from "./wire";
 
 export const METHOD_START_TASK = "continual/startTask";
 export const METHOD_DECIDE = "continual/decide";
@@ -8,129 +25,19 @@ export const METHOD_LEDGER = "continual/ledger";
 export const METHOD_REVERT = "continual/revert";
 export const METHOD_STATUS = "continual/status";
 export const METHOD_PENDING = "continual/pending";
+export const METHOD_UNDO = "continual/undo";
+export const METHOD_ALLOW = "continual/allow";
 export const NOTIFY_PROPOSAL = "continual/proposal";
 export const NOTIFY_LEARNED = "continual/learned";
 export const NOTIFY_ROUTED = "continual/routed";
 export const NOTIFY_TASK_DONE = "continual/taskDone";
 
-export type Decision = "approve" | "deny" | "edit";
-export type Lane = "CODE" | "WEIGHTS" | "CONTEXT" | "NONE";
+// The payload types are generated from the pydantic models (./wire.ts, scripts/protocol.sh).
+export type * from "./wire";
+
+export type Decision = DecideParams["decision"];
+export type Lane = LedgerItem["lane"];
 export const LANES: readonly Lane[] = ["CODE", "WEIGHTS", "CONTEXT", "NONE"];
-
-export interface Position {
-  line: number;
-  character: number;
-}
-
-export interface Range {
-  start: Position;
-  end: Position;
-}
-
-export interface StartTaskParams {
-  text: string;
-}
-
-export interface StartTaskResult {
-  taskId: string;
-  /** The first proposal (also sent as a notification): no need to rely on its timing. */
-  proposal?: ProposalNotification;
-}
-
-export interface DecideParams {
-  proposalId: string;
-  decision: Decision;
-  correction?: string;
-  editedArguments?: Record<string, unknown>;
-}
-
-export interface Learned {
-  step: number;
-  loss: number;
-  seconds: number;
-}
-
-export interface DecideResult {
-  ok: boolean;
-  learned?: Learned;
-  nextProposalId?: string;
-  nextProposal?: ProposalNotification;
-}
-
-export interface PendingResult {
-  proposals: ProposalNotification[];
-}
-
-export interface NoteParams {
-  text: string;
-}
-
-export interface OkResult {
-  ok: boolean;
-}
-
-export interface LedgerItem {
-  id: string;
-  text: string;
-  lane: Lane;
-  reason: string;
-  recurrence: number;
-  createdAt: number;
-  active: boolean;
-}
-
-export interface LedgerResult {
-  items: LedgerItem[];
-  contextTokens: number;
-  notesOnlyTokens: number;
-}
-
-export interface RevertParams {
-  itemId: string;
-}
-
-export interface StatusResult {
-  backend: string;
-  model: string;
-  adapterVersion?: string;
-  trainingSteps: number;
-  queueDepth: number;
-  pendingProposalId?: string;
-  /** The starter adapter merged into the base model, absent when it is off. */
-  starter?: string;
-}
-
-export interface ProposalNotification {
-  proposalId: string;
-  taskId: string;
-  tool: string;
-  arguments: Record<string, unknown>;
-  readOnly: boolean;
-  uri?: string;
-  range?: Range;
-  diff?: string;
-  /** Extension: why a guard rewrote the call, or an "unsandboxed" warning. */
-  note?: string;
-}
-
-export interface LearnedNotification {
-  proposalId: string;
-  step: number;
-  loss: number;
-  adapterVersion?: string;
-  seconds: number;
-}
-
-export interface RoutedNotification {
-  itemId: string;
-  lane: Lane;
-  reason: string;
-}
-
-export interface TaskDoneNotification {
-  taskId: string;
-  summary: string;
-}
 
 export const FILE_CHANGING_TOOLS: ReadonlySet<string> = new Set(["write", "edit", "edit_lines"]);
 
