@@ -5,6 +5,7 @@ its refusal, the ledger's counters and the autonomy in status."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -102,3 +103,18 @@ def test_hunks_allow_and_undo_over_the_wire(workspace: Path, tmp_path: Path) -> 
     partial = next(d for d in by_id.values() if d["decision"] == "edit")
     assert partial["correction"] == f"hunk 2: {REJECT}"
     assert partial["edited_arguments"]["tool"] == "write"
+
+
+def test_review_decides_hunk_by_hunk(workspace: Path, tmp_path: Path) -> None:
+    from .test_lsp_scripted import _review
+
+    hunks = [{"index": 0, "accept": True}, {"index": 1, "accept": False, "reason": REJECT}]
+    text = json.dumps({"decision": "edit", "hunks": hunks}) + "\n"
+    proc, lines = _review(tmp_path, workspace, text, "--script", "review")
+    assert proc.returncode == 0, proc.stderr
+    first = next(line for line in lines if line["type"] == "proposal")
+    assert [h["index"] for h in first["hunks"]] == [0, 1]
+    ops = (workspace / "src/calc/ops.py").read_text()
+    assert '"""Sum of a and b."""' in ops and "// len(values)" in ops
+    (row,) = decisions(tmp_path / "review.sqlite3").values()
+    assert row["decision"] == "edit" and row["correction"] == f"hunk 2: {REJECT}"
