@@ -98,7 +98,7 @@ def test_hunks_allow_and_undo_over_the_wire(workspace: Path, tmp_path: Path) -> 
         finally:
             await ed.stop()
 
-    asyncio.run(asyncio.wait_for(scenario(), 300))
+    asyncio.run(asyncio.wait_for(scenario(), 600))
     by_id = decisions(store)
     partial = next(d for d in by_id.values() if d["decision"] == "edit")
     assert partial["correction"] == f"hunk 2: {REJECT}"
