@@ -6,7 +6,7 @@ local H = dofile(vim.fn.fnamemodify(debug.getinfo(1, 'S').source:sub(2), ':h') .
 local ws, report, read = H.ws, H.report, H.read
 
 local function wait(what, cond)
-  H.wait(what, cond, 120000) -- a training step may run before a decision returns
+  H.wait(what, cond, 400000) -- a decision waits for its training step (up to 300 s)
 end
 
 local function step(name)
@@ -95,6 +95,9 @@ local function flow()
   end)
   step('undone')
   vim.cmd('ContinualLedger')
+  wait('the ledger window', function()
+    return (vim.api.nvim_buf_get_lines(0, 0, 1, false)[1] or ''):find('^context tokens') ~= nil
+  end)
   report.ledger = vim.api.nvim_buf_get_lines(0, 0, -1, false)
   vim.lsp.stop_client(state.client_id)
 end

@@ -32,7 +32,7 @@ def test_neovim_hunks_allow_and_undo(workspace: Path, tmp_path: Path) -> None:
     )
     script = str(Path(__file__).parent / "nvim_review.lua")
     argv = ["nvim", "--headless", "-u", "NONE", "-i", "NONE", "-c", "luafile " + script]
-    proc, result = run_editor(argv, REPO, env, report, 400)
+    proc, result = run_editor(argv, REPO, env, report, 1200)
     assert proc.returncode == 0, f"{result.get('error')}\n{proc.stderr[-3000:]}"
     assert result["steps"] == ["hunks", "allowed", "ran unasked", "undone"], result
 
