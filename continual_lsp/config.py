@@ -10,6 +10,8 @@ from typing import Any, Literal
 import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from continual_lsp.protocol import Autonomy
+
 EMBEDDED_MODEL = "embedded:SmolLM2-135M-Instruct"
 
 
@@ -56,7 +58,14 @@ class Settings(BaseModel):
     is_clip_high: float = 2.0
 
     # agent
-    auto_approve_read_only: bool = True
+    # What runs without asking (cumulative): "manual" asks for everything, "read_only"
+    # runs read, glob and grep, "allow_rules" also what an allow rule covers,
+    # "workspace_edits" also file changes inside the workspace. Guards always run first.
+    autonomy: Autonomy = "allow_rules"
+    # Offer "always allow" once the reviewer approved this many calls of a class; learn
+    # the rule by itself after `allow_learn_after` approvals (None: only when asked).
+    allow_offer_after: int = Field(default=2, ge=1)
+    allow_learn_after: int | None = Field(default=None, ge=2)
     allowed_tools: list[str] | None = None  # None = all seven tools
     max_retries: int = 3
     # After a denial or a guard block: candidates sampled in one batch from the context

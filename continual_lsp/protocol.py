@@ -47,11 +47,24 @@ class StartTaskResult(Wire):
 Decision = Literal["approve", "deny", "edit"]
 
 
+class HunkDecision(Wire):
+    """The reviewer's verdict on one hunk of a file proposal (`Hunk.index`)."""
+
+    index: int = Field(ge=0)
+    accept: bool
+    reason: str | None = Field(default=None, max_length=10_000)
+
+
 class DecideParams(Wire):
+    """With `hunks`, the decision follows from them: every hunk accepted is an approve,
+    none a deny (their reasons are the correction), some an edit whose editedArguments
+    hold the accepted hunks and whose correction is the rejected hunks' reasons."""
+
     proposal_id: str = Field(min_length=1)
     decision: Decision
     correction: str | None = Field(default=None, max_length=10_000)
     edited_arguments: dict[str, Any] | None = None
+    hunks: list[HunkDecision] | None = Field(default=None, min_length=1)
 
 
 class Learned(Wire):
@@ -82,6 +95,15 @@ class LedgerParams(Wire):
 Lane = Literal["CODE", "WEIGHTS", "CONTEXT", "NONE"]
 
 
+class GateCompliance(Wire):
+    """A WEIGHTS item's held-out compliance (mean log-prob margin of the compliant over
+    the violating call) under the incumbent adapter and under its consolidation."""
+
+    before: float
+    after: float
+    promoted: bool
+
+
 class LedgerItem(Wire):
     id: str
     text: str
@@ -90,6 +112,13 @@ class LedgerItem(Wire):
     recurrence: int
     created_at: float
     active: bool
+    # Proof that a lesson took: times the item acted (guard block or rewrite, allow-rule
+    # approval, cue match) and corrections of its cluster made after it existed.
+    fired: int | None = None
+    recurred_after: int | None = None
+    gate: GateCompliance | None = None
+    # An allow rule: the approved proposals it was learned from.
+    approvals: list[str] | None = None
 
 
 class LedgerResult(Wire):
@@ -100,6 +129,12 @@ class LedgerResult(Wire):
 
 class RevertParams(Wire):
     item_id: str = Field(min_length=1)
+
+
+# Cumulative: "read_only" auto-approves read, glob and grep; "allow_rules" also runs
+# calls an allow rule covers; "workspace_edits" also file changes inside the workspace.
+# "manual" asks for everything.
+Autonomy = Literal["manual", "read_only", "allow_rules", "workspace_edits"]
 
 
 class StatusParams(Wire):
@@ -115,6 +150,8 @@ class StatusResult(Wire):
     pending_proposal_id: str | None = None
     # The starter adapter merged into the base (`starter-<sha256 prefix>`), None when off.
     starter: str | None = None
+    # What runs without a prompt (`Autonomy`); a deny rule or a guard always wins.
+    autonomy: Autonomy | None = None
 
 
 class PendingParams(Wire):
@@ -128,7 +165,51 @@ class PendingResult(Wire):
     proposals: list[ProposalNotification]
 
 
+class UndoParams(Wire):
+    """Undo an applied change (the latest when no id): a late denial; `reason` is its
+    correction."""
+
+    proposal_id: str | None = Field(default=None, min_length=1)
+    reason: str | None = Field(default=None, max_length=10_000)
+
+
+class UndoResult(Wire):
+    ok: bool
+    proposal_id: str
+    restored: list[str]  # workspace-relative paths put back as they were before the change
+
+
+class AllowParams(Wire):
+    """ "Always allow calls like this one" (the proposal's command prefix or path class)."""
+
+    proposal_id: str = Field(min_length=1)
+
+
+class AllowResult(Wire):
+    ok: bool
+    item_id: str
+    rule: str  # what the rule allows, in words (`bash: pytest -q …`)
+
+
 # -- server → client notifications -------------------------------------------------------------
+
+
+class Hunk(Wire):
+    """One contiguous change of a file proposal, numbered from 0; lines 1-based as in a
+    unified diff header (`oldLines` 0: a pure insertion after `oldStart - 1`)."""
+
+    index: int
+    old_start: int
+    old_lines: int
+    new_start: int
+    new_lines: int
+
+
+class AllowOffer(Wire):
+    """The reviewer approved calls of this class before: offer "always allow"."""
+
+    rule: str
+    approvals: int
 
 
 class ProposalNotification(Wire):
@@ -144,6 +225,9 @@ class ProposalNotification(Wire):
     # when bash would run without the OS sandbox, and the adapter that sampled the call.
     note: str | None = None
     adapter_version: str | None = None
+    # A file proposal with more than one hunk can be decided hunk by hunk.
+    hunks: list[Hunk] | None = None
+    allow_offer: AllowOffer | None = None
 
 
 class LearnedNotification(Wire):
@@ -172,6 +256,8 @@ METHOD_LEDGER = "continual/ledger"
 METHOD_REVERT = "continual/revert"
 METHOD_STATUS = "continual/status"
 METHOD_PENDING = "continual/pending"
+METHOD_UNDO = "continual/undo"
+METHOD_ALLOW = "continual/allow"
 NOTIFY_PROPOSAL = "continual/proposal"
 NOTIFY_LEARNED = "continual/learned"
 NOTIFY_ROUTED = "continual/routed"

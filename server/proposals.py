@@ -11,6 +11,7 @@ from continual_lsp.protocol import NOTIFY_PROPOSAL
 
 from .documents import normalize_uri
 from .errors import RequestFailed
+from .hunks import hunk_diagnostics
 from .text import proposal_message
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ def show(session: Session, proposal: Proposal) -> bool:
 def forget(session: Session, proposal_id: str) -> None:
     """The proposal is decided, stale or replaced: drop it and its diagnostic."""
     session.state.proposals.pop(proposal_id, None)
+    session.state.hunk_votes.forget(proposal_id)
     uri = session.state.proposal_uris.pop(proposal_id, None)
     if uri is not None:
         publish(session, uri)
@@ -76,6 +78,8 @@ def diagnostics_for(session: Session, uri: str) -> list[lsp.Diagnostic]:
                 data={"proposalId": proposal.id},
             )
         )
+        if len(proposal.hunks()) > 1:
+            out.extend(hunk_diagnostics(proposal, session.state.hunk_votes.decided(proposal.id)))
     return out
 
 

@@ -18,6 +18,10 @@ with `#` are skipped); an optional "proposalId" must match the proposal it answe
     {"decision": "approve"}
     {"decision": "deny", "correction": "use edit_lines, not write"}
     {"decision": "edit", "editedArguments": {"path": "a.py", "start": 3, "end": 3, "content": "x\\n"}}
+    {"decision": "edit", "hunks": [{"index": 0, "accept": true}, {"index": 1, "accept": false, "reason": "keep it"}]}
+
+A proposal line lists a multi-hunk change's `hunks`; deciding them one by one makes a
+partial accept an edit (the rejected hunks' reasons are its correction).
 
 Reading decisions line by line lets a bot answer each proposal as it appears (a pipe).
 Exit codes: 0 the run ended (task done, or decisions ran out: a `stopped` line says
@@ -36,7 +40,12 @@ from typing import IO, TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from continual_lsp.config import Settings
-from continual_lsp.protocol import LearnedNotification, RoutedNotification, TaskDoneNotification
+from continual_lsp.protocol import (
+    HunkDecision,
+    LearnedNotification,
+    RoutedNotification,
+    TaskDoneNotification,
+)
 
 from .agents import AgentFactory, default_agent_factory
 from .text import describe_call
@@ -54,6 +63,7 @@ class ReviewDecision(BaseModel):
     correction: str | None = Field(default=None, max_length=10_000)
     edited_arguments: dict[str, Any] | None = Field(default=None, alias="editedArguments")
     proposal_id: str | None = Field(default=None, alias="proposalId")
+    hunks: list[HunkDecision] | None = Field(default=None, min_length=1)
 
 
 class ReviewInputError(Exception):
@@ -142,7 +152,11 @@ def _drive(agent: Agent, task: str, decisions: IO[str], out: _Out) -> int:
             )
         try:
             outcome = agent.decide(
-                proposal.id, decision.decision, decision.correction, decision.edited_arguments
+                proposal.id,
+                decision.decision,
+                decision.correction,
+                decision.edited_arguments,
+                hunks=decision.hunks,
             )
         except AgentError as exc:
             raise ReviewInputError(f"decisions line {number}: {exc}") from exc

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from lsprotocol import types as lsp
 
+from .hunks import HunkVotes
+
 if TYPE_CHECKING:
     from continual_lsp.agent.agent import Proposal
 
@@ -94,6 +96,7 @@ class SessionState:
     files: dict[str, OpenedFile] = field(default_factory=dict)  # uri → file we opened
     applied: dict[str, AppliedRegion] = field(default_factory=dict)  # uri → region
     progress_tokens: set[str] = field(default_factory=set)  # created on the client
+    hunk_votes: HunkVotes = field(default_factory=HunkVotes)  # per-hunk verdicts so far
 
     def proposals_on(self, uri: str) -> list[Proposal]:
         """Pending proposals whose diagnostic is on `uri`."""

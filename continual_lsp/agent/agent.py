@@ -22,14 +22,18 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ValidationError
 
+from continual_lsp.agent.checkpoints import Checkpoints, UndoError
 from continual_lsp.agent.conversation import KEEP_CALLS, Conversation
 from continual_lsp.agent.lanes_facade import LanesFacade
 from continual_lsp.agent.training_jobs import ProgressListener, TrainingJobs
 from continual_lsp.config import Settings, default_store_path
 from continual_lsp.policy.base import Completion, Policy, SampleParams
 from continual_lsp.policy.model_files import starter_name
-from continual_lsp.protocol import Learned as LearnedPayload
 from continual_lsp.protocol import (
+    AllowOffer,
+    AllowResult,
+    Hunk,
+    HunkDecision,
     LearnedNotification,
     LedgerResult,
     Position,
@@ -38,10 +42,13 @@ from continual_lsp.protocol import (
     RoutedNotification,
     StatusResult,
     TaskDoneNotification,
+    UndoResult,
 )
+from continual_lsp.protocol import Learned as LearnedPayload
 from continual_lsp.store import Store, StoreError
 from continual_lsp.text import unified_diff
-from continual_lsp.tools.base import Preview, ToolCall, ToolError, ToolResult
+from continual_lsp.tools import hunks as hunk_spans
+from continual_lsp.tools.base import FILE_CHANGING_TOOLS, Preview, ToolCall, ToolError, ToolResult
 from continual_lsp.tools.runner import ToolRunner
 
 log = logging.getLogger(__name__)
@@ -59,6 +66,24 @@ class Proposal(BaseModel):
     preview: Preview | None = None
     note: str | None = None
     adapter_version: str | None = None
+    allow_offer: AllowOffer | None = None
+
+    def hunks(self) -> list[Hunk]:
+        """The hunks of a change to an existing file (empty: decided only as a whole)."""
+        if self.preview is None or self.preview.old_content is None:
+            return []
+        return [
+            Hunk(
+                index=i,
+                old_start=s.old_start + 1,
+                old_lines=s.old_end - s.old_start,
+                new_start=s.new_start + 1,
+                new_lines=s.new_end - s.new_start,
+            )
+            for i, s in enumerate(
+                hunk_spans.spans(self.preview.old_content, self.preview.new_content)
+            )
+        ]
 
     def notification(self, workspace: Path) -> ProposalNotification:
         uri = rng = None
@@ -85,6 +110,8 @@ class Proposal(BaseModel):
             diff=self.preview.diff if self.preview else None,
             note=self.note,
             adapter_version=self.adapter_version,
+            hunks=hunks if len(hunks := self.hunks()) > 1 else None,
+            allow_offer=self.allow_offer,
         )
 
 
@@ -178,6 +205,7 @@ class Agent:
         self._tasks: dict[str, _Task] = {}
         self.lanes = LanesFacade(self.store, settings, self._token_count)
         self.training = TrainingJobs(self.store, settings)
+        self.checkpoints = Checkpoints(self.store, self.tools)
         self._recover()
 
     # -- lazily built parts ---------------------------------------------------------------
@@ -218,9 +246,14 @@ class Agent:
         decision: Literal["approve", "deny", "edit"],
         correction: str | None = None,
         edited_arguments: dict[str, Any] | None = None,
+        hunks: list[HunkDecision] | None = None,
     ) -> DecideOutcome:
         with self._lock:
             task, proposal = self._pending(proposal_id)
+            if hunks:
+                decision, correction, edited_arguments = self.resolve_hunks(
+                    proposal, hunks, correction
+                )
             if decision == "deny":
                 return self._deny(task, proposal, (correction or "").strip())
             if decision == "edit":
@@ -228,6 +261,98 @@ class Agent:
             if decision == "approve":
                 return self._approve(task, proposal)
             raise AgentError(f"unknown decision {decision!r}: use approve, deny or edit")
+
+    @staticmethod
+    def resolve_hunks(
+        proposal: Proposal, decisions: list[HunkDecision], correction: str | None = None
+    ) -> tuple[Literal["approve", "deny", "edit"], str | None, dict[str, Any] | None]:
+        """A hunk-by-hunk verdict as a whole decision: all accepted is an approve, none a
+        deny, some an edit holding the accepted hunks; the rejected hunks' reasons (after
+        any overall `correction`) are the correction."""
+        total = len(proposal.hunks())
+        if total == 0 or proposal.preview is None:
+            raise AgentError(f"proposal {proposal.id} changes no existing file: decide it whole")
+        seen = {d.index: d for d in decisions}
+        if len(seen) != len(decisions) or set(seen) != set(range(total)):
+            raise AgentError(
+                f"proposal {proposal.id} has {total} hunk(s), numbered from 0: decide each "
+                f"exactly once (got {sorted(d.index for d in decisions)})"
+            )
+        accepted = sorted(i for i, d in seen.items() if d.accept)
+        reasons = [
+            f"hunk {i + 1}: {d.reason.strip()}" if total > 1 else d.reason.strip()
+            for i, d in sorted(seen.items())
+            if not d.accept and d.reason and d.reason.strip()
+        ]
+        text = "; ".join(
+            ([correction.strip()] if correction and correction.strip() else []) + reasons
+        )
+        if len(accepted) == total:
+            return "approve", None, None
+        if not accepted:
+            return "deny", text, None
+        try:
+            call = hunk_spans.partial_call(
+                proposal.preview.path,
+                proposal.preview.old_content,
+                proposal.preview.new_content,
+                accepted,
+            )
+        except ToolError as exc:
+            raise AgentError(str(exc)) from exc
+        return "edit", text or None, {"tool": call.tool, **call.arguments}
+
+    def undo(self, proposal_id: str | None = None, reason: str | None = None) -> UndoResult:
+        """Restore what an applied change replaced (the latest when no id): a late denial.
+
+        Refused, with nothing touched, when a file changed since the change; the undo is
+        committed before any file is restored, then trains and routes like a denial."""
+        with self._lock:
+            target = proposal_id or self.checkpoints.latest()
+            if target is None:
+                raise AgentError("nothing to undo: no applied change has a checkpoint")
+            row = self.store.proposal(target)
+            if row is None:
+                raise AgentError(f"unknown proposal {target!r}")
+            try:
+                files = self.checkpoints.check(target)
+            except UndoError as exc:
+                raise AgentError(str(exc)) from exc
+            reason = (reason or "").strip()
+            correction = reason or f"The reviewer undid this {row['tool']} call."
+            self.store.append_event(
+                "undo", {"reason": reason or None, "paths": sorted(files)}, row["task_id"], target
+            )
+            restored = self.checkpoints.restore(target, files)
+            self.store.set_proposal_status(target, "undone")
+            proposal = self.proposal(target)
+            assert proposal is not None
+            self.training.enqueue(target, "deny", correction, None)
+            if reason:
+                routed = self.lanes.route_correction(reason, proposal, is_denial=True)
+                if routed is not None:
+                    self.listener.on_routed(routed)
+            task = self._tasks.get(row["task_id"])
+            if task is not None and task.done is None:
+                task.conversation.add_feedback(
+                    f"The reviewer undid your {row['tool']} call ({', '.join(restored)}): "
+                    f"{correction}"
+                )
+            return UndoResult(ok=True, proposal_id=target, restored=restored)
+
+    def allow(self, proposal_id: str) -> AllowResult:
+        """ "Always allow calls like this one": an allow rule in the CODE lane."""
+        proposal = self.proposal(proposal_id)
+        if proposal is None:
+            raise AgentError(f"unknown proposal {proposal_id!r}")
+        with self._lock:
+            try:
+                item_id, rule = self.lanes.add_allow_rule(
+                    proposal.call, proposal.preview, str(self.workspace), proposal_id, False
+                )
+            except ValueError as exc:
+                raise AgentError(f"calls like this cannot be always allowed: {exc}") from exc
+        return AllowResult(ok=True, item_id=item_id, rule=rule)
 
     def note(self, text: str) -> None:
         text = text.strip()
@@ -267,13 +392,14 @@ class Agent:
             starter=starter_name(self.settings.model, self.settings.starter)
             if self.settings.backend == "local"
             else None,
+            autonomy=self.settings.autonomy,
         )
 
     def proposal(self, proposal_id: str) -> Proposal | None:
         row = self.store.proposal(proposal_id)
         if row is None:
             return None
-        return Proposal(
+        proposal = Proposal(
             id=row["id"],
             task_id=row["task_id"],
             call=ToolCall(tool=row["tool"], arguments=row["arguments"]),
@@ -281,6 +407,9 @@ class Agent:
             preview=Preview.model_validate(row["preview"]) if row["preview"] else None,
             adapter_version=row["adapter_version"],
         )
+        if row["status"] == "pending":
+            proposal.allow_offer = self._allow_offer(proposal.call, proposal.preview)
+        return proposal
 
     def proposal_status(self, proposal_id: str) -> str | None:
         """The status: pending, a decision (approve, deny, edit) or stale; None if unknown."""
@@ -372,6 +501,7 @@ class Agent:
                 task.pending = None
                 raise AgentError(str(exc)) from exc
         verdict = self.lanes.check_guards(proposal.call, proposal.preview, task.history)
+        self._fired(verdict.guard_id)
         if verdict.action == "block":
             # A guard compiled after the call was proposed (or the denied call offered
             # again for editing): approving cannot bypass it.
@@ -384,7 +514,20 @@ class Agent:
         for denied_id in denied:
             self.training.enqueue(denied_id, "approved_retry", None, proposal.call)
         self.store.mark_applied(proposal.id, result.model_dump())
+        self._learn_allow(proposal)
         return self._next(task, result)
+
+    def _learn_allow(self, proposal: Proposal) -> None:
+        """With `allow_learn_after` set, that many approvals of a class become its rule."""
+        after = self.settings.allow_learn_after
+        if after is None or self.settings.autonomy in ("manual", "read_only"):
+            return
+        ws = str(self.workspace)
+        if self.lanes.allow_offer(proposal.call, proposal.preview, ws, after) is not None:
+            item_id, _rule = self.lanes.add_allow_rule(
+                proposal.call, proposal.preview, ws, proposal.id, learned=True
+            )
+            self.store.append_event("allow_learned", {"itemId": item_id}, proposal.task_id)
 
     def _deny(
         self, task: _Task, proposal: Proposal, correction: str, route: bool = True
@@ -495,10 +638,7 @@ class Agent:
     def _execute(self, task: _Task, proposal: Proposal, call: ToolCall) -> ToolResult:
         # The preview pins what the reviewer saw, including "this file does not exist yet".
         preview = proposal.preview if call == proposal.call else None
-        try:
-            result = self.tools.execute(call, preview=preview)
-        except ToolError as exc:
-            result = ToolResult(ok=False, output=f"error: {exc}")
+        result = self._checkpointed(proposal.id, call, preview)
         task.executed.add(_canonical(call))
         task.history.append(call)
         task.conversation.add_call(call, result)
@@ -507,6 +647,63 @@ class Agent:
         task.retries = 0
         task.turn += 1
         return result
+
+    def _checkpointed(
+        self, proposal_id: str, call: ToolCall, preview: Preview | None
+    ) -> ToolResult:
+        """Run a call; a change is checkpointed (committed before it runs) for undo."""
+        target = self.tools.target_path(call) if call.tool in FILE_CHANGING_TOOLS else None
+        snapshot = None
+        if target is not None:
+            self.checkpoints.before_file(proposal_id, target)
+        elif call.tool == "bash":
+            snapshot = self.checkpoints.before_bash(proposal_id)
+        try:
+            result = self.tools.execute(call, preview=preview)
+        except ToolError as exc:
+            result = ToolResult(ok=False, output=f"error: {exc}")
+        if target is not None:
+            self.checkpoints.after_file(proposal_id, target, result.ok)
+        elif snapshot is not None:
+            self.checkpoints.after_bash(proposal_id, snapshot)
+        return result
+
+    def _fired(self, item_id: str | None) -> None:
+        """A guard or allow rule acted on a proposal (the ledger's `fired`)."""
+        if item_id is not None:
+            self.store.bump(f"fired:{item_id}")
+
+    def _runs_unasked(self, call: ToolCall, preview: Preview | None) -> str | None:
+        """Why `call` (which every guard let through unchanged) runs without the reviewer
+        under the autonomy setting, or None."""
+        level = self.settings.autonomy
+        if level == "manual":
+            return None
+        if call.read_only:
+            return "read-only"
+        if level == "read_only":
+            return None
+        bash_contained = call.tool != "bash" or (
+            self.tools.sandbox_note(call) is None and not self.settings.allow_network
+        )
+        rule = self.lanes.allow_match(call, preview, str(self.workspace))
+        if rule is not None and bash_contained:
+            self._fired(rule.item_id)
+            return f"allow rule {rule.item_id}"
+        if level == "workspace_edits" and call.tool in FILE_CHANGING_TOOLS and preview:
+            return "workspace edit"
+        return None
+
+    def _allow_offer(self, call: ToolCall, preview: Preview | None) -> AllowOffer | None:
+        if self.settings.autonomy in ("manual", "read_only"):
+            return None
+        found = self.lanes.allow_offer(
+            call, preview, str(self.workspace), self.settings.allow_offer_after
+        )
+        if found is None:
+            return None
+        spec, approvals = found
+        return AllowOffer(rule=spec.summary(), approvals=len(approvals))
 
     def _next(self, task: _Task, result: ToolResult) -> DecideOutcome:
         proposal = self._advance(task)
@@ -548,6 +745,7 @@ class Agent:
                 break
             preview, error = self._preview(call)
             verdict = self.lanes.check_guards(call, preview, task.history)
+            self._fired(verdict.guard_id)
             if verdict.action == "rewrite" and verdict.rewritten_call is not None:
                 call, note = verdict.rewritten_call, f"rewritten by a guard: {verdict.message}"
                 preview, error = self._preview(call)
@@ -569,11 +767,14 @@ class Agent:
                 # A guard block is an automatic denial: same record, same learning step,
                 # and a chosen retry.
                 return self._deny(task, proposal, verdict.message, route=False).next_proposal
-            if call.read_only and self.settings.auto_approve_read_only:
+            unasked = self._runs_unasked(call, preview) if verdict.action == "allow" else None
+            if unasked is not None:
                 self.store.record_decision(proposal.id, "approve", correction=None)
+                self.store.append_event("auto_approved", {"why": unasked}, task.id, proposal.id)
                 result = self._execute(task, proposal, call)
                 self.store.mark_applied(proposal.id, result.model_dump())
                 continue
+            proposal.allow_offer = self._allow_offer(call, preview)
             self.listener.on_proposal(proposal)
             return proposal
         return None
@@ -856,6 +1057,7 @@ class Agent:
             if decision["decision"] in ("approve", "edit"):
                 outcome.update(self._recover_execution(row, decision))
             self.store.mark_applied(pid, outcome)
+        self.checkpoints.recover()
         self.training.resume()
 
     def _recover_execution(self, row: dict[str, Any], decision: dict[str, Any]) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from continual_lsp.config import Settings
-from continual_lsp.lanes import allocator, context, guards, routing_ledger
+from continual_lsp.lanes import allocator, allow, context, guards, routing_ledger
 from continual_lsp.policy.base import DecodeRestrictions
 from continual_lsp.protocol import LedgerResult, RoutedNotification
 from continual_lsp.store import Store
@@ -91,6 +91,27 @@ class LanesFacade:
         before = "finish" if call is None else "commit"
         due = guards.GuardSet.from_store(self.store).missing_steps(history, before)
         return due[0][1] if due else None
+
+    def allow_match(
+        self, call: ToolCall, preview: Preview | None, workspace: str
+    ) -> allow.AllowMatch | None:
+        """The allow rule that lets `call` run unasked (consult only after the guards)."""
+        return allow.match(self.store, call, preview, workspace)
+
+    def allow_offer(
+        self, call: ToolCall, preview: Preview | None, workspace: str, after: int
+    ) -> tuple[allow.AllowSpec, list[str]] | None:
+        return allow.offer(self.store, call, preview, workspace, after)
+
+    def add_allow_rule(
+        self, call: ToolCall, preview: Preview | None, workspace: str, source: str, learned: bool
+    ) -> tuple[str, str]:
+        """(item id, what it allows); ValueError saying why calls like this cannot be."""
+        spec, why = allow.call_class(call, preview, workspace)
+        if spec is None:
+            raise ValueError(why)
+        spec.approvals = allow.approvals_of(self.store, spec)
+        return allow.add_rule(self.store, spec, source, learned), spec.summary()
 
     def decode_restrictions(self) -> DecodeRestrictions:
         """The active guards' blocks that a grammar can express, so the sampler never

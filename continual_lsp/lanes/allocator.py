@@ -340,7 +340,18 @@ def route_correction(
     decision = allocate(
         text, cluster.count, settings, context=context, use_llm=use_llm, embedder=embedder
     )
+    started = time.time()
     lane_item = _persist(store, text, decision, cluster, source)
+    # The ledger's `recurredAfter`: corrections that came back to an item (or its cluster)
+    # after it existed; the one that made the item is not one of them.
+    store.append_event(
+        "correction_clustered",
+        {
+            "clusterId": cluster.cluster_id,
+            "itemId": lane_item.id,
+            "created": lane_item.created_at >= started,
+        },
+    )
     if context and (context.get("task_text") or context.get("tool")):
         from continual_lsp.lanes.weights import record_situation
 

@@ -211,7 +211,7 @@ def bullet_items(store: Store) -> list[dict[str, Any]]:
         if (
             item["lane"] == "CONTEXT"
             or (item["lane"] == "WEIGHTS" and not spec.get("promoted"))
-            or (item["lane"] == "CODE" and not spec.get("rules"))
+            or (item["lane"] == "CODE" and not spec.get("rules") and not spec.get("allow"))
         ):
             out.append(item)
     return out
@@ -228,17 +228,20 @@ def bullets_for_turn(
 ) -> list[str]:
     """The bullets whose cue matches this turn; bumps the tax counters (one call)."""
     recent_paths = list(recent_paths)
-    bullets = [
-        item["text"].strip()
+    matched = [
+        item
         for item in bullet_items(store)
         if cue_matches(item.get("cue") or {}, task_text, recent_calls, recent_paths)
     ]
+    bullets = [item["text"].strip() for item in matched]
     if count:
+        for item in matched:
+            store.bump(f"fired:{item['id']}")  # a cue match is the bullet acting (ledger)
         carried = sum(count_tokens("- " + b, tokenizer) for b in bullets)
         notes_only = sum(
             count_tokens("- " + item["text"].strip(), tokenizer)
             for item in store.lane_items(active_only=True)
-            if item["lane"] != "NONE"
+            if item["lane"] != "NONE" and not (item.get("spec") or {}).get("allow")
         )
         store.bump("context_tokens", carried)
         store.bump("notes_only_tokens", notes_only)

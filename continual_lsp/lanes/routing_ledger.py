@@ -7,7 +7,9 @@ and `LedgerError` for ids it does not know at all.
 
 from __future__ import annotations
 
-from continual_lsp.protocol import LedgerItem, LedgerResult
+from typing import Any
+
+from continual_lsp.protocol import GateCompliance, LedgerItem, LedgerResult
 from continual_lsp.store.db import Store
 
 
@@ -26,6 +28,7 @@ class AdapterRevertNeeded(LedgerError):
 
 def build_ledger(store: Store) -> LedgerResult:
     counts = {c["id"]: int(c["count"]) for c in store.clusters()}
+    corrections = store.events("correction_clustered")
     items = [
         LedgerItem(
             id=row["id"],
@@ -35,6 +38,12 @@ def build_ledger(store: Store) -> LedgerResult:
             recurrence=max(1, counts.get(row["cluster_id"] or "", 1)),
             created_at=float(row["created_at"]),
             active=bool(row["active"]),
+            fired=int(store.counter(f"fired:{row['id']}")),
+            recurred_after=_recurred_after(row, corrections),
+            gate=_gate(store, row),
+            approvals=(row["spec"].get("allow") or {}).get("approvals")
+            if row.get("kind") == "allow"
+            else None,
         )
         for row in store.lane_items()
     ]
@@ -42,6 +51,40 @@ def build_ledger(store: Store) -> LedgerResult:
         items=items,
         context_tokens=int(store.counter("context_tokens")),
         notes_only_tokens=int(store.counter("notes_only_tokens")),
+    )
+
+
+def _recurred_after(row: dict[str, Any], events: list[dict[str, Any]]) -> int:
+    """Corrections routed to the item, or filed in its cluster, after it existed: its
+    mistake came back although the lesson was in place."""
+    return sum(
+        1
+        for e in events
+        if e["ts"] > row["created_at"]
+        and not (e["payload"].get("created") and e["payload"].get("itemId") == row["id"])
+        and (
+            e["payload"].get("itemId") == row["id"]
+            or (row.get("cluster_id") and e["payload"].get("clusterId") == row["cluster_id"])
+        )
+    )
+
+
+def _gate(store: Store, row: dict[str, Any]) -> GateCompliance | None:
+    """A WEIGHTS item's latest consolidation: held-out compliance before and after."""
+    if row["lane"] != "WEIGHTS" or not row.get("cluster_id"):
+        return None
+    runs = [
+        a
+        for a in store.adapters()
+        if a["source"] == "consolidation" and a["metrics"].get("clusterId") == row["cluster_id"]
+    ]
+    if not runs:
+        return None
+    metrics = runs[-1]["metrics"]
+    return GateCompliance(
+        before=float(metrics["incumbent"]["compliance"]),
+        after=float(metrics["candidate"]["compliance"]),
+        promoted=row["spec"].get("promoted") == runs[-1]["name"],
     )
 
 

@@ -111,6 +111,24 @@ CREATE TABLE IF NOT EXISTS lane_items (
   created_at REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value REAL NOT NULL DEFAULT 0);
+-- Undo without git: what an applied change replaced. state: open (committed before the
+-- change runs) -> applied (after hashes known) -> undoing -> undone; failed when the
+-- change did not run.
+CREATE TABLE IF NOT EXISTS checkpoints (
+  proposal_id TEXT PRIMARY KEY REFERENCES proposals(id),
+  kind TEXT NOT NULL,
+  state TEXT NOT NULL DEFAULT 'open',
+  note TEXT,
+  created_at REAL NOT NULL,
+  updated_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS checkpoint_files (
+  proposal_id TEXT NOT NULL REFERENCES checkpoints(proposal_id),
+  path TEXT NOT NULL,
+  before BLOB,          -- NULL: the file did not exist before the change
+  after_sha256 TEXT,    -- NULL: the change left no file there
+  PRIMARY KEY (proposal_id, path)
+);
 """
 
 
@@ -345,6 +363,19 @@ class Store:
             row[key] = _loads(row[key])
         return row
 
+    def approved_proposals(self, workspace: str, limit: int = 1000) -> list[dict[str, Any]]:
+        """The newest calls the reviewer approved in `workspace` (id, tool, arguments,
+        preview path), newest first: the evidence allow rules are offered from."""
+        rows = self._query(
+            "SELECT p.id, p.tool, p.arguments, json_extract(p.preview, '$.path') AS path"
+            " FROM proposals p JOIN tasks t ON t.id = p.task_id"
+            " JOIN decisions d ON d.proposal_id = p.id"
+            " WHERE t.workspace = ? AND d.decision = 'approve'"
+            " ORDER BY d.created_at DESC LIMIT ?",
+            (workspace, limit),
+        )
+        return [{**dict(r), "arguments": json.loads(r["arguments"])} for r in rows]
+
     def set_proposal_status(self, proposal_id: str, status: str) -> None:
         with self.transaction() as db:
             db.execute("UPDATE proposals SET status=? WHERE id=?", (status, proposal_id))
@@ -414,6 +445,85 @@ class Store:
         """Decisions committed but not yet acted on (the crash-recovery work list)."""
         rows = self._query("SELECT proposal_id FROM decisions WHERE applied=0 ORDER BY created_at")
         return [d for r in rows if (d := self.decision(r["proposal_id"])) is not None]
+
+    # -- checkpoints ----------------------------------------------------------------------
+
+    def open_checkpoint(self, proposal_id: str, kind: str, before: dict[str, bytes | None]) -> None:
+        """Commit what a change is about to replace, before it runs."""
+        now = time.time()
+        with self.transaction() as db:
+            db.execute(
+                "INSERT INTO checkpoints(proposal_id, kind, created_at, updated_at)"
+                " VALUES (?,?,?,?) ON CONFLICT(proposal_id) DO UPDATE SET kind=excluded.kind,"
+                " state='open', note=NULL, updated_at=excluded.updated_at",
+                (proposal_id, kind, now, now),
+            )
+            db.execute("DELETE FROM checkpoint_files WHERE proposal_id=?", (proposal_id,))
+            db.executemany(
+                "INSERT INTO checkpoint_files(proposal_id, path, before) VALUES (?,?,?)",
+                [(proposal_id, path, data) for path, data in before.items()],
+            )
+            self._event(
+                db, "checkpoint", {"kind": kind, "paths": sorted(before)}, None, proposal_id
+            )
+
+    def seal_checkpoint(
+        self,
+        proposal_id: str,
+        files: dict[str, tuple[bytes | None, str | None]],
+        state: str = "applied",
+        note: str | None = None,
+    ) -> None:
+        """After the change: each path's (content before, sha256 after). Paths the
+        checkpoint already holds keep their committed `before`."""
+        with self.transaction() as db:
+            for path, (before, after) in files.items():
+                db.execute(
+                    "INSERT INTO checkpoint_files(proposal_id, path, before, after_sha256)"
+                    " VALUES (?,?,?,?) ON CONFLICT(proposal_id, path)"
+                    " DO UPDATE SET after_sha256=excluded.after_sha256",
+                    (proposal_id, path, before, after),
+                )
+            db.execute(
+                "UPDATE checkpoints SET state=?, note=?, updated_at=? WHERE proposal_id=?",
+                (state, note, time.time(), proposal_id),
+            )
+            self._event(db, "checkpoint_" + state, {"paths": sorted(files)}, None, proposal_id)
+
+    def set_checkpoint_state(self, proposal_id: str, state: str, note: str | None = None) -> None:
+        with self.transaction() as db:
+            db.execute(
+                "UPDATE checkpoints SET state=?, note=COALESCE(?, note), updated_at=?"
+                " WHERE proposal_id=?",
+                (state, note, time.time(), proposal_id),
+            )
+            self._event(db, "checkpoint_" + state, {"note": note}, None, proposal_id)
+
+    def checkpoint(self, proposal_id: str) -> dict[str, Any] | None:
+        """The checkpoint with `files`: {path: {"before": bytes | None, "after_sha256"}}."""
+        rows = self._query("SELECT * FROM checkpoints WHERE proposal_id=?", (proposal_id,))
+        if not rows:
+            return None
+        files = self._query(
+            "SELECT path, before, after_sha256 FROM checkpoint_files WHERE proposal_id=?"
+            " ORDER BY path",
+            (proposal_id,),
+        )
+        return {
+            **dict(rows[0]),
+            "files": {
+                f["path"]: {"before": f["before"], "after_sha256": f["after_sha256"]} for f in files
+            },
+        }
+
+    def checkpoints(self, states: tuple[str, ...]) -> list[str]:
+        """Proposal ids of checkpoints in `states`, newest first."""
+        rows = self._query(
+            f"SELECT proposal_id FROM checkpoints WHERE state IN ({','.join('?' * len(states))})"
+            " ORDER BY created_at DESC, rowid DESC",
+            states,
+        )
+        return [r[0] for r in rows]
 
     # -- training / consolidation queue ---------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from . import (
+    allow,
     code_action,
     decide,
     did_change,
@@ -12,6 +13,7 @@ from . import (
     did_open,
     did_save,
     execute_command,
+    hunk,
     initialize,
     ledger,
     note,
@@ -20,6 +22,7 @@ from . import (
     shutdown,
     start_task,
     status,
+    undo,
 )
 
 if TYPE_CHECKING:
@@ -41,6 +44,9 @@ MODULES = (
     revert,
     status,
     pending,
+    undo,
+    allow,
+    hunk,
     shutdown,
 )
 

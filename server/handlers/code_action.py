@@ -1,7 +1,8 @@
 """textDocument/codeAction: on the lines a pending proposal changes, offer *Approve*
 (the command alone: the server applies the edit with a versioned workspace/applyEdit, so
 approving never races the client's didChange), *Deny with correction…*, *Edit proposal…*
-and *Show diff*. Pure in-memory work: no agent call, so it stays fast while the agent
+and *Show diff*; on a hunk of a multi-hunk change, *Accept hunk n* / *Reject hunk n…*
+first. Pure in-memory work: no agent call, so it stays fast while the agent
 samples or trains."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING
 from lsprotocol import types as lsp
 
 from ..documents import normalize_uri
+from ..hunks import hunk_actions
 from ..proposals import diagnostics_for, proposals_at
 from ..text import describe_call
 
@@ -61,6 +63,13 @@ def register(ls: LanguageServer) -> None:
         session = ls.session
         uri = normalize_uri(params.text_document.uri)
         actions: list[lsp.CodeAction] = []
-        for proposal in proposals_at(session, uri, params.range):
+        rng = params.range
+        here = [
+            d
+            for d in diagnostics_for(session, uri)
+            if d.range.start.line <= rng.end.line and rng.start.line <= d.range.end.line
+        ]
+        for proposal in proposals_at(session, uri, rng):
+            actions.extend(hunk_actions(proposal, here))
             actions.extend(actions_for(session, uri, proposal))
         return actions or None

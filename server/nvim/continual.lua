@@ -7,7 +7,10 @@
 -- Commands: :ContinualStart {task}, :ContinualApprove, :ContinualDeny, :ContinualEdit,
 -- :ContinualDiff (these four take an optional proposal id; the default is the latest
 -- proposal), :ContinualPending (show what waits, e.g. after a reconnect),
--- :ContinualLedger, :ContinualStatus.
+-- :ContinualAllow [id] ("always allow calls like this one", then approve it),
+-- :ContinualUndo [reason] (put back the last applied change; the agent learns from it),
+-- :ContinualLedger, :ContinualStatus. A change of several hunks shows a diagnostic per
+-- hunk with code actions "Accept hunk n" / "Reject hunk n…" (a reason is asked for).
 local M = {}
 
 M.config = {
@@ -70,6 +73,32 @@ local function command(name, args, on_result)
   request('workspace/executeCommand', { command = name, arguments = args }, on_result)
 end
 
+-- Code actions "Accept hunk n" / "Reject hunk n…" run here, not on the server, so a
+-- rejection can carry a reason: vim.ui.input asks for it, then the server collects the
+-- verdicts and decides once every hunk has one.
+vim.lsp.commands['continual.hunk'] = function(cmd)
+  local args = cmd.arguments or {}
+  local function send(reason)
+    command('continual.hunk', { args[1], args[2], args[3], reason }, function(r)
+      if r and r.pending then
+        notify(string.format('hunk %d noted; %d hunk(s) left', args[2] + 1, #r.pending))
+      elseif r then
+        notify('decided ' .. args[1] .. ' hunk by hunk')
+        M.receive(r.nextProposal)
+      end
+    end)
+  end
+  if args[3] then
+    send(nil)
+  else
+    vim.ui.input({ prompt = string.format('Why reject hunk %d? ', args[2] + 1) }, function(text)
+      if text ~= nil then -- nil: cancelled
+        send(text ~= '' and text or nil)
+      end
+    end)
+  end
+end
+
 local function describe(p)
   local args = p.arguments or {}
   return string.format('%s %s', p.tool, args.path or args.cmd or args.pat or '')
@@ -86,6 +115,8 @@ local function receive(p)
   notify(string.format('proposed %s [%s]  :ContinualApprove / :ContinualDeny / :ContinualEdit / :ContinualDiff',
     describe(p), p.proposalId))
 end
+
+M.receive = receive
 
 local handlers = {
   ['continual/proposal'] = function(_, p)
@@ -222,12 +253,39 @@ function M.setup(opts)
       command('continual.showDiff', { id })
     end
   end, { nargs = '?' })
+  cmd('ContinualAllow', function(o)
+    local id = target(o)
+    if id then
+      request('continual/allow', { proposalId = id }, function(r)
+        notify('always allowed ' .. r.rule .. ' (' .. r.itemId .. '; revert it from the ledger)')
+        command('continual.approve', { id }, function(a)
+          receive(a and a.nextProposal)
+        end)
+      end)
+    end
+  end, { nargs = '?' })
+  cmd('ContinualUndo', function(o)
+    local params = o.args ~= '' and { reason = o.args } or {}
+    request('continual/undo', params, function(r)
+      notify(string.format('undid %s: restored %s', r.proposalId, table.concat(r.restored, ', ')))
+      vim.schedule(function()
+        vim.cmd('checktime') -- files the server restored that no buffer had open edits for
+      end)
+    end)
+  end, { nargs = '?' })
   cmd('ContinualLedger', function()
     request('continual/ledger', {}, function(r)
       local lines = { string.format('context tokens %d (notes-only %d)', r.contextTokens, r.notesOnlyTokens) }
       for _, item in ipairs(r.items or {}) do
-        table.insert(lines, string.format('%s %-8s %s%s  (%s)', item.id, item.lane, item.text,
-          item.active and '' or ' [reverted]', item.reason))
+        local evidence = string.format('fired %d, came back %d', item.fired or 0, item.recurredAfter or 0)
+        if item.gate then
+          evidence = evidence .. string.format(', held-out %.3f -> %.3f', item.gate.before, item.gate.after)
+        end
+        if item.approvals then
+          evidence = evidence .. ', from approvals ' .. table.concat(item.approvals, ' ')
+        end
+        table.insert(lines, string.format('%s %-8s %s%s  [%s]  (%s)', item.id, item.lane, item.text,
+          item.active and '' or ' [reverted]', evidence, item.reason))
       end
       vim.schedule(function()
         vim.cmd('botright new')
@@ -249,8 +307,9 @@ function M.setup(opts)
   end, {})
   cmd('ContinualStatus', function()
     request('continual/status', {}, function(r)
-      notify(string.format('%s %s, starter %s, adapter %s, %d steps, queue %d', r.backend,
-        r.model, r.starter or 'off', r.adapterVersion or 'base', r.trainingSteps, r.queueDepth))
+      notify(string.format('%s %s, starter %s, adapter %s, %d steps, queue %d, runs unasked: %s',
+        r.backend, r.model, r.starter or 'off', r.adapterVersion or 'base', r.trainingSteps,
+        r.queueDepth, r.autonomy or 'read_only'))
     end)
   end, {})
   return M

@@ -39,7 +39,7 @@ def main() -> None:
         allow_unsandboxed=args.sandbox == "none",
         manual_edit_window_s=args.window,
         max_turns=8,
-        auto_approve_read_only=not args.review_reads,
+        autonomy="manual" if args.review_reads else None,
     )
     factory = None
     if args.script:

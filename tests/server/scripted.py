@@ -81,7 +81,23 @@ WRITE_CHANGES = {
     "arguments": {"path": "CHANGES.md", "content": "- mean() returns a float\n"},
 }
 
+# Two hunks: a docstring for add() (hunk 0) and the fix of mean() (hunk 1).
+TWO_HUNKS = {
+    "tool": "write",
+    "arguments": {
+        "path": "src/calc/ops.py",
+        "content": 'def add(a, b):\n    """Sum of a and b."""\n    return a + b\n\n\n'
+        "def mean(values):\n    # BUG: integer division truncates the mean\n"
+        "    return sum(values) / len(values)\n",
+    },
+}
+GIT_STATUS = {"tool": "bash", "arguments": {"cmd": "git status"}}
+
 SCRIPTS: dict[str, list[dict[str, Any]]] = {
+    # issue 19, three tasks. 1: hunks (accept one, reject one) → bash approved → a new
+    # file (approved and undone later). 2: the same bash, "always allow" → another bash.
+    # 3: the same bash runs unasked → the other bash is shown.
+    "review": [TWO_HUNKS, GIT_STATUS, WRITE_CHANGES, GIT_STATUS, RUN_TESTS, GIT_STATUS, RUN_TESTS],
     # approve → deny (retry) → edit → bash → repeat (task ends)
     "flow": [FIX_MEAN, WRONG_TEST, ADD_DOCSTRING, RUN_TESTS, RUN_TESTS],
     "bash": [RUN_TESTS, RUN_TESTS],

@@ -9,7 +9,9 @@
 //   PYTHON          python with continual_lsp installed              default ../.venv/bin/python
 //   SAMPLE          workspace to copy                                default ../examples/sample-workspace
 //   OUT             screenshots and logs                             default test-output/e2e
-//   E2E_MODE        "full" (task → deny → retry → approve → ledger → revert) or "smoke" (extension active)
+//   E2E_MODE        "full" (task → deny → retry → approve → ledger → revert), "smoke" (extension
+//                   active) or "review" (issue 19 on the scripted server: accept one hunk and reject
+//                   another by CodeLens, undo the change, "Always Allow" a command that then runs unasked)
 //   E2E_SERVER      "model" (the real server on the embedded model; the default), "scripted" (the
 //                   real server and Agent on the test suite's ScriptedPolicy) or "stub"
 //                   (e2e/stub_server.py: canned protocol behaviour, every UI path in seconds)
@@ -128,8 +130,13 @@ function setup() {
   const settings = {
     "continual.pythonPath": PYTHON,
     "continual.storePath": dirs.store,
-    ...(SERVER === "scripted"
-      ? { "continual.serverCommand": [PYTHON, "-m", "tests.server.launch", "--script", "flow", "--training", "--store", dirs.store] }
+    ...(SERVER === "scripted" || MODE === "review"
+      ? {
+          "continual.serverCommand": [
+            PYTHON, "-m", "tests.server.launch", "--script", MODE === "review" ? "review" : "flow",
+            "--training", "--store", dirs.store, ...(MODE === "review" ? ["--sandbox", "bwrap"] : []),
+          ],
+        }
       : {}),
     ...(SERVER === "stub" ? { "continual.serverCommand": [PYTHON, path.join(here, "stub_server.py")] } : {}),
     "continual.trace.server": "messages",
@@ -572,6 +579,88 @@ async function crashRecovery(page, needle) {
   check("the server restarts after a crash", Boolean(back), back);
 }
 
+/** One SQL answer from the store (through the project's Python: no sqlite in Node here). */
+function storeQuery(dirs, sql) {
+  const code = "import sqlite3, sys, json; print(json.dumps(sqlite3.connect(sys.argv[1]).execute(sys.argv[2]).fetchall()))";
+  const run = spawnSync(PYTHON, ["-c", code, dirs.store, sql], { encoding: "utf8" });
+  return run.status === 0 ? JSON.parse(run.stdout) : [];
+}
+
+async function clickLens(page, title) {
+  const lens = page.locator(".codelens-decoration a", { hasText: title }).first();
+  await lens.waitFor({ state: "visible", timeout: left(120000) });
+  await lens.click();
+}
+
+async function notificationButton(page, text, label) {
+  const toast = page.locator(".notification-toast", { hasText: text }).last();
+  await toast.waitFor({ state: "visible", timeout: left(300000) });
+  await toast.locator(".monaco-button", { hasText: label }).first().click();
+}
+
+async function startTask(page, text) {
+  await runCommand(page, "Continual: Start Task…");
+  const input = page.locator(".quick-input-widget input.input");
+  await input.waitFor({ state: "visible", timeout: 10000 });
+  await input.fill(text);
+  await page.keyboard.press("Enter");
+}
+
+/** Issue 19 on the scripted server (tests/server/scripted.py, "review"). */
+async function review(page, dirs) {
+  const ops = path.join(dirs.ws, "src/calc/ops.py");
+  const original = fs.readFileSync(ops, "utf8");
+  await until("the server", async () => /local|tinker|scripted/.test(await statusText(page)), 240000);
+  await startTask(page, "document add() and fix mean()");
+  // accept one hunk, reject the other with a reason: the file holds exactly the accepted hunk
+  await clickLens(page, "Accept hunk 1/2");
+  await clickLens(page, "Reject hunk 2/2…");
+  const reason = page.locator(".quick-input-widget input.input");
+  await reason.waitFor({ state: "visible", timeout: 10000 });
+  await reason.fill("Keep mean() as it is for now.");
+  await shot(page, "r1-reject-hunk");
+  await page.keyboard.press("Enter");
+  const text = await until("the accepted hunk on disk", () => {
+    const now = fs.readFileSync(ops, "utf8");
+    return now !== original ? now : false;
+  }, 400000);
+  check("hunks: the file holds exactly the accepted hunk", text.includes('"""Sum of a and b."""') && text.includes("// len(values)"));
+  const edits = storeQuery(dirs, "SELECT p.id FROM decisions d JOIN proposals p ON p.id = d.proposal_id WHERE d.decision = 'edit'");
+  const jobs = (id) => storeQuery(dirs, `SELECT COUNT(*) FROM jobs WHERE kind = 'sdpo' AND json_extract(payload, '$.proposal_id') = '${id}'`)[0]?.[0] ?? 0;
+  check("hunks: the partial accept is an edit with an SDPO job", edits.length === 1 && jobs(edits[0][0]) === 1, JSON.stringify(edits));
+
+  // undo it: the file restored on disk, a learning job queued (a late denial)
+  await runCommand(page, "Continual: Undo Last Applied Change…");
+  const why = page.locator(".quick-input-widget input.input");
+  await why.waitFor({ state: "visible", timeout: 10000 });
+  await why.fill("No docstrings in this change.");
+  await page.keyboard.press("Enter");
+  // the agent finishes the decision (its training step) before it takes the undo
+  await until("the file restored", () => fs.readFileSync(ops, "utf8") === original, 400000);
+  check("undo: the approved change is restored on disk", true);
+  await until("the undo's job", () => jobs(edits[0][0]) === 2, 60000).catch(() => undefined);
+  check("undo: a learning job is queued", jobs(edits[0][0]) === 2, `${jobs(edits[0][0])} job(s)`);
+  await shot(page, "r2-undone");
+
+  // approve git status, then "Always Allow" it in a new task; a third task runs it unasked
+  await notificationButton(page, "git status", "Approve");
+  await startTask(page, "show the status");
+  await notificationButton(page, "git status", "Always Allow");
+  await until("the allowed call approved", () => storeQuery(dirs, "SELECT COUNT(*) FROM decisions WHERE decision = 'approve'")[0]?.[0] >= 2, 120000);
+  await startTask(page, "show the status again");
+  const auto = await until("git status run unasked", () => {
+    const rows = storeQuery(dirs, "SELECT COUNT(*) FROM events WHERE kind = 'auto_approved'");
+    return rows[0]?.[0] >= 1 ? rows[0][0] : false;
+  }, 240000);
+  check("always allow: the next identical call runs without a prompt", auto === 1, `${auto} auto-approved`);
+  await shot(page, "r3-allowed");
+  await openLedger(page);
+  await page.waitForTimeout(1500);
+  const rows = await ledgerRows(page);
+  check("always allow: the rule is in the ledger", rows.some((t) => t.includes("Always allow bash")), rows.join(" | ").slice(0, 300));
+  await shot(page, "r4-ledger");
+}
+
 async function main() {
   const dirs = setup();
   log(`workspace ${dirs.ws}`);
@@ -599,6 +688,7 @@ async function main() {
     await page.locator(".monaco-workbench").waitFor({ timeout: 60000 });
     log("workbench loaded");
     if (MODE === "smoke") await smoke(page);
+    else if (MODE === "review") await review(page, dirs);
     else {
       await full(page, dirs);
       if (EDIT) await editRoundTrip(page, dirs);

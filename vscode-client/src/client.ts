@@ -13,6 +13,7 @@ import {
   type ServerOptions,
 } from "vscode-languageclient/node";
 import {
+  METHOD_ALLOW,
   METHOD_DECIDE,
   METHOD_LEDGER,
   METHOD_NOTE,
@@ -20,10 +21,12 @@ import {
   METHOD_REVERT,
   METHOD_START_TASK,
   METHOD_STATUS,
+  METHOD_UNDO,
   NOTIFY_LEARNED,
   NOTIFY_PROPOSAL,
   NOTIFY_ROUTED,
   NOTIFY_TASK_DONE,
+  parseAllowResult,
   parseDecideResult,
   parseLearned,
   parseLedger,
@@ -33,6 +36,8 @@ import {
   parseRouted,
   parseStatus,
   parseTaskDone,
+  parseUndoResult,
+  type AllowResult,
   type DecideParams,
   type DecideResult,
   type LearnedNotification,
@@ -42,6 +47,7 @@ import {
   type StartTaskResult,
   type StatusResult,
   type TaskDoneNotification,
+  type UndoResult,
 } from "./core/protocol";
 import { RestartPolicy } from "./core/restartPolicy";
 import { resolveServerCommand, type ServerSettings } from "./core/serverCommand";
@@ -220,6 +226,14 @@ export class ContinualClient implements vscode.Disposable {
 
   async revert(itemId: string): Promise<void> {
     await this.request(METHOD_REVERT, { itemId });
+  }
+
+  async undo(proposalId?: string, reason?: string): Promise<UndoResult> {
+    return parseUndoResult(await this.request(METHOD_UNDO, { ...(proposalId ? { proposalId } : {}), ...(reason ? { reason } : {}) }));
+  }
+
+  async allow(proposalId: string): Promise<AllowResult> {
+    return parseAllowResult(await this.request(METHOD_ALLOW, { proposalId }));
   }
 
   async status(): Promise<StatusResult | undefined> {

@@ -19,7 +19,11 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   const docs = new ProposalDocuments();
   const edits = new EditDocuments();
   const proposals = new ProposalController(continual, docs, edits, output, context.globalState);
-  const lenses = new ProposalCodeLens(proposals.pending, (p) => proposals.targetUri(p));
+  const lenses = new ProposalCodeLens(
+    proposals.pending,
+    (p) => proposals.targetUri(p),
+    (id) => proposals.hunkVerdicts(id),
+  );
   const ledger = new LedgerTree(continual);
   const status = new StatusBar(continual);
   const ledgerView = vscode.window.createTreeView("continual.ledger", { treeDataProvider: ledger, showCollapseAll: true });
@@ -100,6 +104,15 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       case "continual.showDiff":
         await proposals.showDiff(id);
         return undefined;
+      case "continual.hunk":
+        await proposals.decideHunk(id, args[1], args[2] === true);
+        return undefined;
+      case "continual.undo":
+        await proposals.undo(id);
+        return undefined;
+      case "continual.allow":
+        await proposals.allowAlways(id);
+        return undefined;
       default:
         return args;
     }
@@ -170,6 +183,13 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   register("continual.editProposal", (target) => proposals.edit(target));
   register("continual.submitEdit", (target) => proposals.submitEdit(target));
   register("continual.discardEdit", (target) => proposals.discardEdit(target));
+  register("continual.acceptHunk", (target, index) => proposals.decideHunk(target, index, true));
+  register("continual.rejectHunk", (target, index) => proposals.decideHunk(target, index, false));
+  register("continual.allowProposal", (target) => proposals.allowAlways(target));
+  register("continual.undo", async (target) => {
+    await proposals.undo(target);
+    void ledger.refresh();
+  });
   register("continual.showLog", () => output.show(true));
   register("continual.restartServer", async () => {
     try {

@@ -10,7 +10,15 @@ import { editableText, editArgumentsFor, editNonFileArguments } from "./core/edi
 import { PendingProposals } from "./core/pendingProposals";
 import { EDIT_SCHEME, parseProposalDocPath, PROPOSAL_SCHEME } from "./core/proposalUri";
 import { proposalPath, proposedContent } from "./core/proposedContent";
-import { isFileChanging, type DecideParams, type DecideResult, type Decision, type ProposalNotification } from "./core/protocol";
+import {
+  isFileChanging,
+  type DecideParams,
+  type DecideResult,
+  type Decision,
+  type HunkDecision,
+  type HunkVerdict,
+  type ProposalNotification,
+} from "./core/protocol";
 import { EditDocuments } from "./editDocuments";
 import { ProposalDocuments } from "./proposalDocuments";
 
@@ -27,6 +35,8 @@ export interface DecisionEvent {
 export class ProposalController implements vscode.Disposable {
   readonly pending = new PendingProposals();
   private readonly editing = new Map<string, vscode.Uri>();
+  /** Hunk verdicts given so far, per proposal: sent together once every hunk has one. */
+  private readonly hunkVotes = new Map<string, Map<number, HunkVerdict>>();
   private readonly changed = new vscode.EventEmitter<void>();
   private readonly decided = new vscode.EventEmitter<DecisionEvent>();
   readonly onDidChange = this.changed.event;
@@ -174,9 +184,11 @@ export class ProposalController implements vscode.Disposable {
     const detail = proposalDetail(proposal).replace(/\s*\n\s*/g, "  ");
     const message = `Continual proposes ${proposal.tool}: ${detail}`;
     const show = proposal.tool === "bash" ? vscode.window.showWarningMessage : vscode.window.showInformationMessage;
-    const choice = await show(message, "Approve", "Deny…", "Edit…");
+    const always = proposal.allowOffer ? `Always Allow (approved ${proposal.allowOffer.approvals}×)` : "Always Allow";
+    const choice = await show(message, "Approve", always, "Deny…", "Edit…");
     if (!this.pending.has(proposal.proposalId)) return;
     if (choice === "Approve") await this.approve(proposal.proposalId);
+    else if (choice === always) await this.allowAlways(proposal.proposalId);
     else if (choice === "Deny…") await this.deny(proposal.proposalId);
     else if (choice === "Edit…") await this.edit(proposal.proposalId);
   }
@@ -212,6 +224,70 @@ export class ProposalController implements vscode.Disposable {
   async approve(target?: unknown): Promise<void> {
     const proposal = this.resolve(target);
     if (proposal) await this.send(proposal, { proposalId: proposal.proposalId, decision: "approve" }, `Approving ${describeProposal(proposal)}…`);
+  }
+
+  /** "Always allow calls like this one" (a rule in the CODE lane), then approve this one. */
+  async allowAlways(target?: unknown): Promise<void> {
+    const proposal = this.resolve(target);
+    if (!proposal) return;
+    try {
+      const result = await this.client.allow(proposal.proposalId);
+      this.output.info(`Allow rule ${result.itemId}: ${result.rule}`);
+      void vscode.window.showInformationMessage(`Continual: always allowed ${result.rule} (revert it in the ledger).`);
+    } catch (error) {
+      void vscode.window.showErrorMessage(`Continual: ${error instanceof Error ? error.message : String(error)}`);
+      return;
+    }
+    await this.approve(proposal.proposalId);
+  }
+
+  hunkVerdicts(id: string): ReadonlyMap<number, HunkVerdict> | undefined {
+    return this.hunkVotes.get(id);
+  }
+
+  /** One hunk's verdict (a reason asked for on reject); the decision goes once all have one. */
+  async decideHunk(target: unknown, index: unknown, accept: boolean): Promise<void> {
+    const proposal = this.resolve(target);
+    if (!proposal?.hunks || typeof index !== "number" || !proposal.hunks.some((h) => h.index === index)) return;
+    let reason: string | undefined;
+    if (!accept) {
+      reason = await vscode.window.showInputBox({
+        title: `Reject hunk ${index + 1} of ${proposal.hunks.length}`,
+        prompt: "Why? The agent learns from it (optional: the rest of the change is kept either way)",
+        ignoreFocusOut: true,
+      });
+      if (reason === undefined) return;
+    }
+    const votes = this.hunkVotes.get(proposal.proposalId) ?? new Map<number, HunkVerdict>();
+    votes.set(index, { accept, ...(reason?.trim() ? { reason: reason.trim() } : {}) });
+    this.hunkVotes.set(proposal.proposalId, votes);
+    this.fireChanged();
+    if (votes.size < proposal.hunks.length) return;
+    const hunks = proposal.hunks.map((h): HunkDecision => ({ index: h.index, ...(votes.get(h.index) as HunkVerdict) }));
+    const accepted = hunks.filter((h) => h.accept).length;
+    const decision: Decision = accepted === hunks.length ? "approve" : accepted === 0 ? "deny" : "edit";
+    const params: DecideParams = { proposalId: proposal.proposalId, decision, hunks: hunks as [HunkDecision, ...HunkDecision[]] };
+    await this.send(proposal, params, `Applying ${accepted} of ${hunks.length} hunks…`);
+  }
+
+  /** Put back what an applied change replaced (the latest when no id): a late denial. */
+  async undo(target?: unknown): Promise<void> {
+    const proposalId = typeof target === "string" ? target : undefined;
+    const reason = await vscode.window.showInputBox({
+      title: proposalId ? `Undo ${proposalId}` : "Undo the last change the agent applied",
+      prompt: "Why? The agent learns from it like a denial (optional)",
+      ignoreFocusOut: true,
+    });
+    if (reason === undefined) return;
+    try {
+      const result = await this.client.undo(proposalId, reason.trim() || undefined);
+      this.output.info(`Undo ${result.proposalId}: restored ${result.restored.join(", ")}`);
+      void vscode.window.showInformationMessage(`Continual: undid ${result.proposalId}; restored ${result.restored.join(", ") || "nothing"}.`);
+    } catch (error) {
+      const message = error instanceof Error ? error.message : String(error);
+      this.output.error(`Undo failed: ${message}`);
+      void vscode.window.showErrorMessage(`Continual: ${message}`);
+    }
   }
 
   async deny(target?: unknown, given?: string): Promise<void> {
@@ -338,6 +414,7 @@ export class ProposalController implements vscode.Disposable {
 
   /** Close a proposal's editors and drop its documents. */
   private async forget(id: string): Promise<void> {
+    this.hunkVotes.delete(id);
     await this.closeEdit(id);
     await closeTabs((uri) => uri.scheme === PROPOSAL_SCHEME && parseProposalDocPath(uri.path)?.proposalId === id);
     this.docs.delete(id);

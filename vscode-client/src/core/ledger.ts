@@ -81,6 +81,8 @@ export function itemLabel(item: LedgerItem, max = 64): string {
 
 export function itemDescription(item: LedgerItem): string {
   const parts = [`×${item.recurrence}`];
+  if (item.fired !== undefined) parts.push(`fired ${item.fired}`);
+  if (item.recurredAfter) parts.push(`came back ${item.recurredAfter}×`);
   if (!item.active) parts.push("reverted");
   if (item.reason) parts.push(item.reason);
   return parts.join(" · ");
@@ -94,6 +96,12 @@ export function itemTooltip(item: LedgerItem): string {
     `Lane: ${LANE_LABELS[item.lane]}${item.active ? "" : " (reverted)"}`,
     `Why: ${item.reason || "—"}`,
     `Seen: ${item.recurrence} time${item.recurrence === 1 ? "" : "s"}`,
+    item.fired !== undefined ? `Fired: ${item.fired} (guard hits, rewrites, blocks, cue matches, allowed calls)` : "",
+    item.recurredAfter !== undefined ? `Recurred after it existed: ${item.recurredAfter}` : "",
+    item.gate
+      ? `Held-out compliance: ${item.gate.before.toFixed(3)} → ${item.gate.after.toFixed(3)} (${item.gate.promoted ? "promoted" : "discarded"})`
+      : "",
+    item.approvals?.length ? `Learned from approvals: ${item.approvals.join(", ")}` : "",
     when ? `Since: ${when} UTC` : "",
   ]
     .filter((line, index) => line !== "" || index === 1)

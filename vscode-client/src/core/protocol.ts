@@ -3,8 +3,10 @@
 // names are held to it by tests/test_protocol.py. No `vscode` import here.
 
 import type {
+  AllowResult,
   DecideParams,
   DecideResult,
+  Hunk,
   LearnedNotification,
   LedgerItem,
   LedgerResult,
@@ -16,6 +18,7 @@ import type {
   StartTaskResult,
   StatusResult,
   TaskDoneNotification,
+  UndoResult,
 } from "./wire";
 
 export const METHOD_START_TASK = "continual/startTask";
@@ -25,6 +28,8 @@ export const METHOD_LEDGER = "continual/ledger";
 export const METHOD_REVERT = "continual/revert";
 export const METHOD_STATUS = "continual/status";
 export const METHOD_PENDING = "continual/pending";
+export const METHOD_UNDO = "continual/undo";
+export const METHOD_ALLOW = "continual/allow";
 export const NOTIFY_PROPOSAL = "continual/proposal";
 export const NOTIFY_LEARNED = "continual/learned";
 export const NOTIFY_ROUTED = "continual/routed";
@@ -36,6 +41,9 @@ export type * from "./wire";
 export type Decision = DecideParams["decision"];
 export type Lane = LedgerItem["lane"];
 export const LANES: readonly Lane[] = ["CODE", "WEIGHTS", "CONTEXT", "NONE"];
+export type Autonomy = NonNullable<StatusResult["autonomy"]>;
+export const AUTONOMY: readonly Autonomy[] = ["manual", "read_only", "allow_rules", "workspace_edits"];
+export type HunkVerdict = { accept: boolean; reason?: string };
 
 export const FILE_CHANGING_TOOLS: ReadonlySet<string> = new Set(["write", "edit", "edit_lines"]);
 
@@ -59,7 +67,7 @@ function isRange(value: unknown): value is Range {
 
 export function parseProposal(value: unknown): ProposalNotification | undefined {
   if (!isRecord(value)) return undefined;
-  const { proposalId, taskId, tool, readOnly, uri, range, diff, note } = value;
+  const { proposalId, taskId, tool, readOnly, uri, range, diff, note, hunks, allowOffer } = value;
   const args = value.arguments;
   if (typeof proposalId !== "string" || typeof taskId !== "string" || typeof tool !== "string") {
     return undefined;
@@ -70,6 +78,16 @@ export function parseProposal(value: unknown): ProposalNotification | undefined 
   if (isRange(range)) proposal.range = range;
   if (typeof diff === "string") proposal.diff = diff;
   if (typeof note === "string") proposal.note = note;
+  if (Array.isArray(hunks)) {
+    const valid = hunks.filter(
+      (h): h is Hunk =>
+        isRecord(h) && ["index", "oldStart", "oldLines", "newStart", "newLines"].every((k) => typeof h[k] === "number"),
+    );
+    if (valid.length === hunks.length && valid.length > 1) proposal.hunks = valid;
+  }
+  if (isRecord(allowOffer) && typeof allowOffer.rule === "string" && typeof allowOffer.approvals === "number") {
+    proposal.allowOffer = { rule: allowOffer.rule, approvals: allowOffer.approvals };
+  }
   return proposal;
 }
 
@@ -113,6 +131,12 @@ export function parseLedger(value: unknown): LedgerResult {
       recurrence: typeof raw.recurrence === "number" ? raw.recurrence : 1,
       createdAt: typeof raw.createdAt === "number" ? raw.createdAt : 0,
       active: raw.active !== false,
+      ...(typeof raw.fired === "number" ? { fired: raw.fired } : {}),
+      ...(typeof raw.recurredAfter === "number" ? { recurredAfter: raw.recurredAfter } : {}),
+      ...(isRecord(raw.gate) && typeof raw.gate.before === "number" && typeof raw.gate.after === "number"
+        ? { gate: { before: raw.gate.before, after: raw.gate.after, promoted: raw.gate.promoted === true } }
+        : {}),
+      ...(Array.isArray(raw.approvals) ? { approvals: raw.approvals.filter((a): a is string => typeof a === "string") } : {}),
     });
   }
   return {
@@ -135,6 +159,7 @@ export function parseStatus(value: unknown): StatusResult | undefined {
   if (typeof adapterVersion === "string") status.adapterVersion = adapterVersion;
   if (typeof pendingProposalId === "string") status.pendingProposalId = pendingProposalId;
   if (typeof starter === "string") status.starter = starter;
+  if (typeof value.autonomy === "string" && AUTONOMY.includes(value.autonomy as Autonomy)) status.autonomy = value.autonomy as Autonomy;
   return status;
 }
 
@@ -157,6 +182,17 @@ export function parseStartTaskResult(value: unknown): StartTaskResult {
   const proposal = parseProposal(value.proposal);
   if (proposal) result.proposal = proposal;
   return result;
+}
+
+export function parseUndoResult(value: unknown): UndoResult {
+  if (!isRecord(value) || typeof value.proposalId !== "string") return { ok: false, proposalId: "", restored: [] };
+  const restored = Array.isArray(value.restored) ? value.restored.filter((p): p is string => typeof p === "string") : [];
+  return { ok: value.ok === true, proposalId: value.proposalId, restored };
+}
+
+export function parseAllowResult(value: unknown): AllowResult {
+  if (!isRecord(value) || typeof value.itemId !== "string") return { ok: false, itemId: "", rule: "" };
+  return { ok: value.ok === true, itemId: value.itemId, rule: typeof value.rule === "string" ? value.rule : "" };
 }
 
 export function parsePending(value: unknown): PendingResult {

@@ -1,6 +1,6 @@
 // The status bar's text and tooltip from what the client knows. No `vscode` import.
 
-import type { LearnedNotification, StatusResult } from "./protocol";
+import type { Autonomy, LearnedNotification, StatusResult } from "./protocol";
 
 export type Connection = "starting" | "running" | "stopped";
 
@@ -28,6 +28,13 @@ export function formatLoss(loss: number): string {
   return Math.abs(loss) >= 100 || (loss !== 0 && Math.abs(loss) < 0.001) ? loss.toExponential(2) : loss.toFixed(3);
 }
 
+const AUTONOMY_LABELS: Record<Autonomy, string> = {
+  manual: "nothing (every call is asked)",
+  read_only: "read-only calls",
+  allow_rules: "read-only calls and your allow rules",
+  workspace_edits: "read-only calls, your allow rules and file edits inside the workspace",
+};
+
 export function formatStatus(state: StatusState): StatusView {
   if (state.connection === "stopped") {
     return { text: "$(error) Continual: stopped", tooltip: "The server is not running. Click for details.", warning: true };
@@ -45,6 +52,7 @@ export function formatStatus(state: StatusState): StatusView {
   if (training) parts.push("training…");
   else if (learned) parts.push(`loss ${formatLoss(learned.loss)} (${learned.seconds.toFixed(1)}s)`);
   if (state.pendingCount > 0) parts.push(`$(git-pull-request) ${state.pendingCount}`);
+  if (status?.autonomy && status.autonomy !== "read_only") parts.push(status.autonomy === "manual" ? "ask all" : status.autonomy.replace("_", " "));
 
   const tooltip = [
     "Continual",
@@ -54,6 +62,7 @@ export function formatStatus(state: StatusState): StatusView {
     status ? `Starter: ${status.starter ?? "off"}` : "",
     status ? `Training steps: ${status.trainingSteps}` : "",
     status ? `Queue depth: ${status.queueDepth}` : "",
+    status?.autonomy ? `Runs without asking: ${AUTONOMY_LABELS[status.autonomy]}` : "",
     learned
       ? `Last step: #${learned.step}, loss ${formatLoss(learned.loss)}, ${learned.seconds.toFixed(1)} s`
       : "",

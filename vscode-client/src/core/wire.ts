@@ -7,6 +7,38 @@ export interface Wire {
   [k: string]: unknown;
 }
 /**
+ * The reviewer approved calls of this class before: offer "always allow".
+ *
+ * This interface was referenced by `Wire`'s JSON-Schema
+ * via the `definition` "AllowOffer".
+ */
+export interface AllowOffer {
+  rule: string;
+  approvals: number;
+}
+/**
+ * "Always allow calls like this one" (the proposal's command prefix or path class).
+ *
+ * This interface was referenced by `Wire`'s JSON-Schema
+ * via the `definition` "AllowParams".
+ */
+export interface AllowParams {
+  proposalId: string;
+}
+/**
+ * This interface was referenced by `Wire`'s JSON-Schema
+ * via the `definition` "AllowResult".
+ */
+export interface AllowResult {
+  ok: boolean;
+  itemId: string;
+  rule: string;
+}
+/**
+ * With `hunks`, the decision follows from them: every hunk accepted is an approve,
+ * none a deny (their reasons are the correction), some an edit whose editedArguments
+ * hold the accepted hunks and whose correction is the rejected hunks' reasons.
+ *
  * This interface was referenced by `Wire`'s JSON-Schema
  * via the `definition` "DecideParams".
  */
@@ -17,6 +49,21 @@ export interface DecideParams {
   editedArguments?: {
     [k: string]: unknown;
   };
+  /**
+   * @minItems 1
+   */
+  hunks?: [HunkDecision, ...HunkDecision[]];
+}
+/**
+ * The reviewer's verdict on one hunk of a file proposal (`Hunk.index`).
+ *
+ * This interface was referenced by `Wire`'s JSON-Schema
+ * via the `definition` "HunkDecision".
+ */
+export interface HunkDecision {
+  index: number;
+  accept: boolean;
+  reason?: string;
 }
 /**
  * This interface was referenced by `Wire`'s JSON-Schema
@@ -54,6 +101,8 @@ export interface ProposalNotification {
   diff?: string;
   note?: string;
   adapterVersion?: string;
+  hunks?: Hunk[];
+  allowOffer?: AllowOffer;
 }
 /**
  * This interface was referenced by `Wire`'s JSON-Schema
@@ -70,6 +119,32 @@ export interface Range {
 export interface Position {
   line: number;
   character: number;
+}
+/**
+ * One contiguous change of a file proposal, numbered from 0; lines 1-based as in a
+ * unified diff header (`oldLines` 0: a pure insertion after `oldStart - 1`).
+ *
+ * This interface was referenced by `Wire`'s JSON-Schema
+ * via the `definition` "Hunk".
+ */
+export interface Hunk {
+  index: number;
+  oldStart: number;
+  oldLines: number;
+  newStart: number;
+  newLines: number;
+}
+/**
+ * A WEIGHTS item's held-out compliance (mean log-prob margin of the compliant over
+ * the violating call) under the incumbent adapter and under its consolidation.
+ *
+ * This interface was referenced by `Wire`'s JSON-Schema
+ * via the `definition` "GateCompliance".
+ */
+export interface GateCompliance {
+  before: number;
+  after: number;
+  promoted: boolean;
 }
 /**
  * This interface was referenced by `Wire`'s JSON-Schema
@@ -94,6 +169,10 @@ export interface LedgerItem {
   recurrence: number;
   createdAt: number;
   active: boolean;
+  fired?: number;
+  recurredAfter?: number;
+  gate?: GateCompliance;
+  approvals?: string[];
 }
 /**
  * This interface was referenced by `Wire`'s JSON-Schema
@@ -186,6 +265,7 @@ export interface StatusResult {
   queueDepth: number;
   pendingProposalId?: string;
   starter?: string;
+  autonomy?: "manual" | "read_only" | "allow_rules" | "workspace_edits";
 }
 /**
  * This interface was referenced by `Wire`'s JSON-Schema
@@ -194,4 +274,24 @@ export interface StatusResult {
 export interface TaskDoneNotification {
   taskId: string;
   summary: string;
+}
+/**
+ * Undo an applied change (the latest when no id): a late denial; `reason` is its
+ * correction.
+ *
+ * This interface was referenced by `Wire`'s JSON-Schema
+ * via the `definition` "UndoParams".
+ */
+export interface UndoParams {
+  proposalId?: string;
+  reason?: string;
+}
+/**
+ * This interface was referenced by `Wire`'s JSON-Schema
+ * via the `definition` "UndoResult".
+ */
+export interface UndoResult {
+  ok: boolean;
+  proposalId: string;
+  restored: string[];
 }

@@ -1,0 +1,286 @@
+"""Allow rules: permissions learned from approvals, in the CODE lane.
+
+A rule names a class of calls the reviewer approved again and again: a command prefix
+(`pytest -q`, `git status`) or file changes under a directory. It is a lane item of kind
+`allow` (per user: the store; per workspace: `spec.allow.workspace`), shown in the
+ledger with the approvals it came from, and reverted like any item.
+
+What a rule may never cover, whatever the reviewer clicks: a command that reaches the
+network or writes outside the workspace, a shell or interpreter given the command line,
+a destructive or history-rewriting command, anything run without the OS sandbox. A
+compound command is judged segment by segment (`guards.command_segments`, the one
+parser): each segment must be a `cd` inside the workspace or match a rule, and
+substitutions, redirections and background jobs are never allowed. Guards run first and
+win: the agent consults allow rules only for a call every guard let through unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import PurePosixPath
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from continual_lsp.lanes.guards import command_segments
+from continual_lsp.store.db import Store
+from continual_lsp.tools.base import FILE_CHANGING_TOOLS, Preview, ToolCall
+
+KIND = "allow"
+PREFIX_WORDS = 3  # `python -m pytest`: enough to name a command, not its targets
+
+# First words a rule never allows: the network, privilege, destruction, and programs that
+# run their arguments as code (a shell handed `-c …`).
+NEVER = frozenset(
+    {
+        "curl", "wget", "ssh", "scp", "sftp", "rsync", "nc", "ncat", "netcat", "telnet",
+        "ftp", "socat", "ping", "dig", "nslookup", "http", "https", "aria2c",
+        "sudo", "su", "doas", "pkexec", "chmod", "chown", "chgrp", "rm", "rmdir", "dd",
+        "mkfs", "shred", "truncate", "mv", "ln", "kill", "pkill", "killall", "reboot",
+        "shutdown", "crontab", "systemctl", "docker", "podman", "kubectl",
+        "sh", "bash", "zsh", "fish", "dash", "ksh", "csh", "eval", "exec", "source", ".",
+        "xargs", "env", "nohup", "time", "nice", "timeout", "watch", "command", "builtin",
+        "apt", "apt-get", "dpkg", "brew", "snap", "open", "xdg-open",
+        "npx", "bunx", "pnpx", "uvx",
+    }
+)  # fmt: skip
+# Second words that turn an otherwise local tool into a network or history-rewriting one.
+NEVER_SUBCOMMANDS = {
+    "git": {"push", "pull", "fetch", "clone", "remote", "submodule", "reset", "clean",
+            "checkout", "restore", "rebase", "config", "filter-branch", "gc", "lfs"},
+    "pip": {"install", "download", "uninstall"},
+    "pip3": {"install", "download", "uninstall"},
+    "uv": {"pip", "add", "sync", "run", "tool"},
+    "npm": {"install", "i", "ci", "add", "publish", "exec", "update", "login"},
+    "pnpm": {"install", "i", "add", "dlx", "exec", "publish", "update"},
+    "yarn": {"install", "add", "dlx", "publish", "up"},
+    "cargo": {"install", "publish", "add", "update"},
+    "go": {"get", "install"},
+    "gem": {"install"},
+}  # fmt: skip
+# Interpreters: allowed only with what they run named (`python -m pytest`, not `python`).
+INTERPRETERS = frozenset({"python", "python3", "node", "perl", "ruby", "php", "deno", "bun"})
+# Anything the shell expands into a new command or a file outside the words: command or
+# process substitution, parameter expansion, redirection, a background job, a newline.
+_UNSAFE = re.compile(r"[`$<>\n\r\\]|(?<![&|])&(?![&>])")
+_ASSIGNMENT = re.compile(r"(?:^|[\s;&|(])[A-Za-z_]\w*=")
+# `command_segments` drops wrappers to judge what they run; a rule never allows them.
+_WRAPPED = re.compile(
+    r"(?:^|[;&|(])\s*(?:sudo|doas|su|env|exec|eval|xargs|nohup|time|nice|command|builtin"
+    r"|timeout|watch)(?:\s|$)"
+)
+
+
+class AllowSpec(BaseModel):
+    """What one rule allows (`lane_items.spec["allow"]`)."""
+
+    tool: Literal["bash", "file"]
+    prefix: str  # bash: command words; file: a directory ("" is the workspace root)
+    workspace: str
+    approvals: list[str] = []
+
+    def summary(self) -> str:
+        if self.tool == "bash":
+            return f"bash: `{self.prefix} …`"
+        return f"file changes under {self.prefix or 'the workspace root'}"
+
+
+class AllowMatch(BaseModel):
+    item_id: str
+    summary: str
+
+
+def _words(segment: str) -> list[str]:
+    try:
+        return shlex.split(segment)
+    except ValueError:
+        return segment.split()
+
+
+def _outside(word: str) -> bool:
+    """A word that names a place outside the workspace (or could)."""
+    path = word.split("=", 1)[-1]
+    return path.startswith(("/", "~")) or ".." in PurePosixPath(path).parts
+
+
+def _unsafe(cmd: str) -> str | None:
+    """Why no rule may allow this command line as a whole, or None."""
+    if _UNSAFE.search(cmd):
+        return "it uses a substitution, redirection, variable or background job"
+    if _ASSIGNMENT.search(cmd):
+        return "it sets environment variables"
+    if _WRAPPED.search(cmd):
+        return "it runs a command through a wrapper (sudo, env, xargs, …)"
+    return None
+
+
+def _never(words: list[str]) -> str | None:
+    if not words:
+        return "it is empty"
+    first = PurePosixPath(words[0]).name
+    if first in NEVER:
+        return f"`{first}` can reach the network, escape the workspace or run any command"
+    if len(words) > 1 and words[1] in NEVER_SUBCOMMANDS.get(first, ()):
+        return f"`{first} {words[1]}` can reach the network or rewrite history"
+    if first in INTERPRETERS and (len(words) < 3 or words[1] != "-m"):
+        return f"`{first}` runs arbitrary code; only `{first} -m <module>` can be allowed"
+    if any(_outside(w) for w in words[1:]):
+        return "it names a path outside the workspace"
+    return None
+
+
+def _is_cd(words: list[str]) -> bool:
+    """`cd dir` inside the workspace: moves the segments after it, changes nothing."""
+    return len(words) == 2 and words[0] == "cd" and not _outside(words[1]) and words[1] != "-"
+
+
+def bash_class(cmd: str) -> tuple[str | None, str]:
+    """The command prefix a rule for `cmd` would allow, or (None, why it cannot be)."""
+    why = _unsafe(cmd)
+    if why:
+        return None, why
+    segments = [_words(s) for s in command_segments(cmd)]
+    work = [w for w in segments if not _is_cd(w)]
+    if len(work) != 1:
+        return None, "only a single command (after any `cd`) can become a rule"
+    words = work[0]
+    why = _never(words)
+    if why:
+        return None, why
+    prefix: list[str] = []
+    for word in words[:PREFIX_WORDS]:
+        if "/" in word or "=" in word or (prefix and "." in word):
+            break
+        prefix.append(word)
+    return shlex.join(prefix), ""
+
+
+def file_class(call: ToolCall, preview: Preview | None) -> tuple[str | None, str]:
+    if call.tool not in FILE_CHANGING_TOOLS or preview is None:
+        return None, "only file changes with a preview inside the workspace"
+    parent = PurePosixPath(preview.path).parent.as_posix()
+    if parent.split("/")[0] == ".git":
+        return None, "git's own files are never allowed"
+    return ("" if parent == "." else parent + "/"), ""
+
+
+def call_class(
+    call: ToolCall, preview: Preview | None, workspace: str
+) -> tuple[AllowSpec | None, str]:
+    """The rule that would allow `call`, or (None, why none can)."""
+    if call.tool == "bash":
+        prefix, why = bash_class(str(call.arguments.get("cmd", "")))
+        tool: Literal["bash", "file"] = "bash"
+    elif call.tool in FILE_CHANGING_TOOLS:
+        prefix, why = file_class(call, preview)
+        tool = "file"
+    else:
+        return None, f"{call.tool} is read-only: the read-only autonomy mode covers it"
+    if prefix is None:
+        return None, why
+    return AllowSpec(tool=tool, prefix=prefix, workspace=workspace), ""
+
+
+def _same(spec: AllowSpec, call: ToolCall, preview: Preview | None) -> bool:
+    other, _ = call_class(call, preview, spec.workspace)
+    return other is not None and other.tool == spec.tool and other.prefix == spec.prefix
+
+
+def rules(store: Store, workspace: str) -> list[tuple[str, AllowSpec]]:
+    """The active allow rules of `workspace`: (item id, spec)."""
+    out = []
+    for item in store.lane_items(lane="CODE", active_only=True):
+        if item.get("kind") == KIND:
+            spec = AllowSpec.model_validate(item["spec"]["allow"])
+            if spec.workspace == workspace:
+                out.append((item["id"], spec))
+    return out
+
+
+def _prefix_of(words: list[str], prefix: str) -> bool:
+    want = _words(prefix)
+    return words[: len(want)] == want
+
+
+def match(
+    store: Store, call: ToolCall, preview: Preview | None, workspace: str
+) -> AllowMatch | None:
+    """The rule that allows `call` to run without the reviewer, or None.
+
+    A command is allowed only when every segment is a `cd` inside the workspace or starts
+    with one rule's prefix, and no segment is one a rule may never allow."""
+    active = rules(store, workspace)
+    if not active:
+        return None
+    if call.tool == "bash":
+        cmd = str(call.arguments.get("cmd", ""))
+        if _unsafe(cmd):
+            return None
+        hit: tuple[str, AllowSpec] | None = None
+        for segment in command_segments(cmd):
+            words = _words(segment)
+            if _is_cd(words):
+                continue
+            if _never(words):
+                return None
+            found = next(
+                ((i, s) for i, s in active if s.tool == "bash" and _prefix_of(words, s.prefix)),
+                None,
+            )
+            if found is None:
+                return None
+            hit = hit or found
+        return AllowMatch(item_id=hit[0], summary=hit[1].summary()) if hit else None
+    cls, _ = call_class(call, preview, workspace)
+    if cls is None or cls.tool != "file":
+        return None
+    for item_id, spec in active:
+        if spec.tool == "file" and cls.prefix.startswith(spec.prefix):
+            return AllowMatch(item_id=item_id, summary=spec.summary())
+    return None
+
+
+def approvals_of(store: Store, spec: AllowSpec) -> list[str]:
+    """Proposal ids the reviewer approved in the rule's workspace that fall in its class."""
+    out = []
+    for row in store.approved_proposals(spec.workspace):
+        call = ToolCall(tool=row["tool"], arguments=row["arguments"])
+        preview = None
+        if row["path"] is not None:
+            preview = Preview(
+                path=row["path"], old_content=None, new_content="", diff="", old_sha256=None
+            )
+        if _same(spec, call, preview):
+            out.append(row["id"])
+    return out
+
+
+def offer(
+    store: Store, call: ToolCall, preview: Preview | None, workspace: str, after: int
+) -> tuple[AllowSpec, list[str]] | None:
+    """The rule to offer for `call` once the reviewer approved `after` calls of its class
+    (and none covers it yet)."""
+    spec, _ = call_class(call, preview, workspace)
+    if spec is None or match(store, call, preview, workspace) is not None:
+        return None
+    approvals = approvals_of(store, spec)
+    return (spec, approvals) if len(approvals) >= after else None
+
+
+def add_rule(store: Store, spec: AllowSpec, source: str | None, learned: bool) -> str:
+    """Persist `spec` as an allow item (or return the active one for the same class)."""
+    for item_id, existing in rules(store, spec.workspace):
+        if existing.tool == spec.tool and existing.prefix == spec.prefix:
+            return item_id
+    n = len(spec.approvals)
+    how = f"learned after {n} approvals" if learned else f"allowed by the reviewer ({n} approvals)"
+    item: dict[str, Any] = {
+        "text": f"Always allow {spec.summary()}",
+        "lane": "CODE",
+        "reason": f"An allow rule, {how}; guards and deny rules still run first.",
+        "kind": KIND,
+        "spec": {"allow": spec.model_dump()},
+        "source": source,
+    }
+    return store.add_lane_item(item)
