@@ -17,7 +17,7 @@ from pathlib import Path
 
 from continual_lsp.store import Store
 from continual_lsp.tools.base import ToolError
-from continual_lsp.tools.runner import Workspace, sha256_of
+from continual_lsp.tools.runner import ToolRunner, sha256_of
 
 # Directories a bash snapshot does not walk: tools' caches and installed dependencies
 # (rebuilt, not authored), and git's own database.
@@ -72,7 +72,7 @@ def _read(path: Path) -> bytes | None:
 
 
 class Checkpoints:
-    def __init__(self, store: Store, workspace: Workspace) -> None:
+    def __init__(self, store: Store, workspace: ToolRunner) -> None:
         self.store = store
         self.workspace = workspace
 

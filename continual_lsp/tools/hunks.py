@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from continual_lsp.tools.base import ToolCall, ToolError, WriteArgs
-from continual_lsp.tools.edits import split_lines
+from continual_lsp.text import split_lines
 
 
 @dataclass(frozen=True)

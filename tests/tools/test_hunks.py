@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from continual_lsp.tools.base import ToolError
-from continual_lsp.tools.edits import apply_edit_lines
+from continual_lsp.tools.text_edits import apply_edit_lines
 from continual_lsp.tools.hunks import merge, partial_call, spans
 
 OLD = "a\nb\nc\nd\ne\nf\ng\n"
