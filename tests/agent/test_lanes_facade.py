@@ -41,18 +41,16 @@ def test_no_guards_no_restrictions(store: Any) -> None:
     assert got.path_prefixes == {} and got.command_prefixes == []
 
 
+PYTEST_AFTER_SRC = {
+    "kind": "sequence",
+    "command": r"\bpytest\b",
+    "step": "pytest -q",
+    "after_globs": ["src/**"],
+}
+
+
 def test_sequence_guards_read_the_tasks_history(store: Any) -> None:
-    _guard(
-        store,
-        [
-            {
-                "kind": "sequence",
-                "command": r"\bpytest\b",
-                "step": "pytest -q",
-                "after_globs": ["src/**"],
-            }
-        ],
-    )
+    _guard(store, [PYTEST_AFTER_SRC])
     facade = LanesFacade(store, Settings(), len)
     commit = ToolCall(tool="bash", arguments={"cmd": "git commit -m 'fix mean'"})
     change = ToolCall(tool="write", arguments={"path": "src/calc/ops.py", "content": "x = 1\n"})
@@ -62,17 +60,7 @@ def test_sequence_guards_read_the_tasks_history(store: Any) -> None:
 
 
 def test_a_missing_step_is_due_before_a_commit_or_the_end(store: Any) -> None:
-    _guard(
-        store,
-        [
-            {
-                "kind": "sequence",
-                "command": r"\bpytest\b",
-                "step": "pytest -q",
-                "after_globs": ["src/**"],
-            }
-        ],
-    )
+    _guard(store, [PYTEST_AFTER_SRC])
     facade = LanesFacade(store, Settings(), len)
     commit = ToolCall(tool="bash", arguments={"cmd": "cd repo && git commit -m 'fix mean'"})
     other = ToolCall(tool="bash", arguments={"cmd": "ls"})

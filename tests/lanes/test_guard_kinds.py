@@ -169,6 +169,77 @@ def test_path_allow_mode_and_bash_writes() -> None:
             ("src/a.py", "x = 1\n"),
             ("src/a.py", "# SPDX-License-Identifier: MIT\nx = 1\n"),
         ),
+        # Conventions of languages and frameworks (paraphrases, not the dev set's rows).
+        (
+            "All public functions must have docstrings.",
+            ("pkg/m.py", "def area(r):\n    return r * r\n"),
+            ("pkg/m.py", 'def area(r):\n    """Area."""\n    return r * r\n'),
+        ),
+        (
+            "Document every exported function with JSDoc.",
+            ("src/m.ts", "export function area(r) {\n  return r;\n}\n"),
+            ("src/m.ts", "/**\n * Area.\n */\nexport function area(r) {\n  return r;\n}\n"),
+        ),
+        (
+            "Always add type hints to new Python functions.",
+            ("pkg/m.py", "def area(r):\n    return r\n"),
+            ("pkg/m.py", "def area(r: float) -> float:\n    return r\n"),
+        ),
+        (
+            "Only write function components; no class components.",
+            ("src/Nav.tsx", "export class Nav extends Component {}\n"),
+            ("src/Nav.tsx", "export function Nav() {\n  return null;\n}\n"),
+        ),
+        (
+            "Omit parentheses around a single arrow function parameter.",
+            ("src/m.js", "items.map((item) => item.id);\n"),
+            ("src/m.js", "items.map(item => item.id);\n"),
+        ),
+        (
+            "Prefer interfaces over type aliases for object types.",
+            ("src/t.ts", "export type User = {\n  id: string;\n};\n"),
+            ("src/t.ts", "export interface User {\n  id: string;\n}\n"),
+        ),
+        (
+            "Never force-unwrap optionals.",
+            ("App/View.swift", "let u = user!\n"),
+            ("App/View.swift", "guard let u = user else { return }\n"),
+        ),
+        (
+            "Don't hardcode UI strings; every label goes through i18n.",
+            ("src/Login.jsx", "<button>Sign in</button>\n"),
+            ("src/Login.jsx", "<button>{t('signIn')}</button>\n"),
+        ),
+        (
+            "Never hard-code colors; take them from the theme.",
+            ("src/Badge.ts", "const c = '#1e90ff';\n"),
+            ("src/Badge.ts", "const c = theme.palette.primary;\n"),
+        ),
+        (
+            "`fmt.Println` is for scripts; services use the structured logger.",
+            ("svc/main.go", 'fmt.Println("started")\n'),
+            ("svc/main.go", 'logger.Info("started")\n'),
+        ),
+        (
+            "Every source file must carry a license header.",
+            ("src/m.rs", "fn main() {}\n"),
+            ("src/m.rs", "// Copyright 2026 The Authors\nfn main() {}\n"),
+        ),
+        (
+            "Comments in the code are written in English.",
+            ("src/m.ts", "const n = 1; // 计数器\n"),
+            ("src/m.ts", "const n = 1; // counter\n"),
+        ),
+        (
+            "Private members must be prefixed with an underscore.",
+            ("src/Cache.cs", "private readonly int size;\n"),
+            ("src/Cache.cs", "private readonly int _size;\n"),
+        ),
+        (
+            "Use the `httpx` library, not requests.",
+            ("app/client.py", "import requests\n"),
+            ("app/client.py", "import httpx\n"),
+        ),
     ],
 )
 def test_content_shapes(text: str, bad: tuple[str, str], good: tuple[str, str]) -> None:
@@ -341,90 +412,6 @@ def test_no_guard_no_code(embedder) -> None:
     assert d.lane != "CODE" and d.checkable and "no guard compiled" in d.reason
     code = allocate("Never force-push.", 1, use_llm=False, embedder=embedder)
     assert code.lane == "CODE" and "command deny" in code.reason and code.spec["rules"]
-
-
-# -- conventions of languages and frameworks (paraphrases, not the dev set's rows) -------------
-
-
-@pytest.mark.parametrize(
-    ("text", "bad", "good"),
-    [
-        (
-            "All public functions must have docstrings.",
-            ("pkg/m.py", "def area(r):\n    return r * r\n"),
-            ("pkg/m.py", 'def area(r):\n    """Area."""\n    return r * r\n'),
-        ),
-        (
-            "Document every exported function with JSDoc.",
-            ("src/m.ts", "export function area(r) {\n  return r;\n}\n"),
-            ("src/m.ts", "/**\n * Area.\n */\nexport function area(r) {\n  return r;\n}\n"),
-        ),
-        (
-            "Always add type hints to new Python functions.",
-            ("pkg/m.py", "def area(r):\n    return r\n"),
-            ("pkg/m.py", "def area(r: float) -> float:\n    return r\n"),
-        ),
-        (
-            "Only write function components; no class components.",
-            ("src/Nav.tsx", "export class Nav extends Component {}\n"),
-            ("src/Nav.tsx", "export function Nav() {\n  return null;\n}\n"),
-        ),
-        (
-            "Omit parentheses around a single arrow function parameter.",
-            ("src/m.js", "items.map((item) => item.id);\n"),
-            ("src/m.js", "items.map(item => item.id);\n"),
-        ),
-        (
-            "Prefer interfaces over type aliases for object types.",
-            ("src/t.ts", "export type User = {\n  id: string;\n};\n"),
-            ("src/t.ts", "export interface User {\n  id: string;\n}\n"),
-        ),
-        (
-            "Never force-unwrap optionals.",
-            ("App/View.swift", "let u = user!\n"),
-            ("App/View.swift", "guard let u = user else { return }\n"),
-        ),
-        (
-            "Don't hardcode UI strings; every label goes through i18n.",
-            ("src/Login.jsx", "<button>Sign in</button>\n"),
-            ("src/Login.jsx", "<button>{t('signIn')}</button>\n"),
-        ),
-        (
-            "Never hard-code colors; take them from the theme.",
-            ("src/Badge.ts", "const c = '#1e90ff';\n"),
-            ("src/Badge.ts", "const c = theme.palette.primary;\n"),
-        ),
-        (
-            "`fmt.Println` is for scripts; services use the structured logger.",
-            ("svc/main.go", 'fmt.Println("started")\n'),
-            ("svc/main.go", 'logger.Info("started")\n'),
-        ),
-        (
-            "Every source file must carry a license header.",
-            ("src/m.rs", "fn main() {}\n"),
-            ("src/m.rs", "// Copyright 2026 The Authors\nfn main() {}\n"),
-        ),
-        (
-            "Comments in the code are written in English.",
-            ("src/m.ts", "const n = 1; // 计数器\n"),
-            ("src/m.ts", "const n = 1; // counter\n"),
-        ),
-        (
-            "Private members must be prefixed with an underscore.",
-            ("src/Cache.cs", "private readonly int size;\n"),
-            ("src/Cache.cs", "private readonly int _size;\n"),
-        ),
-        (
-            "Use the `httpx` library, not requests.",
-            ("app/client.py", "import requests\n"),
-            ("app/client.py", "import httpx\n"),
-        ),
-    ],
-)
-def test_convention_shapes(text: str, bad: tuple[str, str], good: tuple[str, str]) -> None:
-    guard = guard_from(text)
-    assert guard.check(write(*bad), None).action == "block", text
-    assert guard.check(write(*good), None).action == "allow", text
 
 
 @pytest.mark.parametrize(
