@@ -10,8 +10,8 @@ import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from continual_lsp.tools.base import ToolCall, ToolError, WriteArgs
 from continual_lsp.text import split_lines
+from continual_lsp.tools.base import ToolCall, ToolError, WriteArgs
 
 
 @dataclass(frozen=True)

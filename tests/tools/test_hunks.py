@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from continual_lsp.tools.base import ToolError
-from continual_lsp.tools.text_edits import apply_edit_lines
 from continual_lsp.tools.hunks import merge, partial_call, spans
+from continual_lsp.tools.text_edits import apply_edit_lines
 
 OLD = "a\nb\nc\nd\ne\nf\ng\n"
 NEW = "a\nB\nc\nd\ne\nF\ng\nh\n"
