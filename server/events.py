@@ -15,7 +15,6 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-Deliver = Callable[[str, Any], Awaitable[None]]
 HELD_KINDS = ("proposal", "taskDone")
 
 
@@ -23,7 +22,7 @@ class EventPump:
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
-        deliver: Deliver,
+        deliver: Callable[[str, Any], Awaitable[None]],
         on_error: Callable[[str], None],
     ) -> None:
         self.loop = loop
