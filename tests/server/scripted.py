@@ -81,6 +81,9 @@ WRITE_CHANGES = {
     "arguments": {"path": "CHANGES.md", "content": "- mean() returns a float\n"},
 }
 
+# The call a guard in the store blocks (tests/server/test_nvim.py): the script's favourite.
+NPM_INSTALL = {"tool": "bash", "arguments": {"cmd": "npm install"}}
+
 SCRIPTS: dict[str, list[dict[str, Any]]] = {
     # approve → deny (retry) → edit → bash → repeat (task ends)
     "flow": [FIX_MEAN, WRONG_TEST, ADD_DOCSTRING, RUN_TESTS, RUN_TESTS],
@@ -89,4 +92,6 @@ SCRIPTS: dict[str, list[dict[str, Any]]] = {
     "emacs": [WRONG_TEST, FIX_MEAN, WRITE_CHANGES, RUN_TESTS, RUN_TESTS],
     # a plain client: bash by showMessageRequest, then a file proposal
     "plain": [RUN_TESTS, FIX_MEAN],
+    # every sample, every retry candidate: the one call a guard blocks
+    "guarded": [NPM_INSTALL],
 }
