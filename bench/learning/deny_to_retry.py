@@ -27,7 +27,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
@@ -66,25 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     shown_at: list[float] = []
 
-    class Clock:
-        """Notes when the agent hands each proposal to its listener (the server)."""
-
-        def on_proposal(self, proposal: Any) -> None:
-            shown_at.append(time.perf_counter())
-
-        def on_learned(self, note: Any) -> None:
-            pass
-
-        def on_routed(self, note: Any) -> None:
-            pass
-
-        def on_task_done(self, note: Any) -> None:
-            pass
-
-        def on_progress(self, *args: Any) -> None:
-            pass
-
-    agent = Agent(settings, ws, listener=Clock())
+    agent = Agent(settings, ws)
+    # When the agent hands each proposal to its listener (in the product, the server).
+    agent.listener.on_proposal = lambda proposal: shown_at.append(time.perf_counter())  # type: ignore[method-assign]
     waits: list[float] = []
     handed: list[float] = []
     prompt_tokens: list[int] = []
