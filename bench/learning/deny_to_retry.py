@@ -6,11 +6,14 @@ The demo's setting (`continual-lsp demo`): the sample workspace, its task and it
 its correction. The agent is built as the server builds it when a client connects (the
 policy loads and the training worker starts, warm, in the background); the first
 proposal is the reviewer reading, then every proposal is denied with the demo's
-correction and `decide` is timed until the retry is there: the N candidates, the SDPO
-step (waited for, as the editor's response is) and the choice. The first denial is the
-session's first correction. Also printed: the candidates' own cost (the agent's
-`retry_chosen` events), the prompt size, and the machine's load average (a shared
-machine is slower). Writes `bench/results/deny_to_retry.json`.
+correction and `decide` is timed until the retry is there: the choice among the N
+candidates, then the SDPO step that takes the winner as its demonstration (waited for,
+as the editor's response is). The first denial is the session's first correction. Also
+printed: when the agent handed the retry to its listener (before the step), the
+choice's own cost from the agent's `retry_chosen` events (wall time and this thread's
+CPU time, which is what it costs on a core of its own however busy the machine is), the
+candidates' lengths, the prompt size, and the machine's load average. Writes
+`bench/results/deny_to_retry.json`.
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
@@ -63,25 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     shown_at: list[float] = []
 
-    class Clock:
-        """Notes when the agent hands each proposal to its listener (the server)."""
-
-        def on_proposal(self, proposal: Any) -> None:
-            shown_at.append(time.perf_counter())
-
-        def on_learned(self, note: Any) -> None:
-            pass
-
-        def on_routed(self, note: Any) -> None:
-            pass
-
-        def on_task_done(self, note: Any) -> None:
-            pass
-
-        def on_progress(self, *args: Any) -> None:
-            pass
-
-    agent = Agent(settings, ws, listener=Clock())
+    agent = Agent(settings, ws)
+    # When the agent hands each proposal to its listener (in the product, the server).
+    agent.listener.on_proposal = lambda proposal: shown_at.append(time.perf_counter())  # type: ignore[method-assign]
     waits: list[float] = []
     handed: list[float] = []
     prompt_tokens: list[int] = []

@@ -15,7 +15,7 @@ earlier turns are shared between turns).
 
 Logprobs: for every completion token, forced ones included, we record the *unmasked*
 model log-softmax of that token at its position (temperature 1, no grammar mask). That is
-what `Policy.logprobs()` computes with one plain forward pass over prompt + completion,
+what `Policy.logprobs()` computes with plain forward passes over prompt + completion,
 so sampling-time and scoring-time logprobs agree (SDPO's importance ratios and
 advantages rely on it) and the trainer gets a value for every completion token. The
 sampling distribution itself (mask, temperature) is deliberately not what is recorded.

@@ -112,8 +112,9 @@ local function receive(p)
   end
   M.state.proposals[p.proposalId] = p
   M.state.last = p.proposalId
-  notify(string.format('proposed %s [%s]  :ContinualApprove / :ContinualDeny / :ContinualEdit / :ContinualDiff',
-    describe(p), p.proposalId))
+  -- The note says why this call (a guard's rewrite, or no compliant retry: edit it).
+  notify(string.format('proposed %s [%s]%s  :ContinualApprove / :ContinualDeny / :ContinualEdit / :ContinualDiff',
+    describe(p), p.proposalId, p.note and ('  ' .. p.note) or ''))
 end
 
 M.receive = receive

@@ -53,3 +53,16 @@ def test_greedy_rows_lead_the_sampled_ones(policy: LocalPolicy) -> None:
     rows = policy.sample_batch(prompt, params, 4)
     assert rows[0].tokens == greedy.tokens
     assert any(r.tokens != greedy.tokens for r in rows[1:])
+
+
+def test_logprobs_batch_scores_each_completion_as_logprobs_does(policy: LocalPolicy) -> None:
+    """One prefill and one batched pass: right padding must not change a shorter row."""
+    prompt = policy.renderer.render_prompt([Message(role="user", content=TASK)])
+    rows = policy.sample_batch(prompt, SampleParams(temperature=1.0, seed=7, max_tokens=120), 3)
+    completions = [r.tokens for r in rows] + [[], rows[0].tokens[:5]]
+    assert len({len(c) for c in completions}) > 2, "rows of different lengths"
+    batched = policy.logprobs_batch(prompt, completions)
+    assert batched[3] == []
+    for completion, scored in zip(completions, batched, strict=True):
+        if completion:
+            assert scored == pytest.approx(policy.logprobs(prompt, completion), abs=1e-3)

@@ -93,6 +93,16 @@ def test_teacher_logprobs_align_with_completion_tokens(policy: TinkerPolicy) -> 
     assert ref == [encoded_logprob(i, "reference") for i in (5, 6, 7)]
 
 
+def test_logprobs_batch_submits_every_request_before_waiting(
+    policy: TinkerPolicy, events: Events
+) -> None:
+    """A retry's candidates are scored in one round trip, each aligned as `logprobs`."""
+    events.clear()
+    got = policy.logprobs_batch(PROMPT, [COMPLETION, [], [21]])
+    assert got == [[encoded_logprob(i) for i in (5, 6, 7)], [], [encoded_logprob(5)]]
+    assert events == ["compute_logprobs:current"] * 2 + ["wait:compute_logprobs:current"] * 2
+
+
 def test_policy_satisfies_the_protocol(policy: TinkerPolicy) -> None:
     assert isinstance(policy, Policy)
     assert policy.backend == "tinker" and policy.adapter_version is None

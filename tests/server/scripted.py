@@ -92,6 +92,8 @@ TWO_HUNKS = {
     },
 }
 GIT_STATUS = {"tool": "bash", "arguments": {"cmd": "git status"}}
+# The call a guard in the store blocks (tests/server/test_nvim.py): the script's favourite.
+NPM_INSTALL = {"tool": "bash", "arguments": {"cmd": "npm install"}}
 
 SCRIPTS: dict[str, list[dict[str, Any]]] = {
     # issue 19, three tasks. 1: hunks (accept one, reject one) → bash approved → a new
@@ -105,4 +107,6 @@ SCRIPTS: dict[str, list[dict[str, Any]]] = {
     "emacs": [WRONG_TEST, FIX_MEAN, WRITE_CHANGES, RUN_TESTS, RUN_TESTS],
     # a plain client: bash by showMessageRequest, then a file proposal
     "plain": [RUN_TESTS, FIX_MEAN],
+    # every sample, every retry candidate: the one call a guard blocks
+    "guarded": [NPM_INSTALL],
 }

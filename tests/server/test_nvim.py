@@ -66,3 +66,49 @@ def test_neovim_module_commands(workspace: Path, tmp_path: Path) -> None:
     assert proc.returncode == 0, f"{result.get('error')}\n{proc.stderr[-3000:]}"
     assert result["steps"] == ["diff", "approved", "denied"]
     assert sorted(d["decision"] for d in decisions(store).values()) == ["approve", "deny"]
+
+
+def test_neovim_a_guard_on_the_favourite_call_shows_a_reason_not_a_silent_end(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """The agent's only call (scripted) is blocked by a guard from an earlier correction:
+    the automatic denial's retry candidates are all blocked too, so the reviewer is shown
+    the call with the one-line reason and the Edit offer, and approving it is refused."""
+    from continual_lsp.store import Store
+
+    store, report = tmp_path / "store.sqlite3", tmp_path / "report.json"
+    seeded = Store(store)
+    seeded.add_lane_item(
+        {
+            "text": "This project uses pnpm, never npm.",
+            "lane": "CODE",
+            "reason": "test",
+            "spec": {
+                "message": "Use pnpm, never npm.",
+                "rules": [{"kind": "command", "pattern": "^npm "}],
+            },
+        }
+    )
+    seeded.close()
+    server = [sys.executable, "-m", "tests.server.launch", "--store", str(store)]
+    env = editor_env(
+        workspace,
+        tmp_path,
+        report,
+        [*server, "--script", "guarded"],
+        CONTINUAL_MODULE=str(REPO / "server" / "nvim" / "continual.lua"),
+    )
+    script = str(Path(__file__).parent / "nvim_guard.lua")
+    argv = ["nvim", "--headless", "-u", "NONE", "-i", "NONE", "-c", "luafile " + script]
+    proc, result = run_editor(argv, REPO, env, report, 240)
+    assert proc.returncode == 0, f"{result.get('error')}\n{proc.stderr[-3000:]}"
+    reason = (
+        "No compliant retry among 6 candidates: 6 were blocked by a guard (Use pnpm, never "
+        "npm.). Edit this call to show what you want, or deny it again."
+    )
+    assert (result["tool"], result["arguments"]) == ("bash", {"cmd": "npm install"})
+    assert result["note"].startswith(reason)  # then the unsandboxed-bash warning
+    assert any(reason in m for m in result["messages"]), result["messages"]  # shown
+    assert not result["task_done"]
+    # The block was recorded as an automatic denial; the reviewer's offer waits.
+    assert [d["decision"] for d in decisions(store).values()] == ["deny"]
