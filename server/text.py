@@ -5,11 +5,12 @@ Nothing here touches pygls state, so it is unit-testable without a connection.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from continual_lsp.text import unified_diff as shared_diff
 
 # LSP ends a line at \r\n, \r or \n only; str.splitlines() also splits on \v, \f, \x1c…
 # and would put positions on the wrong line for files that contain them.
@@ -73,14 +74,8 @@ def line_position(text: str, line: int, units: Callable[[str], int] = len) -> tu
 
 
 def unified_diff(before: str, after: str, name: str, a_label: str, b_label: str) -> str:
-    return "".join(
-        difflib.unified_diff(
-            before.splitlines(keepends=True),
-            after.splitlines(keepends=True),
-            f"a/{name} ({a_label})",
-            f"b/{name} ({b_label})",
-        )
-    )
+    """The one diff (`continual_lsp.text`), labelled with where each side came from."""
+    return shared_diff(before, after, f"a/{name} ({a_label})", f"b/{name} ({b_label})")
 
 
 def clip(text: str, limit: int = 60) -> str:
