@@ -5,6 +5,9 @@ look first (read / grep / glob), make the smallest change, run the project's che
 there is one. Everything is drawn from a `random.Random` and a vocabulary (`vocab.json`
 for training; `bench/agent_skill.py` passes its own held-out vocabulary), so a seed gives
 the same curriculum on any machine.
+
+Longer than 500 lines on purpose: one builder per situation kind, all drawing on the same
+vocabulary and the shared one-line-fix shape; the kinds read best side by side.
 """
 
 from __future__ import annotations

@@ -9,6 +9,10 @@ logged warning, and after `MAX_FAILURES` failures its item is deactivated.
 
 A `block` verdict is turned into an automatic denial by the agent, with `message` as the
 correction; a `rewrite` verdict carries the rewritten call and a note for the reviewer.
+
+Longer than 500 lines on purpose: every rule kind is evaluated against one `GuardSpec`
+with the command-segment parser they all share; split by kind, each half would reach into
+the other's private helpers.
 """
 
 from __future__ import annotations

@@ -9,6 +9,10 @@ names a guard that has been seen to work.
 
 The vocabulary is the general vocabulary of software work (languages, file types,
 formatters, git), never a project's own names.
+
+Longer than 500 lines on purpose: the shapes are one ordered table the compiler walks (the
+first shape that reads a rule wins), each a few lines of pattern and its two synthesised
+calls; split by kind, the order that decides between them would be scattered.
 """
 
 from __future__ import annotations
