@@ -88,7 +88,7 @@ def _say(text: str = "") -> None:
 
 
 def _show_proposal(p: dict[str, Any]) -> None:
-    weights = p.get("adapterVersion") or "base model"
+    weights = p.get("adapterVersion") or "the shipped weights, no reviewer adapter yet"
     _say(f"\n▶ proposal {p['proposalId']}  tool={p['tool']}  (sampled from {weights})")
     _say("  arguments: " + json.dumps(p["arguments"])[:400])
     if p.get("note"):
