@@ -10,6 +10,7 @@ durability rule is checked against one file.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -156,7 +157,11 @@ class Store:
         # Corrections, notes and tasks are private: 0600 in a 0700 directory (SQLite
         # gives the -wal and -shm files the database's mode).
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
+        # Created here only when missing: closing any descriptor of an open database drops
+        # this process's POSIX locks on it (SQLite's included), and another process's last
+        # close would then delete the WAL under this process's connections.
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
         os.chmod(self.path, 0o600)
         self._lock = threading.RLock()
         self._db = sqlite3.connect(

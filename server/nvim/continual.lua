@@ -266,7 +266,7 @@ function M.setup(opts)
     end
   end, { nargs = '?' })
   cmd('ContinualUndo', function(o)
-    local params = o.args ~= '' and { reason = o.args } or {}
+    local params = o.args ~= '' and { reason = o.args } or vim.empty_dict() -- {} encodes as []
     request('continual/undo', params, function(r)
       notify(string.format('undid %s: restored %s', r.proposalId, table.concat(r.restored, ', ')))
       vim.schedule(function()
@@ -275,7 +275,7 @@ function M.setup(opts)
     end)
   end, { nargs = '?' })
   cmd('ContinualLedger', function()
-    request('continual/ledger', {}, function(r)
+    request('continual/ledger', vim.empty_dict(), function(r)
       local lines = { string.format('context tokens %d (notes-only %d)', r.contextTokens, r.notesOnlyTokens) }
       for _, item in ipairs(r.items or {}) do
         local evidence = string.format('fired %d, came back %d', item.fired or 0, item.recurredAfter or 0)
@@ -297,7 +297,7 @@ function M.setup(opts)
     end)
   end, {})
   cmd('ContinualPending', function() -- resync after a reconnect or a lost message
-    request('continual/pending', {}, function(r)
+    request('continual/pending', vim.empty_dict(), function(r)
       for _, p in ipairs(r.proposals or {}) do
         receive(p)
       end
@@ -307,7 +307,7 @@ function M.setup(opts)
     end)
   end, {})
   cmd('ContinualStatus', function()
-    request('continual/status', {}, function(r)
+    request('continual/status', vim.empty_dict(), function(r)
       notify(string.format('%s %s, starter %s, adapter %s, %d steps, queue %d, runs unasked: %s',
         r.backend, r.model, r.starter or 'off', r.adapterVersion or 'base', r.trainingSteps,
         r.queueDepth, r.autonomy or 'read_only'))

@@ -30,7 +30,7 @@ function H.start(file)
   H.wait('the client', function()
     local c = vim.lsp.get_client_by_id(continual.state.client_id)
     return c and c.initialized
-  end)
+  end, 240000) -- the server loads the model first: slow on a busy machine
   return continual
 end
 

@@ -20,6 +20,8 @@ pytestmark = [
 ]
 
 
+# Two decisions wait for a real SDPO step each (the worker loads the model first).
+@pytest.mark.timeout(1500)
 def test_neovim_hunks_allow_and_undo(workspace: Path, tmp_path: Path) -> None:
     store, report = tmp_path / "store.sqlite3", tmp_path / "report.json"
     server = [sys.executable, "-m", "tests.server.launch", "--store", str(store)]

@@ -198,3 +198,26 @@ def test_status_reads_never_wait_on_the_training_workers_write_lock(tmp_path: Pa
     worker.close()
     store.close()
     assert answered and answered[0] < 0.5, "status waited for the worker's write lock"
+
+
+def test_a_second_store_in_one_process_keeps_the_first_ones_writes_visible(tmp_path: Path) -> None:
+    """Opening a second Store on the same file in the same process (the training worker's
+    handle in the server does) must not drop the first connection's file locks: else
+    another process closing its connection deletes the WAL under it, and every later
+    write of the first connection is lost to every other process."""
+    path = tmp_path / "store.sqlite3"
+    first = Store(path)
+    first.append_event("before", {})
+    second = Store(path)
+    count = (
+        "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]);"
+        " print(c.execute('SELECT COUNT(*) FROM events').fetchone()[0]); c.close()"
+    )
+    subprocess.run([sys.executable, "-c", count, str(path)], check=True)
+    first.append_event("after", {})
+    seen = subprocess.run(
+        [sys.executable, "-c", count, str(path)], check=True, capture_output=True, text=True
+    )
+    assert int(seen.stdout) == len(first.events())
+    first.close()
+    second.close()

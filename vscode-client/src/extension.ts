@@ -186,7 +186,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   register("continual.acceptHunk", (target, index) => proposals.decideHunk(target, index, true));
   register("continual.rejectHunk", (target, index) => proposals.decideHunk(target, index, false));
   register("continual.allowProposal", (target) => proposals.allowAlways(target));
-  register("continual.undo", async (target) => {
+  // Not `continual.undo`: that name is the server's command, which the language client registers.
+  register("continual.undoChange", async (target) => {
     await proposals.undo(target);
     void ledger.refresh();
   });
