@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import platformdirs
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from continual_lsp.protocol import Autonomy
 
@@ -119,6 +119,19 @@ class Settings(BaseModel):
     # this process can write to. Env: CONTINUAL_LSP_WORKSPACE_ROOTS, comma-separated.
     workspace_roots: list[str] = Field(default_factory=list)
     manual_edit_window_s: float = 120.0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_auto_approve(cls, data: Any) -> Any:
+        """Config files written before `autonomy` keep working: the old boolean maps onto
+        it (true: reads run unasked, today's default, which also runs allow rules;
+        false: ask for everything)."""
+        if isinstance(data, dict) and "auto_approve_read_only" in data:
+            data = dict(data)
+            old = data.pop("auto_approve_read_only")
+            if "autonomy" not in data and old in (False, "false", "0"):
+                data["autonomy"] = "manual"
+        return data
 
     @field_validator("workspace_roots", mode="before")
     @classmethod

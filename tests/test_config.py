@@ -38,3 +38,9 @@ def test_workspace_roots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     assert not settings.allows_workspace(allowed / "escape")  # a symlink out is outside
     monkeypatch.setenv("CONTINUAL_LSP_WORKSPACE_ROOTS", f"{allowed},{other}")
     assert Settings.load().allows_workspace(other)
+
+
+def test_the_old_auto_approve_setting_maps_onto_autonomy() -> None:
+    assert Settings(auto_approve_read_only=False).autonomy == "manual"
+    assert Settings(auto_approve_read_only=True).autonomy == "allow_rules"
+    assert Settings(auto_approve_read_only=False, autonomy="read_only").autonomy == "read_only"
