@@ -107,10 +107,12 @@ def test_model_stdio_deny_runs_a_learning_step(workspace: Path, tmp_path: Path) 
     # the denial was committed before its training job was queued (durability rule)
     kinds = [e["kind"] for e in events]
     assert kinds.index("decision") < kinds.index("job_queued") < kinds.index("adapter")
-    # the retry was chosen among candidates sampled with the correction in context, after
-    # the denial was committed and before its step, which it demonstrates (DESIGN §4) ...
+    # the job was committed held with the denial; the retry was chosen among candidates
+    # sampled with the correction in context, and only then was the job released to the
+    # worker with it as the demonstration (DESIGN §4) ...
     chosen = kinds.index("retry_chosen")
-    assert kinds.index("decision") < chosen < kinds.index("job_queued")
+    assert kinds.index("job_queued") < chosen < kinds.index("job_released") < kinds.index("adapter")
+    assert events[kinds.index("job_queued")]["payload"]["held"] is True
     # ... and every proposal sampled after the step comes from the new adapter
     after = events[kinds.index("adapter") + 1 :]
     assert all(e["payload"]["adapterVersion"] == version for e in after if e["kind"] == "proposal")
