@@ -949,11 +949,18 @@ class Agent:
         )
 
     def _preview(self, call: ToolCall) -> tuple[Preview | None, ToolError | None]:
-        """The call's preview (computed once per proposal), or why it cannot run."""
+        """The call's preview (computed once per proposal), or why it cannot run.
+
+        A change that leaves the file as it is counts as one that cannot run: approving it
+        would do nothing, and a small model's favourite retry is the old line copied back.
+        """
         try:
-            return self.tools.preview(call), None
+            preview = self.tools.preview(call)
         except ToolError as exc:
             return None, exc
+        if preview is not None and preview.old_content == preview.new_content:
+            return None, ToolError(f"{call.tool} would leave {preview.path} as it is")
+        return preview, None
 
     def _sample(self, task: _Task) -> tuple[ToolCall | None, Completion, list[int]]:
         """A call for the turn, or None when no try gave a valid, new one."""

@@ -334,3 +334,19 @@ def test_a_job_held_by_a_crash_mid_choice_runs_after_restart(
     assert agent.store.queue_depth(("sdpo",)) == 1  # released, not queued a second time
     assert agent.store.pending_decisions() == []
     agent.close()
+
+
+def test_a_change_that_changes_nothing_is_not_shown(
+    tmp_path: Path, workspace: Path, policy: Any
+) -> None:
+    from continual_lsp.tools.base import ToolCall
+
+    agent = make_agent(tmp_path, workspace, policy)
+    line = (workspace / "src/calc/ops.py").read_text().splitlines()[6]
+    same = {"path": "src/calc/ops.py", "start": 7, "end": 7, "content": line}
+    preview, error = agent._preview(ToolCall(tool="edit_lines", arguments=same))
+    assert preview is None and error is not None and "as it is" in str(error)
+    fixed = {**same, "content": line.replace("//", "/")}
+    preview, error = agent._preview(ToolCall(tool="edit_lines", arguments=fixed))
+    assert error is None and preview is not None and "-" + line in preview.diff
+    agent.close()
