@@ -837,33 +837,14 @@ class Agent:
         drops: Counter[str] = Counter()
         kept: dict[str, _Choice] = {}
         for completion in completions:
-            try:
-                sampled = policy.renderer.parse_call(completion.text)
-            except ValueError:
-                drops["were not a valid call"] += 1
+            screened = self._screen_retry(task, completion, prompt_tokens, denied_keys)
+            if isinstance(screened, str):
+                drops[screened] += 1
                 continue
-            call, note = sampled, None
-            preview, error = self._preview(call)
-            verdict = self.lanes.check_guards(call, preview, task.history)
-            if verdict.action == "block":
-                drops[f"were blocked by a guard ({verdict.message})"] += 1
-                continue
-            if verdict.action == "rewrite" and verdict.rewritten_call is not None:
-                call, note = verdict.rewritten_call, f"rewritten by a guard: {verdict.message}"
-                preview, error = self._preview(call)
-            key = _canonical(call)
-            if key in denied_keys:
-                drops["repeated the denied call"] += 1
-                continue
-            if key in task.executed:
-                drops["repeated a call already run"] += 1
-                continue
-            if error is not None:
-                drops[f"could not run ({error})"] += 1
-                continue
+            key, choice = screened
             if key in kept or not completion.tokens:
                 continue  # the same call sampled twice is one candidate
-            kept[key] = _Choice(call, completion, prompt_tokens, preview, note, None)
+            kept[key] = choice
         # The lift needs each survivor under the denied turn's prompt: one batched request.
         choices = list(kept.values())
         students = policy.logprobs_batch(
@@ -896,6 +877,31 @@ class Agent:
             task.id,
         )
         return choice
+
+    def _screen_retry(
+        self, task: _Task, completion: Completion, prompt_tokens: list[int], denied_keys: set[str]
+    ) -> tuple[str, _Choice] | str:
+        """One retry candidate as (its canonical key, the choice), or why it is dropped."""
+        try:
+            sampled = self.policy.renderer.parse_call(completion.text)
+        except ValueError:
+            return "were not a valid call"
+        call, note = sampled, None
+        preview, error = self._preview(call)
+        verdict = self.lanes.check_guards(call, preview, task.history)
+        if verdict.action == "block":
+            return f"were blocked by a guard ({verdict.message})"
+        if verdict.action == "rewrite" and verdict.rewritten_call is not None:
+            call, note = verdict.rewritten_call, f"rewritten by a guard: {verdict.message}"
+            preview, error = self._preview(call)
+        key = _canonical(call)
+        if key in denied_keys:
+            return "repeated the denied call"
+        if key in task.executed:
+            return "repeated a call already run"
+        if error is not None:
+            return f"could not run ({error})"
+        return key, _Choice(call, completion, prompt_tokens, preview, note, None)
 
     def _show_retry(self, task: _Task, choice: _Choice) -> Proposal:
         """Show the chosen retry; when there is none, the denied call again with the reason

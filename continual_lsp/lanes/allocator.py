@@ -173,6 +173,87 @@ def behaviour_score(text: str) -> float:
     return float(min(max(score, 0.0), 1.0))
 
 
+def _head_probabilities(text: str, emb: Embedder) -> tuple[float | None, float | None]:
+    """(p_checkable, p_behavioural) from the shipped heads; None where they don't fit `emb`."""
+    hand = handcrafted(text)
+    heads = shipped_heads()
+    if heads is None or heads.dim != emb.dim + len(hand):
+        return None, None
+    x = np.concatenate([emb.embed([text])[0], hand])[None, :]
+    return float(heads.prob("checkable", x)[0]), float(heads.prob("behavioural", x)[0])
+
+
+def _features(
+    spec: GuardSpec | None, p_check: float | None, behav_p: float, recurrence: int
+) -> dict[str, float]:
+    return {
+        "compiled": float(spec is not None),
+        "p_checkable": -1.0 if p_check is None else round(p_check, 4),
+        "p_behavioural": round(behav_p, 4),
+        "recurrence": float(recurrence),
+        "n_rules": float(len(spec.rules)) if spec else 0.0,
+    }
+
+
+def _code_decision(
+    text: str,
+    spec: GuardSpec,
+    generated_for: list[str] | None,
+    behavioural: bool,
+    cue: Cue,
+    recurrence: int,
+    features: dict[str, float],
+) -> LaneDecision:
+    """CODE with a compiled `spec`, or (`generated_for`: the cues) one the LLM wrote."""
+    if generated_for is None:
+        reason = (
+            "A guard compiled from this passed its self-check and runs on every proposal: "
+            + "; ".join(rule_summary(r) for r in spec.rules)[:400]
+        )
+    else:
+        what = f" ({', '.join(generated_for)})" if generated_for else ""
+        reason = (
+            f"A deterministic check can guarantee this{what}; a generated guard "
+            "runs on every proposal in a sandboxed subprocess."
+        )
+    return LaneDecision(
+        lane="CODE",
+        reason=reason,
+        confidence=0.9 if generated_for is None else 0.7,
+        kind=classify_kind(text, spec if generated_for is None else None, behavioural),
+        checkable=True,
+        behavioural=behavioural,
+        spec=spec.model_dump(),
+        cue=cue,
+        recurrence=recurrence,
+        features=features,
+    )
+
+
+def _weights_reason(
+    kind: str, recurrence: int, settings: Settings, recurrence_met: bool | None
+) -> str:
+    if recurrence_met is None:
+        return (
+            f"A behavioural judgement ({kind.replace('_', ' ')}) that has recurred "
+            f"{recurrence} time(s) (bar: {settings.weights_recurrence}); it is distilled "
+            "into the adapter and leaves the context once the adapter passes its gate."
+        )
+    return (
+        f"A behavioural judgement ({kind.replace('_', ' ')}) that recurs; "
+        "distilled into the adapter."
+    )
+
+
+def _context_reason(behavioural: bool, recurrence: int, settings: Settings) -> str:
+    if behavioural:
+        return (
+            f"A behavioural judgement, seen {recurrence} time(s); kept as a cued bullet until it "
+            f"recurs {settings.weights_recurrence} times."
+        )
+    return "Situational knowledge about the project; kept as a bullet shown when its cue matches."
+
+
 def allocate(
     text: str,
     recurrence: int,
@@ -190,15 +271,7 @@ def allocate(
     """
     settings = settings or Settings()
     spec = compile_guard(text, context)
-    emb = embedder or get_embedder()
-    hand = handcrafted(text)
-    heads = shipped_heads()
-    p_check: float | None = None
-    p_behav: float | None = None
-    if heads is not None and heads.dim == emb.dim + len(hand):
-        x = np.concatenate([emb.embed([text])[0], hand])[None, :]
-        p_check = float(heads.prob("checkable", x)[0])
-        p_behav = float(heads.prob("behavioural", x)[0])
+    p_check, p_behav = _head_probabilities(text, embedder or get_embedder())
     b_rule = behaviour_score(text)
     english = cjk_fraction(text) <= 0.3  # MiniLM's vote on mostly-CJK text is noise
     if not english:
@@ -215,50 +288,17 @@ def allocate(
         p_check = 1.0 if llm_answer.checkable else 0.0
     behavioural = behav_p >= 0.5
     met = recurrence >= settings.weights_recurrence if recurrence_met is None else recurrence_met
-    features = {
-        "compiled": float(spec is not None),
-        "p_checkable": -1.0 if p_check is None else round(p_check, 4),
-        "p_behavioural": round(behav_p, 4),
-        "recurrence": float(recurrence),
-        "n_rules": float(len(spec.rules)) if spec else 0.0,
-    }
+    features = _features(spec, p_check, behav_p, recurrence)
     cue = make_cue(text, context)
     if spec is not None:
-        return LaneDecision(
-            lane="CODE",
-            reason=(
-                "A guard compiled from this passed its self-check and runs on every proposal: "
-                + "; ".join(rule_summary(r) for r in spec.rules)[:400]
-            ),
-            confidence=0.9,
-            kind=classify_kind(text, spec, behavioural),
-            checkable=True,
-            behavioural=behavioural,
-            spec=spec.model_dump(),
-            cue=cue,
-            recurrence=recurrence,
-            features=features,
-        )
+        return _code_decision(text, spec, None, behavioural, cue, recurrence, features)
     proposed = bool(cues) or (p_check is not None and p_check >= CHECKABLE_THRESHOLD)
     if proposed:
         # The classifier proposes, the compiler disposes: CODE only with a guard that
         # exists. The optional LLM guard writer is the last try.
         generated = llm_guard_spec(text, settings) if use_llm is not False else None
         if generated is not None:
-            what = f" ({', '.join(cues)})" if cues else ""
-            return LaneDecision(
-                lane="CODE",
-                reason=f"A deterministic check can guarantee this{what}; a generated guard "
-                "runs on every proposal in a sandboxed subprocess.",
-                confidence=0.7,
-                kind=classify_kind(text, None, behavioural),
-                checkable=True,
-                behavioural=behavioural,
-                spec=generated.model_dump(),
-                cue=cue,
-                recurrence=recurrence,
-                features=features,
-            )
+            return _code_decision(text, generated, cues, behavioural, cue, recurrence, features)
     kind = classify_kind(text, None, behavioural)
     conf = round(float(abs(behav_p - 0.5) * 2 * 0.5 + 0.5), 3)
     no_guard = (
@@ -270,15 +310,7 @@ def allocate(
     if behavioural and met:
         return LaneDecision(
             lane="WEIGHTS",
-            reason=(
-                f"A behavioural judgement ({kind.replace('_', ' ')}) that has recurred "
-                f"{recurrence} time(s) (bar: {settings.weights_recurrence}); it is distilled "
-                "into the adapter and leaves the context once the adapter passes its gate."
-                if recurrence_met is None
-                else f"A behavioural judgement ({kind.replace('_', ' ')}) that recurs; "
-                "distilled into the adapter."
-            )
-            + no_guard,
+            reason=_weights_reason(kind, recurrence, settings, recurrence_met) + no_guard,
             confidence=conf,
             kind=kind,
             checkable=proposed,
@@ -287,18 +319,9 @@ def allocate(
             recurrence=recurrence,
             features=features,
         )
-    if behavioural:
-        reason = (
-            f"A behavioural judgement, seen {recurrence} time(s); kept as a cued bullet until it "
-            f"recurs {settings.weights_recurrence} times."
-        )
-    else:
-        reason = (
-            "Situational knowledge about the project; kept as a bullet shown when its cue matches."
-        )
     return LaneDecision(
         lane="CONTEXT",
-        reason=reason + no_guard,
+        reason=_context_reason(behavioural, recurrence, settings) + no_guard,
         confidence=conf,
         kind=kind,
         checkable=proposed,

@@ -334,103 +334,130 @@ def _bash_paths(cmd: str) -> list[str]:
 def _eval_rule(rule: Rule, call: ToolCall, preview: Preview | None) -> tuple[str, Any]:
     """("allow", None) | ("block", None) | ("rewrite", new_arguments)."""
     if isinstance(rule, ToolRule):
-        if call.tool in rule.deny and (
-            not rule.existing_files_only
-            or (preview is not None and preview.old_content is not None)
-        ):
-            return "block", None
-        if rule.allow is not None and call.tool not in rule.allow:
-            return "block", None
-        return "allow", None
+        return _eval_tool_rule(rule, call, preview)
     if isinstance(rule, PathRule):
-        path = call_path(call, preview)
-        if path is not None and rule.files and not path_matches(path, rule.files):
-            return "allow", None
-        if call.tool in rule.tools and path is not None:
-            inside = path_matches(path, rule.globs)
-            if (rule.mode == "deny") == inside:
-                return "block", None
-        if call.tool == "bash" and rule.mode == "deny":
-            cmd = str(call.arguments.get("cmd", ""))
-            if _BASH_WRITES.search(cmd) and any(
-                path_matches(p, rule.globs) and (not rule.files or path_matches(p, rule.files))
-                for p in _bash_paths(cmd)
-            ):
-                return "block", None
-        return "allow", None
+        return _eval_path_rule(rule, call, preview)
     if isinstance(rule, CommandRule):
-        if call.tool != "bash":
-            return "allow", None
-        cmd = str(call.arguments.get("cmd", ""))
-        hit = re.search(rule.pattern, cmd) or any(
-            re.search(rule.pattern, seg) for seg in command_segments(cmd)
-        )
-        if not hit:
-            return "allow", None
-        if rule.replace is None:
-            return "block", None
-        new_cmd = re.sub(rule.pattern, rule.replace, cmd)
-        if new_cmd == cmd:
-            # Only a normalised segment matched (`npx tsc`, `FOO=1 npm test`): the raw
-            # command cannot be rewritten in place, so the substitution's "never" holds.
-            return "block", None
-        return "rewrite", {**call.arguments, "cmd": new_cmd}
+        return _eval_command_rule(rule, call)
     if isinstance(rule, ContentRule):
-        if call.tool not in FILE_CHANGING_TOOLS:
-            return "allow", None
-        path = call_path(call, preview)
-        if rule.path_globs and (path is None or not path_matches(path, rule.path_globs)):
-            return "allow", None
-        if rule.exclude_globs and path is not None and path_matches(path, rule.exclude_globs):
-            return "allow", None
-        flags = re.M | (re.I if rule.ignore_case else 0)
-        if rule.required:
-            whole = preview.new_content if preview is not None else None
-            if whole is None and call.tool == "write":
-                whole = str(call.arguments.get("content", ""))
-            if whole is None:
-                return "allow", None  # an edit without its preview: the file is not known
-            return ("allow", None) if re.search(rule.pattern, whole, flags) else ("block", None)
-        return (
-            ("block", None)
-            if re.search(rule.pattern, added_text(call, preview), flags)
-            else ("allow", None)
-        )
+        return _eval_content_rule(rule, call, preview)
     if isinstance(rule, CommitMessageRule):
-        flags = re.I if rule.ignore_case else 0
-        for msg in commit_messages(_cmd(call)) if call.tool == "bash" else []:
-            if bool(re.search(rule.pattern, msg, flags)) != rule.must_match:
-                return "block", None
-        return "allow", None
+        return _eval_commit_message_rule(rule, call)
     if isinstance(rule, NamingRule):
-        path = call_path(call, preview)
-        new_file = call.tool == "write" and (preview is None or preview.old_content is None)
-        if not new_file or path is None:
-            return "allow", None
-        if rule.path_globs and not path_matches(path, rule.path_globs):
-            return "allow", None
-        parts = path.replace("\\", "/").strip("/").split("/")
-        names = [parts[-1].split(".")[0]] if rule.target == "file" else parts[:-1]
-        style = re.compile(re.escape(rule.prefix) + _CASE_STYLES[rule.style])
-        ok = all(style.fullmatch(n) for n in names if n and not n.startswith("."))
-        return ("allow", None) if ok else ("block", None)
+        return _eval_naming_rule(rule, call, preview)
     if isinstance(rule, (SequenceRule, ReadFirstRule)):
         return "allow", None  # judged on the task's history (`Guard.check(history=…)`)
     if isinstance(rule, SizeRule):
-        if call.tool not in FILE_CHANGING_TOOLS:
-            return "allow", None
-        path = call_path(call, preview)
-        if rule.path_globs and (path is None or not path_matches(path, rule.path_globs)):
-            return "allow", None
-        content = (
-            preview.new_content if preview is not None else str(call.arguments.get("content", ""))
-        )
-        if rule.max_lines is not None and len(content.splitlines()) > rule.max_lines:
-            return "block", None
-        if rule.max_bytes is not None and len(content.encode()) > rule.max_bytes:
-            return "block", None
-        return "allow", None
+        return _eval_size_rule(rule, call, preview)
     raise TypeError(f"not a declarative rule: {rule!r}")
+
+
+def _eval_tool_rule(rule: ToolRule, call: ToolCall, preview: Preview | None) -> tuple[str, Any]:
+    if call.tool in rule.deny and (
+        not rule.existing_files_only or (preview is not None and preview.old_content is not None)
+    ):
+        return "block", None
+    if rule.allow is not None and call.tool not in rule.allow:
+        return "block", None
+    return "allow", None
+
+
+def _eval_path_rule(rule: PathRule, call: ToolCall, preview: Preview | None) -> tuple[str, Any]:
+    path = call_path(call, preview)
+    if path is not None and rule.files and not path_matches(path, rule.files):
+        return "allow", None
+    if call.tool in rule.tools and path is not None:
+        inside = path_matches(path, rule.globs)
+        if (rule.mode == "deny") == inside:
+            return "block", None
+    if call.tool == "bash" and rule.mode == "deny":
+        cmd = str(call.arguments.get("cmd", ""))
+        if _BASH_WRITES.search(cmd) and any(
+            path_matches(p, rule.globs) and (not rule.files or path_matches(p, rule.files))
+            for p in _bash_paths(cmd)
+        ):
+            return "block", None
+    return "allow", None
+
+
+def _eval_command_rule(rule: CommandRule, call: ToolCall) -> tuple[str, Any]:
+    if call.tool != "bash":
+        return "allow", None
+    cmd = str(call.arguments.get("cmd", ""))
+    hit = re.search(rule.pattern, cmd) or any(
+        re.search(rule.pattern, seg) for seg in command_segments(cmd)
+    )
+    if not hit:
+        return "allow", None
+    if rule.replace is None:
+        return "block", None
+    new_cmd = re.sub(rule.pattern, rule.replace, cmd)
+    if new_cmd == cmd:
+        # Only a normalised segment matched (`npx tsc`, `FOO=1 npm test`): the raw
+        # command cannot be rewritten in place, so the substitution's "never" holds.
+        return "block", None
+    return "rewrite", {**call.arguments, "cmd": new_cmd}
+
+
+def _eval_content_rule(
+    rule: ContentRule, call: ToolCall, preview: Preview | None
+) -> tuple[str, Any]:
+    if call.tool not in FILE_CHANGING_TOOLS:
+        return "allow", None
+    path = call_path(call, preview)
+    if rule.path_globs and (path is None or not path_matches(path, rule.path_globs)):
+        return "allow", None
+    if rule.exclude_globs and path is not None and path_matches(path, rule.exclude_globs):
+        return "allow", None
+    flags = re.M | (re.I if rule.ignore_case else 0)
+    if rule.required:
+        whole = preview.new_content if preview is not None else None
+        if whole is None and call.tool == "write":
+            whole = str(call.arguments.get("content", ""))
+        if whole is None:
+            return "allow", None  # an edit without its preview: the file is not known
+        return ("allow", None) if re.search(rule.pattern, whole, flags) else ("block", None)
+    return (
+        ("block", None)
+        if re.search(rule.pattern, added_text(call, preview), flags)
+        else ("allow", None)
+    )
+
+
+def _eval_commit_message_rule(rule: CommitMessageRule, call: ToolCall) -> tuple[str, Any]:
+    flags = re.I if rule.ignore_case else 0
+    for msg in commit_messages(_cmd(call)) if call.tool == "bash" else []:
+        if bool(re.search(rule.pattern, msg, flags)) != rule.must_match:
+            return "block", None
+    return "allow", None
+
+
+def _eval_naming_rule(rule: NamingRule, call: ToolCall, preview: Preview | None) -> tuple[str, Any]:
+    path = call_path(call, preview)
+    new_file = call.tool == "write" and (preview is None or preview.old_content is None)
+    if not new_file or path is None:
+        return "allow", None
+    if rule.path_globs and not path_matches(path, rule.path_globs):
+        return "allow", None
+    parts = path.replace("\\", "/").strip("/").split("/")
+    names = [parts[-1].split(".")[0]] if rule.target == "file" else parts[:-1]
+    style = re.compile(re.escape(rule.prefix) + _CASE_STYLES[rule.style])
+    ok = all(style.fullmatch(n) for n in names if n and not n.startswith("."))
+    return ("allow", None) if ok else ("block", None)
+
+
+def _eval_size_rule(rule: SizeRule, call: ToolCall, preview: Preview | None) -> tuple[str, Any]:
+    if call.tool not in FILE_CHANGING_TOOLS:
+        return "allow", None
+    path = call_path(call, preview)
+    if rule.path_globs and (path is None or not path_matches(path, rule.path_globs)):
+        return "allow", None
+    content = preview.new_content if preview is not None else str(call.arguments.get("content", ""))
+    if rule.max_lines is not None and len(content.splitlines()) > rule.max_lines:
+        return "block", None
+    if rule.max_bytes is not None and len(content.encode()) > rule.max_bytes:
+        return "block", None
+    return "allow", None
 
 
 class Guard:

@@ -131,16 +131,30 @@ def _example_path(globs: list[str], default: str) -> str:
 
 def content_shapes(text: str) -> list[Shaped]:
     t = text
+    return [
+        *_style_content_shapes(t),
+        *_code_content_shapes(t),
+        *_markup_content_shapes(t),
+        *_required_text(t),
+        *_import_boundaries(t),
+    ]
+
+
+def _deny(
+    out: list[Shaped], pattern: str, globs: list[str], bad: str, good: str, path: str
+) -> None:
+    rule = ContentRule(pattern=pattern, path_globs=globs)
+    out.append(Shaped(rule, _write(path, bad), _write(path, good)))
+
+
+def _style_content_shapes(t: str) -> list[Shaped]:
+    """Named exports, emoji, tabs, inline styles, `var`."""
     out: list[Shaped] = []
-
-    def deny(pattern: str, globs: list[str], bad: str, good: str, path: str) -> None:
-        rule = ContentRule(pattern=pattern, path_globs=globs)
-        out.append(Shaped(rule, _write(path, bad), _write(path, good)))
-
     if re.search(r"\bnamed exports?\b", t, re.I) or re.search(
         NEG + r"[^.]*\bdefault exports?", t, re.I
     ):
-        deny(
+        _deny(
+            out,
             r"^\s*export\s+default\b",
             JS,
             "export default function f() {}\n",
@@ -166,9 +180,10 @@ def content_shapes(text: str) -> list[Shaped]:
     if re.search(
         NEG + r"[^.]*\btabs?\b|\bspaces?,? (?:not|no|never) tabs?\b|\b\d[- ]space indent", t, re.I
     ):
-        deny(r"^\t+", [], "def f():\n\treturn 1\n", "def f():\n    return 1\n", "src/a.py")
+        _deny(out, r"^\t+", [], "def f():\n\treturn 1\n", "def f():\n    return 1\n", "src/a.py")
     if re.search(NEG + r"[^.]*\binline[- ]styles?\b", t, re.I):
-        deny(
+        _deny(
+            out,
             r"\bstyle\s*=\s*[\"'{]",
             MARKUP,
             '<div style="color: red">x</div>\n',
@@ -176,12 +191,19 @@ def content_shapes(text: str) -> list[Shaped]:
             "src/example.html",
         )
     if re.search(NEG + r"[^.]*\bvar\b", t, re.I) and re.search(r"\b(const|let|var)\b", t):
-        deny(r"^\s*var\s", JS, "var x = 1;\n", "const x = 1;\n", "src/example.js")
+        _deny(out, r"^\s*var\s", JS, "var x = 1;\n", "const x = 1;\n", "src/example.js")
+    return out
+
+
+def _code_content_shapes(t: str) -> list[Shaped]:
+    """Debug output, stdlib logging, placeholders, star imports, `.then()`."""
+    out: list[Shaped] = []
     if re.search(
         NEG + r"[^.]*(?:\bprint\(\)|`print`|\bprint\s+statements?\b)", t, re.I
     ) or re.search(r"\b(logging|logger)\b[^.]*\binstead of\s+`?print", t, re.I):
         langs = _languages(t) or ["*.py"]
-        deny(
+        _deny(
+            out,
             r"^\s*print\(",
             langs,
             "print('debug')\n",
@@ -189,11 +211,12 @@ def content_shapes(text: str) -> list[Shaped]:
             _example_path(langs, "src/example.py"),
         )
     if re.search(NEG + r"[^.]*\bdebugger\b", t, re.I):
-        deny(r"^\s*debugger;?\s*$", JS, "debugger;\n", "const x = 1;\n", "src/example.js")
+        _deny(out, r"^\s*debugger;?\s*$", JS, "debugger;\n", "const x = 1;\n", "src/example.js")
     if re.search(r"\bimport\s+logging\b|\bstdlib\s+`?logging", t, re.I) and re.search(
         r"\bNOT\b|\bnot\b|never", t
     ):
-        deny(
+        _deny(
+            out,
             r"^\s*(import logging\b|from logging import)",
             ["*.py"],
             "import logging\n",
@@ -201,9 +224,12 @@ def content_shapes(text: str) -> list[Shaped]:
             "src/example.py",
         )
     if re.search(r"\bunresolved placeholders?\b", t, re.I):
-        deny(r"\{\{\s*[A-Za-z_]\w*\s*\}\}", [], "Hello {{NAME}}\n", "Hello Ada\n", "docs/a.md")
+        _deny(
+            out, r"\{\{\s*[A-Za-z_]\w*\s*\}\}", [], "Hello {{NAME}}\n", "Hello Ada\n", "docs/a.md"
+        )
     if re.search(r"\bwildcard imports?\b|\bstar imports?\b|\bexplicit imports?\b", t, re.I):
-        deny(
+        _deny(
+            out,
             r"^\s*from\s+\S+\s+import\s+\*",
             ["*.py"],
             "from os import *\n",
@@ -211,7 +237,13 @@ def content_shapes(text: str) -> list[Shaped]:
             "src/example.py",
         )
     if re.search(r"`\.then\(\)`|\braw\s+`?\.then\b", t, re.I) and re.search(NEG, t, re.I):
-        deny(r"\.then\(", JS, "f().then(g);\n", "await f();\n", "src/example.ts")
+        _deny(out, r"\.then\(", JS, "f().then(g);\n", "await f();\n", "src/example.ts")
+    return out
+
+
+def _markup_content_shapes(t: str) -> list[Shaped]:
+    """Banned tags and attribute quoting."""
+    out: list[Shaped] = []
     # "don't use raw `<img>` tags", "no inline `<script>` tags in `index.html`".
     for m in re.finditer(NEG + r"[^.]*?(?P<inline>\binline\s+)?`<(?P<tag>[a-z][\w-]*)>`", t, re.I):
         tag = m.group("tag").lower()
@@ -221,11 +253,9 @@ def content_shapes(text: str) -> list[Shaped]:
         ]
         globs = named or MARKUP
         path = named[0] if named else "src/example.html"
-        deny(rf"<{tag}\b{inline}", globs, f"<{tag}>x</{tag}>\n", "<div>x</div>\n", path)
+        _deny(out, rf"<{tag}\b{inline}", globs, f"<{tag}>x</{tag}>\n", "<div>x</div>\n", path)
     if re.search(r"\bdouble quotes? for (?:html )?attributes\b", t, re.I):
-        deny(r"\s[\w:-]+='", MARKUP, "<a href='/x'>x</a>\n", '<a href="/x">x</a>\n', "a.html")
-    out.extend(_required_text(t))
-    out.extend(_import_boundaries(t))
+        _deny(out, r"\s[\w:-]+='", MARKUP, "<a href='/x'>x</a>\n", '<a href="/x">x</a>\n', "a.html")
     return out
 
 
@@ -379,19 +409,36 @@ def _step_regex(step: str) -> str:
     return r"(^|\s)" + r"\s+".join(re.escape(w) for w in words[:3]) + r"(?![\w-])"
 
 
+def _sequence_shape(step: str, before: str, globs: list[str]) -> Shaped:
+    rule = SequenceRule(command=_step_regex(step), step=step, before=before, after_globs=globs)
+    path = _example_path(globs, "src/example.py")
+    change = ToolCall(tool="write", arguments={"path": path, "content": "x\n"})
+    ran = ToolCall(tool="bash", arguments={"cmd": step})
+    commit = "git commit -m 'fix: x'"
+    return Shaped(rule, _bash(commit, [change]), _bash(commit, [change, ran]))
+
+
+def _test_suite_shape() -> Shaped:
+    """ "Run the tests before committing" with no command named: any test runner counts."""
+    rule = SequenceRule(
+        command=r"\b(test|tests|pytest|jest|vitest|unittest)\b",
+        step="the test suite",
+        before="commit",
+        after_globs=[],
+    )
+    change = ToolCall(tool="write", arguments={"path": "src/a.py", "content": "x\n"})
+    ran = ToolCall(tool="bash", arguments={"cmd": "npm test"})
+    return Shaped(
+        rule,
+        _bash("git commit -m 'fix: x'", [change]),
+        _bash("git commit -m 'fix: x'", [change, ran]),
+    )
+
+
 def sequence_shapes(text: str) -> list[Shaped]:
     """ "after changing X run `Y`", "run `Y` before every commit", "use `fmt` for formatting"."""
     t = text
     out: list[Shaped] = []
-
-    def add(step: str, before: str, globs: list[str]) -> None:
-        rule = SequenceRule(command=_step_regex(step), step=step, before=before, after_globs=globs)
-        path = _example_path(globs, "src/example.py")
-        change = ToolCall(tool="write", arguments={"path": path, "content": "x\n"})
-        ran = ToolCall(tool="bash", arguments={"cmd": step})
-        commit = "git commit -m 'fix: x'"
-        out.append(Shaped(rule, _bash(commit, [change]), _bash(commit, [change, ran])))
-
     commit_trigger = re.search(
         r"\b(before|prior to)\s+(?:every\s+|each\s+|any\s+)?(?:git\s+)?commit|\bon every commit|\bpre-?commit\b",
         t,
@@ -431,27 +478,13 @@ def sequence_shapes(text: str) -> list[Shaped]:
     ):
         steps = ["test"]
         if commit_trigger or change_trigger:
-            rule = SequenceRule(
-                command=r"\b(test|tests|pytest|jest|vitest|unittest)\b",
-                step="the test suite",
-                before="commit",
-                after_globs=[],
-            )
-            change = ToolCall(tool="write", arguments={"path": "src/a.py", "content": "x\n"})
-            ran = ToolCall(tool="bash", arguments={"cmd": "npm test"})
-            out.append(
-                Shaped(
-                    rule,
-                    _bash("git commit -m 'fix: x'", [change]),
-                    _bash("git commit -m 'fix: x'", [change, ran]),
-                )
-            )
+            out.append(_test_suite_shape())
             return out
     if steps and verify and not glossary:
-        add(steps[0], "commit", _languages(t))
+        out.append(_sequence_shape(steps[0], "commit", _languages(t)))
         return out
     if steps and runs and (commit_trigger or change_trigger):
-        add(steps[0], "commit", _languages(t))
+        out.append(_sequence_shape(steps[0], "commit", _languages(t)))
         return out
     # "Use `rustfmt` for code formatting", "run `gofmt` on any Go file you edit".
     for name, globs in FORMATTERS.items():
@@ -461,7 +494,7 @@ def sequence_shapes(text: str) -> list[Shaped]:
             and re.search(r"\b(always|must|should|use|every|any|each|before|after)\b", t, re.I)
             and not re.search(NEG + r"\s+(?:run|use)\s+`?" + re.escape(name), t, re.I)
         ):
-            add(name, "commit", globs)
+            out.append(_sequence_shape(name, "commit", globs))
             break
     return out
 
@@ -568,12 +601,20 @@ def convention_shapes(text: str) -> list[Shaped]:
     function components, arrow parentheses, interfaces, force unwraps, hard-coded text or
     colours, a logger instead of stdout, licence headers, the language of strings."""
     t = text
+    return [
+        *_annotation_shapes(t),
+        *_function_style_shapes(t),
+        *_declaration_shapes(t),
+        *_hardcoded(t),
+        *_logger_instead(t),
+        *_licence_header(t),
+        *_artefact_language(t),
+    ]
+
+
+def _annotation_shapes(t: str) -> list[Shaped]:
+    """Docstrings, JSDoc, type hints."""
     out: list[Shaped] = []
-
-    def deny(pattern: str, globs: list[str], bad: str, good: str, path: str) -> None:
-        rule = ContentRule(pattern=pattern, path_globs=globs)
-        out.append(Shaped(rule, _write(path, bad), _write(path, good)))
-
     langs = _languages(t)
     python = not langs or "*.py" in langs
     if (
@@ -582,7 +623,8 @@ def convention_shapes(text: str) -> list[Shaped]:
         and not _negated(t, "docstring")
         and python
     ):
-        deny(
+        _deny(
+            out,
             PY_DOCSTRING_MISSING,
             ["*.py"],
             "def mean(xs):\n    return sum(xs) / len(xs)\n",
@@ -590,7 +632,8 @@ def convention_shapes(text: str) -> list[Shaped]:
             "src/example.py",
         )
     if re.search(r"\bjs ?doc\b", t, re.I) and not _negated(t, "jsdoc"):
-        deny(
+        _deny(
+            out,
             r"(?<!\*/\n)^[ \t]*(?:export\s+)?(?:default\s+)?(?:async\s+)?function\b",
             JS,
             "export function f(a) {\n  return a;\n}\n",
@@ -602,13 +645,20 @@ def convention_shapes(text: str) -> list[Shaped]:
         and not _negated(t, "type")
         and python
     ):
-        deny(
+        _deny(
+            out,
             PY_DEF + r"\w+\([^\n]*\)\s*:",
             ["*.py"],
             "def mean(xs):\n    return 0.0\n",
             "def mean(xs: list[float]) -> float:\n    return 0.0\n",
             "src/example.py",
         )
+    return out
+
+
+def _function_style_shapes(t: str) -> list[Shaped]:
+    """Function components, arrow-function parentheses."""
+    out: list[Shaped] = []
     if (
         re.search(
             r"\b(?:use|write|only|always|prefer)\s+(?:only\s+)?(?:react\s+)?function(?:al)? components?",
@@ -617,7 +667,8 @@ def convention_shapes(text: str) -> list[Shaped]:
         )
         and not _negated(t, "function")
     ) or re.search(NEG + r"\s+(?:\w+\s+)?class components?\b", t, re.I):
-        deny(
+        _deny(
+            out,
             r"\bclass\s+\w+\s+extends\s+(?:React\.)?(?:Pure)?Component\b",
             JS,
             "class App extends React.Component {}\n",
@@ -626,7 +677,8 @@ def convention_shapes(text: str) -> list[Shaped]:
         )
     if re.search(r"\barrow functions?\b", t, re.I) and re.search(r"\bparen", t, re.I):
         if re.search(r"\b(without|omit\w*|no|avoid|drop)\b[^.]*\bparen", t, re.I):
-            deny(
+            _deny(
+                out,
                 r"(?<![\w$.])\(\s*[A-Za-z_$][\w$]*\s*\)\s*=>",
                 JS,
                 "const f = (x) => x;\n",
@@ -634,13 +686,20 @@ def convention_shapes(text: str) -> list[Shaped]:
                 "src/example.js",
             )
         elif re.search(r"\b(always|with|require\w*|include)\b[^.]*\bparen", t, re.I):
-            deny(
+            _deny(
+                out,
                 r"(?:^|[=(,:?]\s*)(?:async\s+)?[A-Za-z_$][\w$]*\s*=>",
                 JS,
                 "const f = x => x;\n",
                 "const f = (x) => x;\n",
                 "src/example.js",
             )
+    return out
+
+
+def _declaration_shapes(t: str) -> list[Shaped]:
+    """Types over interfaces (or back), force unwraps, `_private` fields."""
+    out: list[Shaped] = []
     ts = ["*.ts", "*.tsx"]
     type_alias = (
         "type A = {\n  x: number;\n};\n",
@@ -650,15 +709,16 @@ def convention_shapes(text: str) -> list[Shaped]:
     if re.search(
         r"\btypes?\b`?[^.]*\b(?:over|instead of|rather than|not)\s+`?interfaces?\b", t, re.I
     ):
-        deny(interface[1], ts, interface[0], type_alias[0], "src/example.ts")
+        _deny(out, interface[1], ts, interface[0], type_alias[0], "src/example.ts")
     elif re.search(
         r"\binterfaces?`?\s+(?:for\s+(?:all\s+)?(?:object|props|data)|over|instead of|rather than)\b",
         t,
         re.I,
     ) and re.search(r"\b(use|prefer|always)\b", t, re.I):
-        deny(type_alias[1], ts, type_alias[0], interface[0], "src/example.ts")
+        _deny(out, type_alias[1], ts, type_alias[0], interface[0], "src/example.ts")
     if re.search(r"\bforce[- ]?unwrap", t, re.I) and re.search(NEG, t, re.I):
-        deny(
+        _deny(
+            out,
             r"[\w)\]]!(?=[.\s),;\]]|$)",
             ["*.swift"],
             "let n = name!.count\n",
@@ -668,15 +728,20 @@ def convention_shapes(text: str) -> list[Shaped]:
     if re.search(r"\bprivate (?:fields?|members?|properties|variables?)\b", t, re.I) and re.search(
         r"\bprefix\w*\s+(?:with\s+)?(?:an?\s+)?(?:`_`|underscores?)|\bunderscore prefix", t, re.I
     ):
-        deny(
+        _deny(
+            out,
             r"\bprivate\s+(?:(?:readonly|static|final)\s+)*(?:[\w<>\[\],?]+\s+)?(?!_)[A-Za-z]\w*\s*[;=:]",
             ["*.ts", "*.tsx", "*.java", "*.cs", "*.kt"],
             "class A {\n  private count: number = 0;\n}\n",
             "class A {\n  private _count: number = 0;\n}\n",
             "src/example.ts",
         )
-    out.extend(_hardcoded(t))
-    out.extend(_logger_instead(t))
+    return out
+
+
+def _licence_header(t: str) -> list[Shaped]:
+    """A licence header in every code file."""
+    out: list[Shaped] = []
     if (
         re.search(r"\b(licen[cs]e|copyright)\s+headers?\b|\bspdx\b", t, re.I)
         and re.search(r"\b(every|all|each|new|must|should|always|include|add|start)\b", t, re.I)
@@ -694,7 +759,6 @@ def convention_shapes(text: str) -> list[Shaped]:
                 _write("src/a.py", "# SPDX-License-Identifier: MIT\nx = 1\n"),
             )
         )
-    out.extend(_artefact_language(t))
     return out
 
 

@@ -316,6 +316,48 @@ class _Decoder:
         return logits
 
 
+def _generator(params: SampleParams) -> torch.Generator | None:
+    """The sampling generator: None at temperature 0, unseeded when no seed is given."""
+    if params.temperature <= 0:
+        return None
+    generator = torch.Generator()
+    if params.seed is None:
+        generator.seed()  # non-deterministic, as asked
+    else:
+        generator.manual_seed(params.seed)
+    return generator
+
+
+def _opening_logprobs(decoder: _Decoder, opening: list[int]) -> list[float]:
+    rows = torch.log_softmax(decoder.opening_logits, dim=-1)
+    picked = torch.tensor(opening, dtype=torch.long, device=rows.device)
+    return rows.gather(1, picked[:, None])[:, 0].tolist()
+
+
+def _feed_chunk(
+    decoder: _Decoder, pending: list[int], tokens: list[int], logprobs: list[float]
+) -> None:
+    """One forward pass for the sampled token and the tokens forced after it.
+
+    Row i of `decoder.feed`'s logits predicts pending[i + 1]; the first pending token was
+    predicted by the logits we already held.
+    """
+    first_lp = _logprob(decoder.next_logits, pending[0])
+    logits = decoder.feed(pending)
+    log_probs = torch.log_softmax(logits[:-1], dim=-1)
+    rest = torch.tensor(pending[1:], dtype=torch.long, device=logits.device)
+    tokens.extend(pending)
+    logprobs.append(first_lp)
+    logprobs.extend(log_probs.gather(1, rest[:, None])[:, 0].tolist())
+
+
+def _completion_text(grammar: ToolCallGrammar, tokens: list[int], eos: set[int]) -> str:
+    text = grammar.tokenizer.decode(
+        [t for t in tokens if t not in eos], clean_up_tokenization_spaces=False
+    )
+    return str(text)
+
+
 def constrained_decode(
     model: Any,
     grammar: ToolCallGrammar,
@@ -335,13 +377,7 @@ def constrained_decode(
     start = time.perf_counter()
     if not prompt_tokens:
         raise ValueError("constrained_decode needs a non-empty prompt")
-    generator: torch.Generator | None = None
-    if params.temperature > 0:
-        generator = torch.Generator()
-        if params.seed is None:
-            generator.seed()  # non-deterministic, as asked
-        else:
-            generator.manual_seed(params.seed)
+    generator = _generator(params)
 
     matcher = grammar.matcher()
     eos = set(grammar.eos_tokens)
@@ -362,21 +398,10 @@ def constrained_decode(
         decoder = _Decoder(model, prompt_tokens, opening, prompt_cache, weights_key)
         if opening:
             tokens.extend(opening)
-            rows = torch.log_softmax(decoder.opening_logits, dim=-1)
-            picked = torch.tensor(opening, dtype=torch.long, device=rows.device)
-            logprobs.extend(rows.gather(1, picked[:, None])[:, 0].tolist())
+            logprobs.extend(_opening_logprobs(decoder, opening))
         while True:
             if pending:
-                # One forward pass for the sampled token and the tokens forced after it.
-                # Row i of the returned logits predicts pending[i + 1]; the first pending
-                # token was predicted by the logits we already held.
-                first_lp = _logprob(decoder.next_logits, pending[0])
-                logits = decoder.feed(pending)
-                log_probs = torch.log_softmax(logits[:-1], dim=-1)
-                rest = torch.tensor(pending[1:], dtype=torch.long, device=logits.device)
-                tokens.extend(pending)
-                logprobs.append(first_lp)
-                logprobs.extend(log_probs.gather(1, rest[:, None])[:, 0].tolist())
+                _feed_chunk(decoder, pending, tokens, logprobs)
             pending, more = _next_chunk(
                 matcher,
                 decoder.next_logits,
@@ -391,13 +416,10 @@ def constrained_decode(
             if not pending:
                 break
 
-    text = grammar.tokenizer.decode(
-        [t for t in tokens if t not in eos], clean_up_tokenization_spaces=False
-    )
     return Completion(
         tokens=tokens,
         logprobs=logprobs,
-        text=str(text),
+        text=_completion_text(grammar, tokens, eos),
         forced=forced,
         seconds=time.perf_counter() - start,
     )
@@ -496,20 +518,10 @@ def constrained_decode_batch(
         raise ValueError("constrained_decode_batch needs a non-empty prompt")
     if n < 1:
         raise ValueError(f"need at least one candidate, asked for {n}")
-    generator: torch.Generator | None = None
-    if params.temperature > 0:
-        generator = torch.Generator()
-        if params.seed is None:
-            generator.seed()
-        else:
-            generator.manual_seed(params.seed)
+    generator = _generator(params)
     eos = set(grammar.eos_tokens)
     limit = max(0, params.max_tokens)
-    matchers = [grammar.matcher() for _ in range(n)]
-    opening = _take(matchers[0].compute_ff_tokens(), limit)
-    for matcher in matchers:
-        if opening:
-            matcher.consume_tokens(opening)
+    matchers, opening = _opened_matchers(grammar, n, limit)
     tokens: list[list[int]] = [list(opening) for _ in range(n)]
     logprobs: list[list[float]] = [[] for _ in range(n)]
     forced = [len(opening)] * n
@@ -518,9 +530,7 @@ def constrained_decode_batch(
     with torch.inference_mode():
         decoder = _Decoder(model, prompt_tokens, opening, prompt_cache, weights_key)
         if opening:
-            rows = torch.log_softmax(decoder.opening_logits, dim=-1)
-            picked = torch.tensor(opening, dtype=torch.long, device=rows.device)
-            opening_lps = rows.gather(1, picked[:, None])[:, 0].tolist()
+            opening_lps = _opening_logprobs(decoder, opening)
             for row in logprobs:
                 row.extend(opening_lps)
         decoder.cache.batch_repeat_interleave(n)
@@ -533,21 +543,18 @@ def constrained_decode_batch(
         attention = torch.ones(n, len(prompt_tokens) + len(opening), dtype=torch.long)
         positions = [len(prompt_tokens) + len(opening)] * n
         while True:
-            chunks: list[list[int]] = []
-            for b, r in enumerate(alive):
-                temperature = 0.0 if r < params.greedy_rows else params.temperature
-                chunk, more = _next_chunk(
-                    matchers[r],
-                    next_logits[b],
-                    tokens[r],
-                    logprobs[r],
-                    limit,
-                    eos,
-                    temperature,
-                    generator,
-                )
-                chunks.append(chunk)
-                forced[r] += more
+            chunks = _next_chunks(
+                matchers,
+                alive,
+                next_logits,
+                tokens,
+                logprobs,
+                forced,
+                limit,
+                eos,
+                params,
+                generator,
+            )
             live = [b for b, chunk in enumerate(chunks) if chunk]
             if not live:
                 break
@@ -555,49 +562,131 @@ def constrained_decode_batch(
                 keep = torch.tensor(live, dtype=torch.long)
                 decoder.cache.batch_select_indices(keep.to(device))
                 attention, next_logits = attention[keep], next_logits[keep.to(device)]
-                alive = [alive[b] for b in live]
-                chunks = [chunks[b] for b in live]
-            width = max(len(c) for c in chunks)
-            ids = torch.full((len(alive), width), pad, dtype=torch.long)
-            real = torch.zeros(len(alive), width, dtype=torch.long)
-            position_ids = torch.zeros(len(alive), width, dtype=torch.long)
-            for b, (r, chunk) in enumerate(zip(alive, chunks, strict=True)):
-                ids[b, : len(chunk)] = torch.tensor(chunk, dtype=torch.long)
-                real[b, : len(chunk)] = 1
-                # Padding sits after the row's last real position and is never attended to.
-                position_ids[b] = positions[r] + torch.arange(width).clamp(max=len(chunk))
+                alive, chunks = [alive[b] for b in live], [chunks[b] for b in live]
+            ids, real, position_ids = _padded_step(alive, chunks, positions, pad)
             attention = torch.cat([attention, real], dim=1)
-            out = model(
-                input_ids=ids.to(device),
-                attention_mask=attention.to(device),
-                position_ids=position_ids.to(device),
-                use_cache=True,
-                logits_to_keep=width,
-                **{decoder.cache_keyword: decoder.cache},
-            )
-            cache = getattr(out, "cache", None)
-            decoder.cache = cache if cache is not None else out.past_key_values
-            logits = out.logits.float()
-            for b, (r, chunk) in enumerate(zip(alive, chunks, strict=True)):
-                first = _logprob(next_logits[b], chunk[0])
-                scored = torch.log_softmax(logits[b, : len(chunk) - 1], dim=-1)
-                rest = torch.tensor(chunk[1:], dtype=torch.long, device=scored.device)
-                tokens[r].extend(chunk)
-                logprobs[r].append(first)
-                logprobs[r].extend(scored.gather(1, rest[:, None])[:, 0].tolist())
-                next_logits[b] = logits[b, len(chunk) - 1]
-                positions[r] += len(chunk)
+            logits = _batch_forward(model, decoder, ids, attention, position_ids, device)
+            _record_step(alive, chunks, logits, next_logits, tokens, logprobs, positions)
 
-    seconds = time.perf_counter() - start
+    return _completions(grammar, tokens, logprobs, forced, eos, time.perf_counter() - start)
+
+
+def _opened_matchers(
+    grammar: ToolCallGrammar, n: int, limit: int
+) -> tuple[list[llguidance.LLMatcher], list[int]]:
+    """`n` matchers past the grammar's forced opening, and that opening."""
+    matchers = [grammar.matcher() for _ in range(n)]
+    opening = _take(matchers[0].compute_ff_tokens(), limit)
+    for matcher in matchers:
+        if opening:
+            matcher.consume_tokens(opening)
+    return matchers, opening
+
+
+def _next_chunks(
+    matchers: list[llguidance.LLMatcher],
+    alive: list[int],
+    next_logits: torch.Tensor,
+    tokens: list[list[int]],
+    logprobs: list[list[float]],
+    forced: list[int],
+    limit: int,
+    eos: set[int],
+    params: SampleParams,
+    generator: torch.Generator | None,
+) -> list[list[int]]:
+    """`_next_chunk` for every live row (batch row b is candidate alive[b])."""
+    chunks: list[list[int]] = []
+    for b, r in enumerate(alive):
+        temperature = 0.0 if r < params.greedy_rows else params.temperature
+        chunk, more = _next_chunk(
+            matchers[r],
+            next_logits[b],
+            tokens[r],
+            logprobs[r],
+            limit,
+            eos,
+            temperature,
+            generator,
+        )
+        chunks.append(chunk)
+        forced[r] += more
+    return chunks
+
+
+def _padded_step(
+    alive: list[int], chunks: list[list[int]], positions: list[int], pad: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The step's input ids, its attention columns (1 = real) and position ids."""
+    width = max(len(c) for c in chunks)
+    ids = torch.full((len(alive), width), pad, dtype=torch.long)
+    real = torch.zeros(len(alive), width, dtype=torch.long)
+    position_ids = torch.zeros(len(alive), width, dtype=torch.long)
+    for b, (r, chunk) in enumerate(zip(alive, chunks, strict=True)):
+        ids[b, : len(chunk)] = torch.tensor(chunk, dtype=torch.long)
+        real[b, : len(chunk)] = 1
+        # Padding sits after the row's last real position and is never attended to.
+        position_ids[b] = positions[r] + torch.arange(width).clamp(max=len(chunk))
+    return ids, real, position_ids
+
+
+def _batch_forward(
+    model: Any,
+    decoder: _Decoder,
+    ids: torch.Tensor,
+    attention: torch.Tensor,
+    position_ids: torch.Tensor,
+    device: torch.device,
+) -> torch.Tensor:
+    """One batched step through the model; updates `decoder.cache`, returns float logits."""
+    out = model(
+        input_ids=ids.to(device),
+        attention_mask=attention.to(device),
+        position_ids=position_ids.to(device),
+        use_cache=True,
+        logits_to_keep=ids.shape[1],
+        **{decoder.cache_keyword: decoder.cache},
+    )
+    cache = getattr(out, "cache", None)
+    decoder.cache = cache if cache is not None else out.past_key_values
+    return out.logits.float()
+
+
+def _record_step(
+    alive: list[int],
+    chunks: list[list[int]],
+    logits: torch.Tensor,
+    next_logits: torch.Tensor,
+    tokens: list[list[int]],
+    logprobs: list[list[float]],
+    positions: list[int],
+) -> None:
+    """Append each row's chunk and its logprobs; `next_logits` row b becomes the logits
+    after candidate alive[b]'s chunk."""
+    for b, (r, chunk) in enumerate(zip(alive, chunks, strict=True)):
+        first = _logprob(next_logits[b], chunk[0])
+        scored = torch.log_softmax(logits[b, : len(chunk) - 1], dim=-1)
+        rest = torch.tensor(chunk[1:], dtype=torch.long, device=scored.device)
+        tokens[r].extend(chunk)
+        logprobs[r].append(first)
+        logprobs[r].extend(scored.gather(1, rest[:, None])[:, 0].tolist())
+        next_logits[b] = logits[b, len(chunk) - 1]
+        positions[r] += len(chunk)
+
+
+def _completions(
+    grammar: ToolCallGrammar,
+    tokens: list[list[int]],
+    logprobs: list[list[float]],
+    forced: list[int],
+    eos: set[int],
+    seconds: float,
+) -> list[Completion]:
     return [
         Completion(
             tokens=row,
             logprobs=lps,
-            text=str(
-                grammar.tokenizer.decode(
-                    [t for t in row if t not in eos], clean_up_tokenization_spaces=False
-                )
-            ),
+            text=_completion_text(grammar, row, eos),
             forced=f,
             seconds=seconds,
         )
