@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # README command 2: set up, then run every check: lint and format, the import layers, the
 # VS Code extension (type-check, lint, unit tests, .vsix, and the end-to-end run in a real
-# code-server through Chromium on the embedded model), then the Python suite (real model,
+# code-server through Chromium on the embedded model, and the review flows on a scripted
+# server), then the Python suite (real model,
 # real SQLite, real Neovim, real bubblewrap).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,5 +15,7 @@ export TRL_EXPERIMENTAL_SILENCE=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 if [ "${CONTINUAL_SKIP_VSCODE:-0}" != 1 ]; then
   bash vscode-client/scripts/test.sh
   bash vscode-client/scripts/e2e.sh
+  # Per-hunk decisions, always allow and undo in code-server, on the scripted server.
+  E2E_MODE=review E2E_SKIP_PACKAGE=1 bash vscode-client/scripts/e2e.sh
 fi
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
