@@ -35,6 +35,7 @@ from continual_lsp.protocol import (
     NOTIFY_ROUTED,
     NOTIFY_TASK_DONE,
 )
+from continual_lsp.text import changed_lines
 
 SAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sample-workspace"
 FIX = {
@@ -57,13 +58,6 @@ PREFERENCE = (
     "Use edit with the exact old line and its replacement here, not edit_lines: "
     "line numbers drift in this repository."
 )
-
-
-def changed_lines(diff: str) -> tuple[list[str], list[str]]:
-    """(removed, added) lines of a unified diff, headers left out."""
-    removed = [x[1:] for x in diff.splitlines() if x.startswith("-") and not x.startswith("---")]
-    added = [x[1:] for x in diff.splitlines() if x.startswith("+") and not x.startswith("+++")]
-    return removed, added
 
 
 def fixes_the_bug(proposal: dict[str, Any]) -> bool:

@@ -30,6 +30,14 @@ def unified_diff(old: str, new: str, from_file: str, to_file: str) -> str:
     return "".join(out)
 
 
+def changed_lines(diff: str) -> tuple[list[str], list[str]]:
+    """(removed, added) lines of a unified diff, without their +/- and without headers."""
+    lines = diff.splitlines()
+    removed = [x[1:] for x in lines if x.startswith("-") and not x.startswith("---")]
+    added = [x[1:] for x in lines if x.startswith("+") and not x.startswith("+++")]
+    return removed, added
+
+
 def clip(text: str, limit: int, *, say_cut: bool = False) -> str:
     """`text` cut to `limit` characters and marked "…"; `say_cut` also says how many went."""
     if len(text) <= limit:

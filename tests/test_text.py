@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from continual_lsp.text import clip, split_lines, unified_diff
+from continual_lsp.text import changed_lines, clip, split_lines, unified_diff
 
 
 def test_only_newline_ends_a_line() -> None:
@@ -33,3 +33,8 @@ def test_clip() -> None:
     assert clip("short", 10) == "short"
     assert clip("abcdefghij", 4) == "abcd…"
     assert clip("abcdefghij", 4, say_cut=True) == "abcd … (6 chars cut)"
+
+
+def test_changed_lines_leave_out_headers_and_the_no_newline_marker() -> None:
+    diff = unified_diff("a\n-x\n", "a\n+y", "a/f", "b/f")
+    assert changed_lines(diff) == (["-x"], ["+y"])

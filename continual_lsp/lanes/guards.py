@@ -27,6 +27,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from continual_lsp.store.db import Store
+from continual_lsp.text import changed_lines
 from continual_lsp.tools.base import FILE_CHANGING_TOOLS, Preview, ToolCall
 from continual_lsp.tools.globs import directory_prefix, path_matches
 
@@ -221,12 +222,7 @@ def added_text(call: ToolCall, preview: Preview | None) -> str:
     """The lines a call adds: from the preview's diff when we have it (an edit that keeps
     an old `println` must not be blamed for it), else from the arguments."""
     if preview is not None and preview.diff:
-        lines = [
-            line[1:]
-            for line in preview.diff.splitlines()
-            if line.startswith("+") and not line.startswith("+++")
-        ]
-        return "\n".join(lines)
+        return "\n".join(changed_lines(preview.diff)[1])
     args = call.arguments
     return str(args.get("content") or args.get("new") or "")
 
