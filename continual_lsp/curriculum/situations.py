@@ -524,10 +524,21 @@ class Builder:
         n = s.facts["n"]
         lines[n - 1] = s.facts["new"]
         fixed[path] = "\n".join(lines)
-        test_dir = "tests/*.py" if s.language == "py" else "tests/*.js"
+        # The command varies and is written down only in the project's own file, so the
+        # skill taught is "find how this project runs its tests", not one memorised command.
+        cmd = str(self.rng.choice(self.v["test_commands"][s.language]))
+        if s.language == "py":
+            doc = "README.md"
+            title = fixed[doc].split("\n", 1)[0]
+            fixed[doc] = f"{title}\n\n" + str(self.pick("test_docs")).format(cmd=cmd)
+        else:
+            doc = "package.json"
+            manifest = json.loads(fixed[doc])
+            manifest["scripts"]["test"] = cmd
+            fixed[doc] = json.dumps(manifest, indent=2)
         task = self.template("run_tests")
-        plan = [call("glob", pat=test_dir), call("bash", cmd=s.check)]
-        return Situation("run_tests", s.language, fixed, task, plan, 1, "", s.check)
+        plan = [call("read", path=doc), call("bash", cmd=cmd)]
+        return Situation("run_tests", s.language, fixed, task, plan, 1, "", cmd)
 
     def add_dep(self) -> Situation:
         lang = self.rng.choice(["py", "js"])
