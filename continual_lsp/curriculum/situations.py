@@ -47,6 +47,18 @@ class Situation:
     facts: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Defect:
+    """A one-line change: line `n` of `path` goes from `old` to `new`; `fn` is what a task
+    names when it does not name the file (a function, constant or word to search for)."""
+
+    path: str
+    fn: str | None
+    n: int
+    old: str
+    new: str
+
+
 # Binary operators and a wrong one for each; (good, bad).
 _OPS = [("+", "-"), ("-", "+"), ("*", "+"), ("+", "*"), ("//", "*")]
 _JS_OPS = [("+", "-"), ("-", "+"), ("*", "+"), ("+", "*")]
@@ -154,7 +166,7 @@ class Builder:
         x, y = self.rng.randint(5, 9), self.rng.randint(2, 4)
         expected = {"+": x + y, "-": x - y, "*": x * y, "//": x // y}[good]
         d, stem = self.pick("dirs"), self.pick("stems")
-        named = self.rng.random() < 0.5
+        self.rng.random()  # an unused draw, kept so that seeded curricula stay as they were
         check: str | None = None
         if lang == "py":
             path = f"{d}/{stem}.py"
@@ -195,8 +207,8 @@ class Builder:
             }
             n, old, new = 2, lines[1], f"    {a} {good} {b}"
         task = self.template("operator", fn=fn, path=path, bad=bad, good=good)
-        named = path in task
-        return self._line_fix("operator", lang, files, task, path, fn, named, n, old, new, check)
+        defect = Defect(path, fn, n, old, new)
+        return self._line_fix("operator", lang, files, task, defect, check)
 
     def off_by_one(self) -> Situation:
         lang = self.rng.choice(["py", "js"])
@@ -236,9 +248,8 @@ class Builder:
             n, old, new = start + 2, body[2], f"  for (let i = 1; i <= {lim}; i++) {{"
             check = "node --test"
         task = self.template("off_by_one", fn=fn, path=path)
-        return self._line_fix(
-            "off_by_one", lang, files, task, path, fn, path in task, n, old, new, check
-        )
+        defect = Defect(path, fn, n, old, new)
+        return self._line_fix("off_by_one", lang, files, task, defect, check)
 
     def missing_return(self) -> Situation:
         fn, *fillers = self.names(self.rng.randint(1, 3))
@@ -253,19 +264,8 @@ class Builder:
         n = start + 1
         new = body[1] + "\n    return result"
         task = self.template("missing_return", fn=fn, path=path)
-        return self._line_fix(
-            "missing_return",
-            "py",
-            files,
-            task,
-            path,
-            fn,
-            path in task,
-            n,
-            body[1],
-            new,
-            "python3 -m pytest -q",
-        )
+        defect = Defect(path, fn, n, body[1], new)
+        return self._line_fix("missing_return", "py", files, task, defect, "python3 -m pytest -q")
 
     def constant(self) -> Situation:
         lang = self.rng.choice(["py", "js", "go", "sh"])
@@ -298,19 +298,8 @@ class Builder:
         n = next(i for i, line in enumerate(lines, 1) if line.startswith((name, f"const {name}")))
         files = {path: "\n".join(lines) + "\n", "README.md": f"# {stem}\n"}
         task = self.template("constant", name=name, old=old_v, new=new_v, path=path)
-        s = self._line_fix(
-            "constant",
-            lang,
-            files,
-            task,
-            path,
-            name,
-            path in task,
-            n,
-            lines[n - 1],
-            fmt.format(new_v),
-            None,
-        )
+        defect = Defect(path, name, n, lines[n - 1], fmt.format(new_v))
+        s = self._line_fix("constant", lang, files, task, defect, None)
         s.facts.update(good=str(new_v), bad=str(old_v), fmt=fmt)
         return s
 
@@ -325,20 +314,8 @@ class Builder:
         lines = [f"# {stem.title()}", "", *fill]
         files = {path: "\n".join(lines) + "\n"}
         task = self.template("typo", bad=bad, good=good, path=path)
-        named = path in task
-        s = self._line_fix(
-            "typo",
-            "md",
-            files,
-            task,
-            path,
-            bad,
-            named,
-            n,
-            lines[n - 1],
-            lines[n - 1].replace(bad, good),
-            None,
-        )
+        defect = Defect(path, bad, n, lines[n - 1], lines[n - 1].replace(bad, good))
+        s = self._line_fix("typo", "md", files, task, defect, None)
         return s
 
     def config(self) -> Situation:
@@ -371,9 +348,8 @@ class Builder:
         new_line = lines[n - 1].replace(old_v, new_v)
         files = {path: "\n".join(lines) + "\n"}
         task = self.template("config", key=key, new=new_v, old=old_v, path=path)
-        s = self._line_fix(
-            "config", fmt, files, task, path, None, True, n, lines[n - 1], new_line, None
-        )
+        defect = Defect(path, None, n, lines[n - 1], new_line)
+        s = self._line_fix("config", fmt, files, task, defect, None)
         s.facts.update(good=new_v, bad=old_v)
         return s
 
@@ -386,20 +362,8 @@ class Builder:
         files = {path: "\n".join(lines) + "\n", "README.md": "# project\n"}
         task = self.template("add_line", entry=entry, path=path)
         n = len(lines)
-        return self._line_fix(
-            "add_line",
-            "text",
-            files,
-            task,
-            path,
-            None,
-            True,
-            n,
-            lines[-1],
-            lines[-1] + "\n" + entry,
-            None,
-            prefer_lines=True,
-        )
+        defect = Defect(path, None, n, lines[-1], lines[-1] + "\n" + entry)
+        return self._line_fix("add_line", "text", files, task, defect, None, prefer_lines=True)
 
     def remove_line(self) -> Situation:
         lang = self.rng.choice(["py", "js"])
@@ -427,20 +391,8 @@ class Builder:
             files = self.js_project(text, path, None)
         task = self.template("remove_line", fn=fn, path=path)
         n = start + 1
-        return self._line_fix(
-            "remove_line",
-            lang,
-            files,
-            task,
-            path,
-            fn,
-            path in task,
-            n,
-            body[1],
-            "",
-            None,
-            prefer_lines=True,
-        )
+        defect = Defect(path, fn, n, body[1], "")
+        return self._line_fix("remove_line", lang, files, task, defect, None, prefer_lines=True)
 
     def rename(self) -> Situation:
         fn, *fillers = self.names(self.rng.randint(1, 3))
@@ -452,19 +404,8 @@ class Builder:
         text, start = self.py_module(fn, body, fillers)
         files = self.py_project(text, path, None)
         task = self.template("rename", old=fn, new=new_name, path=path)
-        return self._line_fix(
-            "rename",
-            "py",
-            files,
-            task,
-            path,
-            fn,
-            path in task,
-            start,
-            body[0],
-            body[0].replace(fn, new_name),
-            None,
-        )
+        defect = Defect(path, fn, start, body[0], body[0].replace(fn, new_name))
+        return self._line_fix("rename", "py", files, task, defect, None)
 
     def create(self) -> Situation:
         fn = self.names(1)[0]
@@ -579,16 +520,12 @@ class Builder:
         lang: str,
         files: dict[str, str],
         task: str,
-        path: str,
-        fn: str | None,
-        named: bool,
-        n: int,
-        old: str,
-        new: str,
+        defect: Defect,
         check: str | None,
         prefer_lines: bool = False,
     ) -> Situation:
-        plan = self.look(path, fn, named)
+        path, fn, n, old, new = defect.path, defect.fn, defect.n, defect.old, defect.new
+        plan = self.look(path, fn, path in task)
         change = len(plan)
         if prefer_lines:
             plan.append(call("edit_lines", path=path, start=n, end=n, content=new))
