@@ -24,7 +24,9 @@ class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     # policy
-    backend: Literal["local", "tinker"] = "local"
+    # "vllm": sampling and scoring on an OpenAI-compatible vLLM server with multi-LoRA,
+    # training on `vllm_trainer` in the worker (docs/deploy.md).
+    backend: Literal["local", "tinker", "vllm"] = "local"
     model: str = EMBEDDED_MODEL  # "embedded:…", an HF model directory, or a .gguf path
     device: str = "cpu"
     max_new_tokens: int = 192
@@ -33,6 +35,18 @@ class Settings(BaseModel):
     # Merge the shipped starter adapter (tool use, reading a correction; issue 13) into
     # the embedded model at load. Other models are loaded as they are.
     starter: bool = True
+    # backend = "vllm": where the server is and what it serves the base model as
+    # (`--served-model-name`; None: `model`). `model` stays the local copy of the same
+    # weights: its tokenizer renders prompts here and the local trainer trains on it.
+    vllm_url: str = "http://127.0.0.1:8000"
+    vllm_model: str | None = None
+    vllm_trainer: Literal["local", "tinker"] = "local"
+    # This user's adapters folder as the vLLM host sees it (a shared filesystem mounted
+    # elsewhere); None: the same path.
+    vllm_adapters_dir: str | None = None
+    vllm_timeout_s: float = Field(default=60.0, gt=0)
+    # Servers before vLLM 0.12 take `guided_json` instead of `structured_outputs`.
+    vllm_legacy_guided: bool = False
 
     # learning
     enable_training: bool = True

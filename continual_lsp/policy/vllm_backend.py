@@ -1,0 +1,562 @@
+"""VllmPolicy: sampling and scoring on a vLLM server with multi-LoRA (docs/deploy.md).
+
+Selected by `backend = "vllm"`. One vLLM process serves the base model for every user;
+each user's current adapter version is loaded into it at run time and named per request
+(`model=<lora name>`). Only sampling and scoring happen here: the training worker trains
+on `vllm_trainer` (`policy.make_trainer`), and a version it saves reaches vLLM when the
+agent serves it (`AdapterRegistry.serve` → `load_adapter`).
+
+The wire contract (OpenAI-compatible, plus vLLM's extensions), spoken with the standard
+library's HTTP client:
+
+- `GET /v1/models`: the base model is served, and its `max_model_len`.
+- `POST /v1/load_lora_adapter {lora_name, lora_path}` / `POST /v1/unload_lora_adapter
+  {lora_name}`: the server needs `--enable-lora` and `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`.
+- `POST /v1/completions` with the prompt as token ids, `structured_outputs.json` = the
+  same tool-call schema the local backend decodes under (`grammar.decoding_schema`, the
+  allow-list and the guards' restrictions included) and `return_token_ids`.
+
+**Log-probs.** vLLM masks the logits with the grammar before it computes the sampled
+tokens' log-probs, so a forced token comes back at 0 and the others are renormalised over
+what the grammar allowed. SDPO needs the policy's own log-probs (what `logprobs()` returns,
+and what the local backend records), so every sample is rescored in one unconstrained
+request (`prompt_logprobs` over prompt + completion, all candidates batched): the numbers
+in a `Completion` are exactly what `logprobs()` gives for the same tokens.
+
+**Failure.** An unreachable server, a timeout, a 5xx or 429, or a rejected key raise
+`BackendUnavailable` (the caller keeps the decision queued). A server restarted since an
+adapter was loaded answers 404 for its name: the adapter is loaded again and the request
+retried once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Unpack
+
+from pydantic import BaseModel, ConfigDict
+
+from continual_lsp.config import Settings
+from continual_lsp.policy.base import (
+    AdapterInfo,
+    BackendUnavailable,
+    Completion,
+    Datum,
+    LossName,
+    SampleParams,
+    TrainMetrics,
+    TrainOptions,
+)
+from continual_lsp.policy.grammar import decoding_schema
+from continual_lsp.policy.render import ChatMLRenderer
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CONTEXT = 8192  # when /v1/models does not say (older servers)
+_TOKEN_ID = re.compile(r"^token_id:(\d+)$")
+
+
+# -- the wire contract -------------------------------------------------------------------------
+
+
+class _Wire(BaseModel):
+    # vLLM adds fields release by release; what we read is declared, the rest ignored.
+    model_config = ConfigDict(extra="ignore")
+
+
+class CompletionRequest(BaseModel):
+    """The subset of vLLM's `CompletionRequest` this backend sends."""
+
+    model: str
+    prompt: list[int] | list[list[int]]
+    max_tokens: int
+    n: int = 1
+    temperature: float = 0.0
+    seed: int | None = None
+    logprobs: int | None = None
+    prompt_logprobs: int | None = None
+    stop_token_ids: list[int] | None = None
+    skip_special_tokens: bool = False
+    return_token_ids: bool | None = None
+    return_tokens_as_token_ids: bool | None = None
+    structured_outputs: dict[str, Any] | None = None
+    guided_json: dict[str, Any] | None = None
+
+
+class PromptLogprob(_Wire):
+    logprob: float
+
+
+class CompletionLogprobs(_Wire):
+    tokens: list[str] = []
+
+
+class CompletionChoice(_Wire):
+    index: int
+    text: str = ""
+    token_ids: list[int] | None = None
+    logprobs: CompletionLogprobs | None = None
+    finish_reason: str | None = None
+    # One entry per prompt token (the first None); keys are token ids as strings.
+    prompt_logprobs: list[dict[str, PromptLogprob] | None] | None = None
+
+
+class CompletionResponse(_Wire):
+    choices: list[CompletionChoice]
+
+
+class ModelCard(_Wire):
+    id: str
+    max_model_len: int | None = None
+
+
+class ModelList(_Wire):
+    data: list[ModelCard]
+
+
+class VllmRequestError(RuntimeError):
+    """vLLM refused a request as malformed or naming something it does not have (4xx)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"vLLM answered {status}: {message}")
+        self.status = status
+        self.message = message
+
+
+def _error_text(raw: bytes) -> str:
+    """The message of a vLLM error body (`{"error": {"message"}}`, or the older flat form)."""
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return raw.decode(errors="replace").strip()
+    if isinstance(body, dict):
+        inner = body.get("error")
+        if isinstance(inner, dict) and "message" in inner:
+            return str(inner["message"])
+        for key in ("message", "detail"):  # the older flat form; FastAPI's own 404
+            if key in body:
+                return str(body[key])
+    return str(body)
+
+
+def lora_name(user: str, path: Path) -> str:
+    """The adapter's name on the shared server: unique per user and version file.
+
+    One vLLM serves many users, so the version name alone (`v0003`) would collide; the
+    hash of the absolute path keeps two stores of one user name apart.
+    """
+    safe_user = re.sub(r"[^A-Za-z0-9_.-]", "_", user)[:40]
+    digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:10]
+    return f"cl-{safe_user}-{path.name}-{digest}"
+
+
+def completion_scores(
+    entries: list[dict[str, PromptLogprob] | None], prompt_len: int, tokens: list[int]
+) -> list[float]:
+    """The completion's slice of `prompt_logprobs` over prompt + completion.
+
+    Entry i is log p(token i | tokens < i), so the completion is entries `[P, P+T)`, each
+    looked up by the token actually there (vLLM adds it beside the top-k).
+    """
+    if len(entries) != prompt_len + len(tokens):
+        raise BackendUnavailable(
+            f"vLLM returned {len(entries)} prompt log-probs for {prompt_len} + {len(tokens)} tokens"
+        )
+    out = []
+    for entry, token in zip(entries[prompt_len:], tokens, strict=True):
+        if entry is None or str(token) not in entry:
+            raise BackendUnavailable(f"vLLM returned no log-prob for completion token {token}")
+        out.append(entry[str(token)].logprob)
+    return out
+
+
+# -- the policy -----------------------------------------------------------------------------------
+
+
+class VllmPolicy:
+    """Implements `policy.base.Policy` for sampling on vLLM; training is refused here."""
+
+    backend: str = "vllm"
+    scores_locally: bool = False
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        served_model: str,
+        tokenizer: Any,
+        user: str,
+        adapters_dir: str | Path,
+        remote_adapters_dir: str | Path | None = None,
+        manages_versions: bool = False,
+        export: Callable[[str], Path] | None = None,
+        allowed_tools: list[str] | None = None,
+        timeout_s: float = 60.0,
+        legacy_guided: bool = False,
+        api_key: str | None = None,
+    ) -> None:
+        """`export(version)`: a PEFT directory for a version the trainer keeps remotely
+        (Tinker); needed when `manages_versions`."""
+        if manages_versions and export is None:
+            raise ValueError("a trainer that keeps its versions needs an export to PEFT files")
+        self.url = url.rstrip("/")
+        self.model_name = served_model
+        self.user = user
+        self.adapters_dir = Path(adapters_dir).expanduser()
+        self.remote_adapters_dir = Path(remote_adapters_dir) if remote_adapters_dir else None
+        self.manages_versions = manages_versions
+        self.export = export
+        self.timeout_s = timeout_s
+        self.legacy_guided = legacy_guided
+        self.api_key = api_key if api_key is not None else os.environ.get("VLLM_API_KEY") or None
+        self._tokenizer = tokenizer
+        self._renderer = ChatMLRenderer(tokenizer, tools=allowed_tools)
+        self._context: int | None = None
+        self._adapter_version: str | None = None
+        self._lora: tuple[str, str] | None = None  # (name on the server, path it reads)
+        self._lock = threading.RLock()  # adapter switches against requests naming it
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **overrides: Any) -> VllmPolicy:
+        """Build from `Settings`: the tokenizer from the local copy of `model`."""
+        from continual_lsp.policy.adapter_registry import adapters_dir
+
+        kwargs: dict[str, Any] = {
+            "url": settings.vllm_url,
+            "served_model": settings.vllm_model or settings.model,
+            "user": settings.user,
+            "adapters_dir": adapters_dir(settings),
+            "remote_adapters_dir": settings.vllm_adapters_dir,
+            "allowed_tools": settings.allowed_tools,
+            "timeout_s": settings.vllm_timeout_s,
+            "legacy_guided": settings.vllm_legacy_guided,
+        }
+        if settings.vllm_trainer == "tinker":
+            kwargs["manages_versions"] = True
+            kwargs["export"] = _tinker_export(settings)
+        kwargs.update(overrides)
+        if "tokenizer" not in kwargs:
+            kwargs["tokenizer"] = _load_tokenizer(settings.model)
+        return cls(**kwargs)
+
+    # -- HTTP ------------------------------------------------------------------------------
+
+    def _http(self, method: str, path: str, body: dict[str, Any] | None, what: str) -> bytes:
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        request = urllib.request.Request(self.url + path, data, headers, method=method)
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                return bytes(response.read())
+        except urllib.error.HTTPError as exc:
+            message = _error_text(exc.read())
+            if exc.code in (401, 403):
+                raise BackendUnavailable(
+                    f"vLLM at {self.url} rejected the API key while {what}: check "
+                    f"VLLM_API_KEY ({message})"
+                ) from exc
+            if exc.code == 429 or exc.code >= 500:
+                raise BackendUnavailable(
+                    f"vLLM at {self.url} is overloaded or failing while {what}: {message}"
+                ) from exc
+            raise VllmRequestError(exc.code, message) from exc
+        except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise BackendUnavailable(
+                f"cannot reach vLLM at {self.url} while {what}: {reason}"
+            ) from exc
+
+    def _complete(self, request: CompletionRequest, what: str) -> CompletionResponse:
+        """POST /v1/completions; an adapter the server forgot (a restart) is loaded again."""
+        body = request.model_dump(exclude_none=True)
+        try:
+            raw = self._http("POST", "/v1/completions", body, what)
+        except VllmRequestError as exc:
+            lora = self._lora
+            if exc.status != 404 or lora is None or request.model != lora[0]:
+                raise
+            log.info("vLLM lost adapter %s (restarted?); loading it again", lora[0])
+            self._push(*lora)
+            raw = self._http("POST", "/v1/completions", body, what)
+        return CompletionResponse.model_validate_json(raw)
+
+    def connect(self) -> None:
+        """Check the base model is served and read its context length; idempotent."""
+        if self._context is not None:
+            return
+        models = ModelList.model_validate_json(self._http("GET", "/v1/models", None, "connecting"))
+        card = next((m for m in models.data if m.id == self.model_name), None)
+        if card is None:
+            served = ", ".join(m.id for m in models.data) or "nothing"
+            raise BackendUnavailable(
+                f"vLLM at {self.url} serves {served}, not {self.model_name}: set vllm_model "
+                "to its --served-model-name"
+            )
+        self._context = card.max_model_len or DEFAULT_CONTEXT
+
+    # -- Policy protocol: identity ---------------------------------------------------------
+
+    @property
+    def renderer(self) -> ChatMLRenderer:
+        return self._renderer
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._tokenizer
+
+    @property
+    def adapter_version(self) -> str | None:
+        return self._adapter_version
+
+    @property
+    def context_window(self) -> int:
+        self.connect()
+        assert self._context is not None
+        return self._context
+
+    def _served(self) -> str:
+        """The name this policy's requests use: the current adapter's, else the base's."""
+        return self._lora[0] if self._lora is not None else self.model_name
+
+    # -- sampling and scoring --------------------------------------------------------------
+
+    def sample(self, prompt_tokens: list[int], params: SampleParams) -> Completion:
+        return self.sample_batch(prompt_tokens, params, 1)[0]
+
+    def sample_batch(
+        self, prompt_tokens: list[int], params: SampleParams, n: int
+    ) -> list[Completion]:
+        """`n` completions under the tool-call schema, rescored without it (module doc).
+
+        The first `params.greedy_rows` rows are the greedy completion (one greedy request;
+        greedy rows are identical), the rest one request of `n - greedy_rows` samples.
+        """
+        if n < 1:
+            raise ValueError(f"need at least one candidate, asked for {n}")
+        self.connect()
+        start = time.perf_counter()
+        greedy_rows = n if params.temperature <= 0 else min(params.greedy_rows, n)
+        with self._lock:
+            rows: list[list[int]] = []
+            if greedy_rows:
+                greedy = self._generate(prompt_tokens, params, 1, 0.0)
+                rows += greedy * greedy_rows
+            if n > greedy_rows:
+                rows += self._generate(prompt_tokens, params, n - greedy_rows, params.temperature)
+            scores = self._score(prompt_tokens, rows, self._served(), "scoring the samples")
+        seconds = time.perf_counter() - start
+        return [
+            Completion(
+                tokens=tokens,
+                logprobs=logprobs,
+                text=self._renderer.decode(tokens),
+                seconds=seconds,
+            )
+            for tokens, logprobs in zip(rows, scores, strict=True)
+        ]
+
+    def _generate(
+        self, prompt_tokens: list[int], params: SampleParams, n: int, temperature: float
+    ) -> list[list[int]]:
+        schema = decoding_schema(params.tools, params.forbid)
+        request = CompletionRequest(
+            model=self._served(),
+            prompt=list(prompt_tokens),
+            max_tokens=params.max_tokens,
+            n=n,
+            temperature=temperature,
+            seed=params.seed,
+            # Token ids come back as `token_ids`; older servers only name them in the
+            # logprobs (`token_id:N`), so ask for those too.
+            logprobs=0,
+            return_token_ids=True,
+            return_tokens_as_token_ids=True,
+            stop_token_ids=[self._renderer.end_of_turn_id],
+            structured_outputs=None
+            if self.legacy_guided
+            else {"json": schema, "disable_any_whitespace": True},
+            guided_json=schema if self.legacy_guided else None,
+        )
+        response = self._complete(request, "sampling")
+        if len(response.choices) != n:
+            raise BackendUnavailable(f"vLLM returned {len(response.choices)} samples for {n}")
+        return [self._tokens(choice) for choice in sorted(response.choices, key=lambda c: c.index)]
+
+    def _tokens(self, choice: CompletionChoice) -> list[int]:
+        """The sampled ids, ending with the end-of-turn token when the call was finished
+        (servers differ on whether the stop token is returned; `render_call` ends so)."""
+        if choice.token_ids is not None:
+            tokens = list(choice.token_ids)
+        elif choice.logprobs is not None:
+            matches = [_TOKEN_ID.match(t) for t in choice.logprobs.tokens]
+            if not all(matches):
+                raise BackendUnavailable("vLLM returned tokens without ids: upgrade vLLM")
+            tokens = [int(m.group(1)) for m in matches if m is not None]
+        else:
+            raise BackendUnavailable("vLLM returned neither token ids nor logprobs")
+        end = self._renderer.end_of_turn_id
+        if choice.finish_reason == "stop" and (not tokens or tokens[-1] != end):
+            tokens.append(end)
+        return tokens
+
+    def _score(
+        self, prompt_tokens: list[int], completions: list[list[int]], model: str, what: str
+    ) -> list[list[float]]:
+        """Log-probs of each completion under `model`, no grammar: one batched request."""
+        if not prompt_tokens:
+            raise ValueError("logprobs needs a non-empty prompt")
+        wanted = [i for i, c in enumerate(completions) if c]
+        out: list[list[float]] = [[] for _ in completions]
+        if not wanted:
+            return out
+        request = CompletionRequest(
+            model=model,
+            prompt=[[*prompt_tokens, *completions[i]] for i in wanted],
+            max_tokens=1,  # the scores are of the prompt; one token is the least to ask
+            prompt_logprobs=1,
+        )
+        response = self._complete(request, what)
+        if len(response.choices) != len(wanted):
+            raise BackendUnavailable(f"vLLM scored {len(response.choices)} of {len(wanted)}")
+        for choice in response.choices:
+            i = wanted[choice.index]
+            if choice.prompt_logprobs is None:
+                raise BackendUnavailable("vLLM returned no prompt_logprobs: upgrade vLLM")
+            out[i] = completion_scores(choice.prompt_logprobs, len(prompt_tokens), completions[i])
+        return out
+
+    def logprobs(self, prompt_tokens: list[int], completion_tokens: list[int]) -> list[float]:
+        return self.logprobs_batch(prompt_tokens, [completion_tokens])[0]
+
+    def logprobs_batch(
+        self, prompt_tokens: list[int], completions: list[list[int]]
+    ) -> list[list[float]]:
+        with self._lock:
+            return self._score(prompt_tokens, completions, self._served(), "scoring")
+
+    def reference_logprobs(
+        self, prompt_tokens: list[int], completion_tokens: list[int]
+    ) -> list[float]:
+        """The base model's scores (no adapter): the drift reference."""
+        return self._score(
+            prompt_tokens, [completion_tokens], self.model_name, "scoring the reference"
+        )[0]
+
+    # -- adapters --------------------------------------------------------------------------
+
+    def _remote_path(self, local: Path) -> str:
+        """Where the vLLM host reads `local` (`vllm_adapters_dir`, else the same path)."""
+        if self.remote_adapters_dir is not None and local.is_relative_to(self.adapters_dir):
+            return str(self.remote_adapters_dir / local.relative_to(self.adapters_dir))
+        return str(local)
+
+    def _push(self, name: str, remote_path: str) -> None:
+        """Load an adapter into the server; already there under this name is fine."""
+        try:
+            self._http(
+                "POST",
+                "/v1/load_lora_adapter",
+                {"lora_name": name, "lora_path": remote_path},
+                "loading the adapter",
+            )
+        except VllmRequestError as exc:
+            if exc.status == 400 and "already been loaded" in exc.message:
+                return
+            if exc.status in (404, 405) and exc.message in ("Not Found", "Method Not Allowed"):
+                raise BackendUnavailable(
+                    f"vLLM at {self.url} does not load adapters at run time: start it with "
+                    "--enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True"
+                ) from exc
+            raise BackendUnavailable(
+                f"vLLM could not load adapter {remote_path}: {exc.message}"
+            ) from exc
+
+    def _drop(self, name: str) -> None:
+        """Unload a version this policy no longer serves (best effort: vLLM evicts too)."""
+        try:
+            self._http(
+                "POST", "/v1/unload_lora_adapter", {"lora_name": name}, "unloading the adapter"
+            )
+        except (VllmRequestError, BackendUnavailable) as exc:
+            log.info("could not unload adapter %s: %s", name, exc)
+
+    def load_adapter(self, name: str) -> None:
+        """Serve version `name` (a path, or a version inside `adapters_dir`; a trainer's
+        version name when it keeps them) on vLLM; `""`: the base weights."""
+        with self._lock:
+            previous = self._lora
+            if not name:
+                self._lora, self._adapter_version = None, None
+            else:
+                if self.manages_versions:
+                    assert self.export is not None
+                    path = self.export(name)
+                else:
+                    path = Path(name).expanduser()
+                    if not path.is_absolute() and not path.exists():
+                        path = self.adapters_dir / name
+                if not path.is_dir():
+                    raise FileNotFoundError(f"no adapter directory at {path}")
+                lora = (lora_name(self.user, path), self._remote_path(path))
+                self._push(*lora)
+                self._lora, self._adapter_version = lora, Path(name).name
+            if previous is not None and previous != self._lora:
+                self._drop(previous[0])
+
+    def train_step(
+        self, batch: list[Datum], loss: LossName, lr: float, **options: Unpack[TrainOptions]
+    ) -> TrainMetrics:
+        raise NotImplementedError(
+            "the vllm backend only samples: the training worker trains on vllm_trainer"
+        )
+
+    def save_adapter(self, name: str) -> AdapterInfo:
+        raise NotImplementedError(
+            "the vllm backend only samples: versions are saved by the training worker"
+        )
+
+
+def _load_tokenizer(model: str) -> Any:
+    """The tokenizer of the local copy of the served model (never the network)."""
+    from transformers import AutoTokenizer
+
+    from continual_lsp.policy.model_files import resolve_model
+
+    directory, gguf = resolve_model(model)
+    kwargs: dict[str, Any] = {"local_files_only": True}
+    if gguf:
+        kwargs["gguf_file"] = gguf
+    return AutoTokenizer.from_pretrained(directory, **kwargs)
+
+
+def _tinker_export(settings: Settings) -> Callable[[str], Path]:
+    """Versions trained on Tinker, fetched once as PEFT directories vLLM can read."""
+    from continual_lsp.policy import trainer_settings
+    from continual_lsp.policy.adapter_registry import adapters_dir
+
+    target_root = adapters_dir(settings) / "vllm-export"
+    trainer: list[Any] = []  # built on first export: a sampling-only process never connects
+
+    def export(version: str) -> Path:
+        target = target_root / version
+        if target.is_dir():
+            return target
+        if not trainer:
+            from continual_lsp.policy.tinker_backend import TinkerPolicy
+
+            trainer.append(TinkerPolicy.from_settings(trainer_settings(settings)))
+        return Path(trainer[0].download_adapter(version, target))
+
+    return export
