@@ -41,9 +41,10 @@ class Settings(BaseModel):
     vllm_url: str = "http://127.0.0.1:8000"
     vllm_model: str | None = None
     vllm_trainer: Literal["local", "tinker"] = "local"
-    # This user's adapters folder as the vLLM host sees it (a shared filesystem mounted
-    # elsewhere); None: the same path.
-    vllm_adapters_dir: str | None = None
+    # Adapter paths as the vLLM host sees them, when the folder is mounted there under
+    # another path: {local prefix: remote prefix}, for every user of a shared server
+    # (env: "LOCAL=REMOTE"). Paths under no prefix are sent as they are.
+    vllm_path_map: dict[str, str] = Field(default_factory=dict)
     vllm_timeout_s: float = Field(default=60.0, gt=0)
     # Servers before vLLM 0.12 take `guided_json` instead of `structured_outputs`.
     vllm_legacy_guided: bool = False
@@ -146,6 +147,17 @@ class Settings(BaseModel):
             if "autonomy" not in data and old in (False, "false", "0"):
                 data["autonomy"] = "manual"
         return data
+
+    @field_validator("vllm_path_map", mode="before")
+    @classmethod
+    def _path_map_from_text(cls, value: Any) -> Any:
+        if not isinstance(value, str | list):
+            return value
+        pairs = value.split(",") if isinstance(value, str) else value
+        try:
+            return dict(pair.split("=", 1) for pair in (p.strip() for p in pairs) if pair)
+        except ValueError as exc:
+            raise ValueError("vllm_path_map takes LOCAL=REMOTE pairs, comma-separated") from exc
 
     @field_validator("workspace_roots", mode="before")
     @classmethod

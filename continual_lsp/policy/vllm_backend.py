@@ -197,7 +197,7 @@ class VllmPolicy:
         tokenizer: Any,
         user: str,
         adapters_dir: str | Path,
-        remote_adapters_dir: str | Path | None = None,
+        path_map: dict[str, str] | None = None,
         manages_versions: bool = False,
         export: Callable[[str], Path] | None = None,
         allowed_tools: list[str] | None = None,
@@ -213,7 +213,12 @@ class VllmPolicy:
         self.model_name = served_model
         self.user = user
         self.adapters_dir = Path(adapters_dir).expanduser()
-        self.remote_adapters_dir = Path(remote_adapters_dir) if remote_adapters_dir else None
+        # Longest prefix first, so a nested mount wins over its parent.
+        self.path_map = sorted(
+            ((Path(k).expanduser(), v) for k, v in (path_map or {}).items()),
+            key=lambda kv: len(kv[0].parts),
+            reverse=True,
+        )
         self.manages_versions = manages_versions
         self.export = export
         self.timeout_s = timeout_s
@@ -236,7 +241,7 @@ class VllmPolicy:
             "served_model": settings.vllm_model or settings.model,
             "user": settings.user,
             "adapters_dir": adapters_dir(settings),
-            "remote_adapters_dir": settings.vllm_adapters_dir,
+            "path_map": settings.vllm_path_map,
             "allowed_tools": settings.allowed_tools,
             "timeout_s": settings.vllm_timeout_s,
             "legacy_guided": settings.vllm_legacy_guided,
@@ -457,9 +462,11 @@ class VllmPolicy:
     # -- adapters --------------------------------------------------------------------------
 
     def _remote_path(self, local: Path) -> str:
-        """Where the vLLM host reads `local` (`vllm_adapters_dir`, else the same path)."""
-        if self.remote_adapters_dir is not None and local.is_relative_to(self.adapters_dir):
-            return str(self.remote_adapters_dir / local.relative_to(self.adapters_dir))
+        """Where the vLLM host reads `local` (`vllm_path_map`, else the same path)."""
+        local = local.resolve()
+        for prefix, remote in self.path_map:
+            if local.is_relative_to(prefix.resolve()):
+                return str(Path(remote) / local.relative_to(prefix.resolve()))
         return str(local)
 
     def _push(self, name: str, remote_path: str) -> None:

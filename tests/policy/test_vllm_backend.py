@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from continual_lsp.config import Settings
 from continual_lsp.policy import make_policy, trainer_settings
@@ -216,10 +217,24 @@ def test_a_restarted_server_gets_the_adapter_again(
 def test_adapter_paths_as_the_vllm_host_sees_them(
     fake: FakeVllm, url: str, embedded_tokenizer: Any, tmp_path: Path
 ) -> None:
+    """One map for every user of a shared server (TCP: adapters_dir/<user>)."""
     fake.check_paths = False
-    policy = make(url, embedded_tokenizer, tmp_path, remote_adapters_dir="/mnt/adapters/alice")
-    policy.load_adapter(str(adapter_dir(tmp_path, "alice", "v0003")))
-    assert list(fake.loras.values()) == ["/mnt/adapters/alice/v0003"]
+    settings = Settings(
+        backend="vllm",
+        vllm_url=url,
+        vllm_model=BASE,
+        adapters_dir=str(tmp_path / "adapters"),
+        vllm_path_map=f"{tmp_path / 'adapters'}=/mnt/adapters,/elsewhere=/x",  # as from env
+    )
+    for user in ("alice", "bob"):
+        own = settings.model_copy(
+            update={"user": user, "adapters_dir": str(tmp_path / "adapters" / user)}
+        )
+        adapter_dir(tmp_path, user, "v0003")
+        VllmPolicy.from_settings(own, tokenizer=embedded_tokenizer).load_adapter("v0003")
+    assert sorted(fake.loras.values()) == ["/mnt/adapters/alice/v0003", "/mnt/adapters/bob/v0003"]
+    with pytest.raises(ValidationError, match="LOCAL=REMOTE"):
+        Settings(vllm_path_map="no-equals-sign")
 
 
 def test_a_trainer_that_keeps_versions_is_exported_then_pushed(
