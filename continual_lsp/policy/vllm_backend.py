@@ -16,6 +16,12 @@ library's HTTP client:
   same tool-call schema the local backend decodes under (`grammar.decoding_schema`, the
   allow-list and the guards' restrictions included) and `return_token_ids`.
 
+**Prompts are the trainer's.** The worker builds SDPO's teacher prompts and
+demonstrations with its own renderer, so the sampler renders as its trainer does: the
+local backend's canonical JSON call (`ChatMLRenderer`, decoded under the schema), or with
+`vllm_trainer = "tinker"` the model's native tool-call format (`make_tinker_renderer`),
+sampled without a grammar as Tinker samples, the guards checking every call.
+
 **Log-probs.** vLLM masks the logits with the grammar before it computes the sampled
 tokens' log-probs, so a forced token comes back at 0 and the others are renormalised over
 what the grammar allowed. SDPO needs the policy's own log-probs (what `logprobs()` returns,
@@ -42,7 +48,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 
 from pydantic import BaseModel, ConfigDict
 
@@ -59,6 +65,9 @@ from continual_lsp.policy.base import (
 )
 from continual_lsp.policy.grammar import decoding_schema
 from continual_lsp.policy.render import ChatMLRenderer
+
+if TYPE_CHECKING:
+    from continual_lsp.policy.tinker_render import TinkerRenderer
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +95,7 @@ class CompletionRequest(BaseModel):
     logprobs: int | None = None
     prompt_logprobs: int | None = None
     stop_token_ids: list[int] | None = None
+    stop: list[str] | None = None
     skip_special_tokens: bool = False
     return_token_ids: bool | None = None
     return_tokens_as_token_ids: bool | None = None
@@ -200,13 +210,15 @@ class VllmPolicy:
         path_map: dict[str, str] | None = None,
         manages_versions: bool = False,
         export: Callable[[str], Path] | None = None,
+        renderer: TinkerRenderer | None = None,
         allowed_tools: list[str] | None = None,
         timeout_s: float = 60.0,
         legacy_guided: bool = False,
         api_key: str | None = None,
     ) -> None:
         """`export(version)`: a PEFT directory for a version the trainer keeps remotely
-        (Tinker); needed when `manages_versions`."""
+        (Tinker); needed when `manages_versions`. `renderer`: the trainer's when it is not
+        the local backend's (then no grammar); None: `ChatMLRenderer` on `tokenizer`."""
         if manages_versions and export is None:
             raise ValueError("a trainer that keeps its versions needs an export to PEFT files")
         self.url = url.rstrip("/")
@@ -225,7 +237,10 @@ class VllmPolicy:
         self.legacy_guided = legacy_guided
         self.api_key = api_key if api_key is not None else os.environ.get("VLLM_API_KEY") or None
         self._tokenizer = tokenizer
-        self._renderer = ChatMLRenderer(tokenizer, tools=allowed_tools)
+        self._grammar = renderer is None
+        self._renderer: ChatMLRenderer | TinkerRenderer = renderer or ChatMLRenderer(
+            tokenizer, tools=allowed_tools
+        )
         self._context: int | None = None
         self._adapter_version: str | None = None
         self._lora: tuple[str, str] | None = None  # (name on the server, path it reads)
@@ -246,12 +261,15 @@ class VllmPolicy:
             "timeout_s": settings.vllm_timeout_s,
             "legacy_guided": settings.vllm_legacy_guided,
         }
-        if settings.vllm_trainer == "tinker":
-            kwargs["manages_versions"] = True
-            kwargs["export"] = _tinker_export(settings)
         kwargs.update(overrides)
         if "tokenizer" not in kwargs:
             kwargs["tokenizer"] = _load_tokenizer(settings.model)
+        if settings.vllm_trainer == "tinker":
+            from continual_lsp.policy.tinker_render import make_tinker_renderer
+
+            kwargs.setdefault("manages_versions", True)
+            kwargs.setdefault("export", _tinker_export(settings))
+            kwargs.setdefault("renderer", make_tinker_renderer(settings.model, kwargs["tokenizer"]))
         return cls(**kwargs)
 
     # -- HTTP ------------------------------------------------------------------------------
@@ -314,7 +332,7 @@ class VllmPolicy:
     # -- Policy protocol: identity ---------------------------------------------------------
 
     @property
-    def renderer(self) -> ChatMLRenderer:
+    def renderer(self) -> ChatMLRenderer | TinkerRenderer:
         return self._renderer
 
     @property
@@ -375,7 +393,8 @@ class VllmPolicy:
     def _generate(
         self, prompt_tokens: list[int], params: SampleParams, n: int, temperature: float
     ) -> list[list[int]]:
-        schema = decoding_schema(params.tools, params.forbid)
+        schema = decoding_schema(params.tools, params.forbid) if self._grammar else None
+        stops = [self._renderer.end_of_turn_id] if self._grammar else self._renderer.stop()
         request = CompletionRequest(
             model=self._served(),
             prompt=list(prompt_tokens),
@@ -388,9 +407,10 @@ class VllmPolicy:
             logprobs=0,
             return_token_ids=True,
             return_tokens_as_token_ids=True,
-            stop_token_ids=[self._renderer.end_of_turn_id],
+            stop_token_ids=[t for t in stops if isinstance(t, int)] or None,
+            stop=[t for t in stops if isinstance(t, str)] or None,
             structured_outputs=None
-            if self.legacy_guided
+            if schema is None or self.legacy_guided
             else {"json": schema, "disable_any_whitespace": True},
             guided_json=schema if self.legacy_guided else None,
         )
@@ -411,8 +431,8 @@ class VllmPolicy:
             tokens = [int(m.group(1)) for m in matches if m is not None]
         else:
             raise BackendUnavailable("vLLM returned neither token ids nor logprobs")
-        end = self._renderer.end_of_turn_id
-        if choice.finish_reason == "stop" and (not tokens or tokens[-1] != end):
+        end = getattr(self._renderer, "end_of_turn_id", None)
+        if choice.finish_reason == "stop" and end is not None and (not tokens or tokens[-1] != end):
             tokens.append(end)
         return tokens
 
@@ -536,13 +556,20 @@ class VllmPolicy:
 
 
 def _load_tokenizer(model: str) -> Any:
-    """The tokenizer of the local copy of the served model (never the network)."""
+    """The tokenizer of the local copy of the served model (never the network): `model`
+    as the local backend reads it, else a hub name already in the Hugging Face cache (a
+    Tinker model)."""
     from transformers import AutoTokenizer
 
-    from continual_lsp.policy.model_files import resolve_model
+    from continual_lsp.policy.model_files import ModelNotFoundError, resolve_model
 
-    directory, gguf = resolve_model(model)
     kwargs: dict[str, Any] = {"local_files_only": True}
+    try:
+        directory, gguf = resolve_model(model)
+    except ModelNotFoundError:
+        if Path(model).expanduser().exists() or model.count("/") != 1:
+            raise
+        return AutoTokenizer.from_pretrained(model, **kwargs)
     if gguf:
         kwargs["gguf_file"] = gguf
     return AutoTokenizer.from_pretrained(directory, **kwargs)

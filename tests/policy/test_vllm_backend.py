@@ -19,6 +19,7 @@ from continual_lsp.policy import make_policy, trainer_settings
 from continual_lsp.policy.adapter_registry import AdapterRegistry
 from continual_lsp.policy.base import BackendUnavailable, DecodeRestrictions, Message, SampleParams
 from continual_lsp.policy.grammar import decoding_schema
+from continual_lsp.policy.render import ChatMLRenderer
 from continual_lsp.policy.training import ADAPTER_FILE, CONFIG_FILE, sha256_file
 from continual_lsp.policy.vllm_backend import VllmPolicy, lora_name
 from continual_lsp.store import Store
@@ -326,3 +327,26 @@ def test_settings_select_the_sampler_and_its_trainer(tmp_path: Path, url: str) -
     assert policy.model_name == BASE and policy.adapters_dir == tmp_path / "adapters" / "carol"
     done = policy.sample(prompt_of(policy), SampleParams())
     assert policy.renderer.parse_call(done.text).tool == "read"
+
+
+def test_a_tinker_trainer_means_its_renderer_and_no_grammar(
+    fake: FakeVllm, url: str, embedded_tokenizer: Any, tmp_path: Path
+) -> None:
+    """The worker trains on Tinker with Tinker's renderer: the sampler renders the same
+    way and samples as Tinker does, without the JSON schema."""
+    settings = Settings(
+        backend="vllm",
+        vllm_url=url,
+        vllm_model=BASE,
+        vllm_trainer="tinker",
+        store_path=str(tmp_path / "s.sqlite3"),
+    )
+    policy = VllmPolicy.from_settings(settings, tokenizer=embedded_tokenizer)
+    assert policy.manages_versions and not isinstance(policy.renderer, ChatMLRenderer)
+    done = policy.sample(prompt_of(policy), SampleParams(tools=["read"]))
+    assert policy.renderer.parse_call(done.text) == ToolCall(
+        tool="read", arguments={"path": "README.md"}
+    )
+    sampled = fake.requests[1][1]
+    assert "structured_outputs" not in sampled and "guided_json" not in sampled
+    assert sampled["stop_token_ids"] == policy.renderer.stop()

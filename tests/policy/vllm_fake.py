@@ -52,6 +52,7 @@ class CompletionRequest(_Strict):
     logprobs: int | None = Field(None, ge=0)
     prompt_logprobs: int | None = Field(None, ge=0)
     stop_token_ids: list[int] | None = None
+    stop: list[str] | None = None
     skip_special_tokens: bool = True
     return_token_ids: bool | None = None
     return_tokens_as_token_ids: bool | None = None
