@@ -42,6 +42,7 @@ import json
 import logging
 import os
 import re
+import secrets
 import threading
 import time
 import urllib.error
@@ -101,6 +102,7 @@ class CompletionRequest(BaseModel):
     return_tokens_as_token_ids: bool | None = None
     structured_outputs: dict[str, Any] | None = None
     guided_json: dict[str, Any] | None = None
+    cache_salt: str | None = None
 
 
 class PromptLogprob(_Wire):
@@ -245,6 +247,9 @@ class VllmPolicy:
         self._adapter_version: str | None = None
         self._lora: tuple[str, str] | None = None  # (name on the server, path it reads)
         self._lock = threading.RLock()  # adapter switches against requests naming it
+        # vLLM's prefix cache is shared: unsalted, one user could time whether another's
+        # prompt (their code) is cached. A secret salt per policy keeps each user's own.
+        self._salt = secrets.token_urlsafe(32)
 
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any) -> VllmPolicy:
@@ -303,7 +308,7 @@ class VllmPolicy:
 
     def _complete(self, request: CompletionRequest, what: str) -> CompletionResponse:
         """POST /v1/completions; an adapter the server forgot (a restart) is loaded again."""
-        body = request.model_dump(exclude_none=True)
+        body = request.model_copy(update={"cache_salt": self._salt}).model_dump(exclude_none=True)
         try:
             raw = self._http("POST", "/v1/completions", body, what)
         except VllmRequestError as exc:

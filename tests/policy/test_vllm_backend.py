@@ -198,6 +198,9 @@ def test_two_users_on_one_server_never_share_an_adapter(
     )
     assert same[1] == pytest.approx(b.logprobs)
     assert same[0] != pytest.approx(same[1])
+    # Each user's requests carry their own prefix-cache salt, and never the other's.
+    pairs = {(b["model"], b["cache_salt"]) for p, b in fake.requests if p == "/v1/completions"}
+    assert len(pairs) == 2 and len({salt for _, salt in pairs}) == 2
 
 
 def test_a_restarted_server_gets_the_adapter_again(

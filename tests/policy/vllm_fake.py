@@ -58,6 +58,7 @@ class CompletionRequest(_Strict):
     return_tokens_as_token_ids: bool | None = None
     structured_outputs: StructuredOutputs | None = None
     guided_json: dict[str, Any] | None = None
+    cache_salt: str | None = Field(None, min_length=1, max_length=1024)
 
 
 class LoadLoRAAdapterRequest(_Strict):
