@@ -6,15 +6,11 @@ each user's current adapter version is loaded into it at run time and named per 
 on `vllm_trainer` (`policy.make_trainer`), and a version it saves reaches vLLM when the
 agent serves it (`AdapterRegistry.serve` → `load_adapter`).
 
-The wire contract (OpenAI-compatible, plus vLLM's extensions), spoken with the standard
-library's HTTP client:
-
-- `GET /v1/models`: the base model is served, and its `max_model_len`.
-- `POST /v1/load_lora_adapter {lora_name, lora_path}` / `POST /v1/unload_lora_adapter
-  {lora_name}`: the server needs `--enable-lora` and `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`.
-- `POST /v1/completions` with the prompt as token ids, `structured_outputs.json` = the
-  same tool-call schema the local backend decodes under (`grammar.decoding_schema`, the
-  allow-list and the guards' restrictions included) and `return_token_ids`.
+Spoken with the standard library's HTTP client (bodies: `vllm_wire`): `GET /v1/models`
+(the base model is served; its `max_model_len`), `POST /v1/load_lora_adapter` and
+`/v1/unload_lora_adapter` (needs `--enable-lora`, `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`),
+`POST /v1/completions` with token-id prompts under `structured_outputs.json` = the schema
+the local backend decodes under (`grammar.decoding_schema`: allow-list and guards).
 
 **Prompts are the trainer's.** The worker builds SDPO's teacher prompts and
 demonstrations with its own renderer, so the sampler renders as its trainer does: the
@@ -51,8 +47,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Unpack
 
-from pydantic import BaseModel, ConfigDict
-
 from continual_lsp.config import Settings
 from continual_lsp.policy.base import (
     AdapterInfo,
@@ -66,6 +60,15 @@ from continual_lsp.policy.base import (
 )
 from continual_lsp.policy.grammar import decoding_schema
 from continual_lsp.policy.render import ChatMLRenderer
+from continual_lsp.policy.vllm_wire import (
+    CompletionChoice,
+    CompletionRequest,
+    CompletionResponse,
+    ModelList,
+    VllmRequestError,
+    completion_scores,
+    error_text,
+)
 
 if TYPE_CHECKING:
     from continual_lsp.policy.tinker_render import TinkerRenderer
@@ -74,91 +77,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CONTEXT = 8192  # when /v1/models does not say (older servers)
 _TOKEN_ID = re.compile(r"^token_id:(\d+)$")
-
-
-# -- the wire contract -------------------------------------------------------------------------
-
-
-class _Wire(BaseModel):
-    # vLLM adds fields release by release; what we read is declared, the rest ignored.
-    model_config = ConfigDict(extra="ignore")
-
-
-class CompletionRequest(BaseModel):
-    """The subset of vLLM's `CompletionRequest` this backend sends."""
-
-    model: str
-    prompt: list[int] | list[list[int]]
-    max_tokens: int
-    n: int = 1
-    temperature: float = 0.0
-    seed: int | None = None
-    logprobs: int | None = None
-    prompt_logprobs: int | None = None
-    stop_token_ids: list[int] | None = None
-    stop: list[str] | None = None
-    skip_special_tokens: bool = False
-    return_token_ids: bool | None = None
-    return_tokens_as_token_ids: bool | None = None
-    structured_outputs: dict[str, Any] | None = None
-    guided_json: dict[str, Any] | None = None
-    cache_salt: str | None = None
-
-
-class PromptLogprob(_Wire):
-    logprob: float
-
-
-class CompletionLogprobs(_Wire):
-    tokens: list[str] = []
-
-
-class CompletionChoice(_Wire):
-    index: int
-    text: str = ""
-    token_ids: list[int] | None = None
-    logprobs: CompletionLogprobs | None = None
-    finish_reason: str | None = None
-    # One entry per prompt token (the first None); keys are token ids as strings.
-    prompt_logprobs: list[dict[str, PromptLogprob] | None] | None = None
-
-
-class CompletionResponse(_Wire):
-    choices: list[CompletionChoice]
-
-
-class ModelCard(_Wire):
-    id: str
-    max_model_len: int | None = None
-
-
-class ModelList(_Wire):
-    data: list[ModelCard]
-
-
-class VllmRequestError(RuntimeError):
-    """vLLM refused a request as malformed or naming something it does not have (4xx)."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"vLLM answered {status}: {message}")
-        self.status = status
-        self.message = message
-
-
-def _error_text(raw: bytes) -> str:
-    """The message of a vLLM error body (`{"error": {"message"}}`, or the older flat form)."""
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        return raw.decode(errors="replace").strip()
-    if isinstance(body, dict):
-        inner = body.get("error")
-        if isinstance(inner, dict) and "message" in inner:
-            return str(inner["message"])
-        for key in ("message", "detail"):  # the older flat form; FastAPI's own 404
-            if key in body:
-                return str(body[key])
-    return str(body)
 
 
 def lora_name(user: str, path: Path) -> str:
@@ -170,26 +88,6 @@ def lora_name(user: str, path: Path) -> str:
     safe_user = re.sub(r"[^A-Za-z0-9_.-]", "_", user)[:40]
     digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:10]
     return f"cl-{safe_user}-{path.name}-{digest}"
-
-
-def completion_scores(
-    entries: list[dict[str, PromptLogprob] | None], prompt_len: int, tokens: list[int]
-) -> list[float]:
-    """The completion's slice of `prompt_logprobs` over prompt + completion.
-
-    Entry i is log p(token i | tokens < i), so the completion is entries `[P, P+T)`, each
-    looked up by the token actually there (vLLM adds it beside the top-k).
-    """
-    if len(entries) != prompt_len + len(tokens):
-        raise BackendUnavailable(
-            f"vLLM returned {len(entries)} prompt log-probs for {prompt_len} + {len(tokens)} tokens"
-        )
-    out = []
-    for entry, token in zip(entries[prompt_len:], tokens, strict=True):
-        if entry is None or str(token) not in entry:
-            raise BackendUnavailable(f"vLLM returned no log-prob for completion token {token}")
-        out.append(entry[str(token)].logprob)
-    return out
 
 
 # -- the policy -----------------------------------------------------------------------------------
@@ -289,7 +187,7 @@ class VllmPolicy:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
                 return bytes(response.read())
         except urllib.error.HTTPError as exc:
-            message = _error_text(exc.read())
+            message = error_text(exc.read())
             if exc.code in (401, 403):
                 raise BackendUnavailable(
                     f"vLLM at {self.url} rejected the API key while {what}: check "
