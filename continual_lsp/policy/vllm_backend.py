@@ -33,11 +33,9 @@ retried once.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
-import re
 import secrets
 import threading
 import time
@@ -68,6 +66,7 @@ from continual_lsp.policy.vllm_wire import (
     VllmRequestError,
     completion_scores,
     error_text,
+    lora_name,
 )
 
 if TYPE_CHECKING:
@@ -76,18 +75,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_CONTEXT = 8192  # when /v1/models does not say (older servers)
-_TOKEN_ID = re.compile(r"^token_id:(\d+)$")
-
-
-def lora_name(user: str, path: Path) -> str:
-    """The adapter's name on the shared server: unique per user and version file.
-
-    One vLLM serves many users, so the version name alone (`v0003`) would collide; the
-    hash of the absolute path keeps two stores of one user name apart.
-    """
-    safe_user = re.sub(r"[^A-Za-z0-9_.-]", "_", user)[:40]
-    digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:10]
-    return f"cl-{safe_user}-{path.name}-{digest}"
 
 
 # -- the policy -----------------------------------------------------------------------------------
@@ -205,24 +192,37 @@ class VllmPolicy:
             ) from exc
 
     def _complete(self, request: CompletionRequest, what: str) -> CompletionResponse:
-        """POST /v1/completions; an adapter the server forgot (a restart) is loaded again."""
+        """POST /v1/completions; an adapter the server forgot (a restart) is loaded again.
+
+        Any other refusal (a prompt over its context, a schema its grammar backend does not
+        take) is a deployment problem the reviewer is told about, in vLLM's words.
+        """
         body = request.model_copy(update={"cache_salt": self._salt}).model_dump(exclude_none=True)
         try:
-            raw = self._http("POST", "/v1/completions", body, what)
+            try:
+                raw = self._http("POST", "/v1/completions", body, what)
+            except VllmRequestError as exc:
+                lora = self._lora
+                if exc.status != 404 or lora is None or request.model != lora[0]:
+                    raise
+                log.info("vLLM lost adapter %s (restarted?); loading it again", lora[0])
+                self._push(*lora)
+                raw = self._http("POST", "/v1/completions", body, what)
         except VllmRequestError as exc:
-            lora = self._lora
-            if exc.status != 404 or lora is None or request.model != lora[0]:
-                raise
-            log.info("vLLM lost adapter %s (restarted?); loading it again", lora[0])
-            self._push(*lora)
-            raw = self._http("POST", "/v1/completions", body, what)
+            raise BackendUnavailable(f"vLLM refused the request while {what}: {exc}") from exc
         return CompletionResponse.model_validate_json(raw)
 
     def connect(self) -> None:
         """Check the base model is served and read its context length; idempotent."""
         if self._context is not None:
             return
-        models = ModelList.model_validate_json(self._http("GET", "/v1/models", None, "connecting"))
+        try:
+            raw = self._http("GET", "/v1/models", None, "connecting")
+        except VllmRequestError as exc:
+            raise BackendUnavailable(
+                f"vLLM at {self.url} refused to list its models: {exc}"
+            ) from exc
+        models = ModelList.model_validate_json(raw)
         card = next((m for m in models.data if m.id == self.model_name), None)
         if card is None:
             served = ", ".join(m.id for m in models.data) or "nothing"
@@ -325,15 +325,7 @@ class VllmPolicy:
     def _tokens(self, choice: CompletionChoice) -> list[int]:
         """The sampled ids, ending with the end-of-turn token when the call was finished
         (servers differ on whether the stop token is returned; `render_call` ends so)."""
-        if choice.token_ids is not None:
-            tokens = list(choice.token_ids)
-        elif choice.logprobs is not None:
-            matches = [_TOKEN_ID.match(t) for t in choice.logprobs.tokens]
-            if not all(matches):
-                raise BackendUnavailable("vLLM returned tokens without ids: upgrade vLLM")
-            tokens = [int(m.group(1)) for m in matches if m is not None]
-        else:
-            raise BackendUnavailable("vLLM returned neither token ids nor logprobs")
+        tokens = choice.sampled_ids()
         end = getattr(self._renderer, "end_of_turn_id", None)
         if choice.finish_reason == "stop" and end is not None and (not tokens or tokens[-1] != end):
             tokens.append(end)

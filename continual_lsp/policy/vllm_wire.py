@@ -7,12 +7,17 @@ answers are read through them, ignoring fields this client does not use.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from continual_lsp.policy.base import BackendUnavailable
+
+_TOKEN_ID = re.compile(r"^token_id:(\d+)$")
 
 
 class _Wire(BaseModel):
@@ -57,6 +62,18 @@ class CompletionChoice(_Wire):
     finish_reason: str | None = None
     # One entry per prompt token (the first None); keys are token ids as strings.
     prompt_logprobs: list[dict[str, PromptLogprob] | None] | None = None
+
+    def sampled_ids(self) -> list[int]:
+        """The sampled token ids: `token_ids`, or on servers without it the logprobs'
+        tokens written as `token_id:N` (`return_tokens_as_token_ids`)."""
+        if self.token_ids is not None:
+            return list(self.token_ids)
+        if self.logprobs is None:
+            raise BackendUnavailable("vLLM returned neither token ids nor logprobs")
+        matches = [_TOKEN_ID.match(t) for t in self.logprobs.tokens]
+        if not all(matches):
+            raise BackendUnavailable("vLLM returned tokens without ids: upgrade vLLM")
+        return [int(m.group(1)) for m in matches if m is not None]
 
 
 class CompletionResponse(_Wire):
@@ -115,3 +132,14 @@ def completion_scores(
             raise BackendUnavailable(f"vLLM returned no log-prob for completion token {token}")
         out.append(entry[str(token)].logprob)
     return out
+
+
+def lora_name(user: str, path: Path) -> str:
+    """The adapter's name on the shared server: unique per user and version file.
+
+    One vLLM serves many users, so the version name alone (`v0003`) would collide; the
+    hash of the absolute path keeps two stores of one user name apart.
+    """
+    safe_user = re.sub(r"[^A-Za-z0-9_.-]", "_", user)[:40]
+    digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:10]
+    return f"cl-{safe_user}-{path.name}-{digest}"

@@ -277,6 +277,13 @@ def test_failures_the_reviewer_is_told_about(
     (unreadable / CONFIG_FILE).unlink()
     with pytest.raises(BackendUnavailable, match=r"could not load adapter .*No adapter found"):
         policy.load_adapter(str(unreadable))
+    fake.fail_next = 400
+    with pytest.raises(BackendUnavailable, match="refused to list its models"):
+        policy.sample(prompt, SampleParams())
+    assert policy.context_window == fake.max_model_len
+    fake.fail_next = 400
+    with pytest.raises(BackendUnavailable, match=r"refused the request while sampling: .* 400"):
+        policy.sample(prompt, SampleParams())
     with pytest.raises(NotImplementedError, match="vllm_trainer"):
         policy.train_step([], "importance_sampling", 1e-3)
 
