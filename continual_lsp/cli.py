@@ -25,7 +25,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="a TOML settings file")
     parser.add_argument("--model", help="embedded:SmolLM2-135M-Instruct, a model dir or a .gguf")
-    parser.add_argument("--backend", choices=["local", "tinker"])
+    parser.add_argument("--backend", choices=["local", "tinker", "vllm"])
     parser.add_argument("--store", help="the SQLite store (default: the user's data dir)")
     parser.add_argument("--no-training", action="store_true", help="never train (deny = retry)")
 

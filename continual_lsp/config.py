@@ -24,7 +24,9 @@ class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     # policy
-    backend: Literal["local", "tinker"] = "local"
+    # "vllm": sampling and scoring on an OpenAI-compatible vLLM server with multi-LoRA,
+    # training on `vllm_trainer` in the worker (docs/deploy.md).
+    backend: Literal["local", "tinker", "vllm"] = "local"
     model: str = EMBEDDED_MODEL  # "embedded:…", an HF model directory, or a .gguf path
     device: str = "cpu"
     max_new_tokens: int = 192
@@ -33,6 +35,19 @@ class Settings(BaseModel):
     # Merge the shipped starter adapter (tool use, reading a correction; issue 13) into
     # the embedded model at load. Other models are loaded as they are.
     starter: bool = True
+    # backend = "vllm": where the server is and what it serves the base model as
+    # (`--served-model-name`; None: `model`). `model` stays the local copy of the same
+    # weights: its tokenizer renders prompts here and the local trainer trains on it.
+    vllm_url: str = "http://127.0.0.1:8000"
+    vllm_model: str | None = None
+    vllm_trainer: Literal["local", "tinker"] = "local"
+    # Adapter paths as the vLLM host sees them, when the folder is mounted there under
+    # another path: {local prefix: remote prefix}, for every user of a shared server
+    # (env: "LOCAL=REMOTE"). Paths under no prefix are sent as they are.
+    vllm_path_map: dict[str, str] = Field(default_factory=dict)
+    vllm_timeout_s: float = Field(default=60.0, gt=0)
+    # Servers before vLLM 0.12 take `guided_json` instead of `structured_outputs`.
+    vllm_legacy_guided: bool = False
 
     # learning
     enable_training: bool = True
@@ -132,6 +147,17 @@ class Settings(BaseModel):
             if "autonomy" not in data and old in (False, "false", "0"):
                 data["autonomy"] = "manual"
         return data
+
+    @field_validator("vllm_path_map", mode="before")
+    @classmethod
+    def _path_map_from_text(cls, value: Any) -> Any:
+        if not isinstance(value, str | list):
+            return value
+        pairs = value.split(",") if isinstance(value, str) else value
+        try:
+            return dict(pair.split("=", 1) for pair in (p.strip() for p in pairs) if pair)
+        except ValueError as exc:
+            raise ValueError("vllm_path_map takes LOCAL=REMOTE pairs, comma-separated") from exc
 
     @field_validator("workspace_roots", mode="before")
     @classmethod

@@ -111,10 +111,11 @@ def _watch_parent(parent_pid: int, stop: Any) -> None:
 
 
 def _load_policy(settings: Settings, store: Store) -> Policy:
-    """The configured backend's policy at the store's current weights (`sync_weights`)."""
-    from continual_lsp.policy import make_policy
+    """The configured trainer at the store's current weights (`sync_weights`): the sampling
+    backend itself, or for a vLLM sampler the backend that trains for it."""
+    from continual_lsp.policy import make_trainer
 
-    policy = make_policy(settings)
+    policy = make_trainer(settings)
     sync_weights(policy, store)
     return policy
 
