@@ -155,6 +155,20 @@ class TrainingJobs:
     ) -> LearnedNotification | None:
         token = f"continual-train-{job_id}"
         listener.on_progress(token, "Learning from your correction", "SDPO step", None, False)
+        depth = self.store.queue_depth(("sdpo",))
+        if depth > self.settings.max_queued_jobs:
+            # A burst of corrections: the decision and its job are committed, the job
+            # trains in turn; only the retry stops waiting for it.
+            listener.on_progress(
+                token,
+                "Learning",
+                f"{depth} corrections are waiting to train (limit max_queued_jobs = "
+                f"{self.settings.max_queued_jobs}): this one is saved and trains in turn; "
+                "the retry does not wait for it",
+                None,
+                True,
+            )
+            return None
         from continual_lsp.learning.worker import WorkerError
 
         try:
