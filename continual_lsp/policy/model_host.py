@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import ctypes
 import itertools
 import tempfile
 import threading
@@ -140,7 +141,9 @@ class ModelHost:
         base, tokenizer = load_model_and_tokenizer(
             settings.model, settings.device, starter=settings.starter
         )
-        return cls(base, tokenizer, settings)
+        host = cls(base, tokenizer, settings)
+        release_freed_memory()  # the load's temporaries (GGUF dequantisation, starter merge)
+        return host
 
     @classmethod
     def private(
@@ -232,6 +235,8 @@ class ModelHost:
             save_file(slot.state, str(path))
             slot.spill, slot.state = path, None
             self.spills += 1
+        if excess > 0:
+            release_freed_memory()
 
     # -- the live tensors --------------------------------------------------------------------
 
@@ -263,11 +268,22 @@ class ModelHost:
             self._caches[id(cache)] = weakref.ref(cache)
             alive = [(k, ref()) for k, ref in self._caches.items()]
             held = [c for _, c in alive if c is not None and c.entries]
-            for stale in held[: max(0, len(held) - self.max_prompt_caches)]:
-                stale.clear()
+            stale = held[: max(0, len(held) - self.max_prompt_caches)]
+            for cache in stale:
+                cache.clear()
+            if stale:
+                release_freed_memory()
             for key, c in alive:
                 if c is None or not c.entries:
                     self._caches.pop(key, None)
+
+
+def release_freed_memory() -> None:
+    """Hand freed heap back to the OS (glibc only; elsewhere a no-op). Without it malloc
+    keeps what a dropped K/V cache or a spilled adapter held for this process: measured
+    40 MB of 1.1 GB after six users' first proposals, 29 MB after the model load."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 _hosts: dict[HostKey, ModelHost] = {}
