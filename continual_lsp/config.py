@@ -133,6 +133,9 @@ class Settings(BaseModel):
     # Training jobs of one user that may wait; past it a correction is still committed and
     # its job queued, but the retry no longer waits for its step (the editor is told).
     max_queued_jobs: int = Field(default=4, ge=1)
+    # One training worker process (one model) for every user of this server, taking their
+    # jobs in turn, instead of a worker per user. Local backend; not with teacher "ema".
+    shared_training: bool = False
 
     @model_validator(mode="before")
     @classmethod

@@ -136,10 +136,16 @@ class TrainingJobs:
     # -- worker ---------------------------------------------------------------------------
 
     def _ensure_worker(self) -> Any:
+        from continual_lsp.learning.team_worker import can_share, team_trainer
         from continual_lsp.learning.worker import TrainingWorker
 
         if self._worker is None:
-            self._worker = TrainingWorker(self.settings, self.store.path)
+            if can_share(self.settings):
+                # A seat in the process's one worker: jobs taken in turn with other users.
+                team = team_trainer(self.settings)
+                self._worker = team.seat(self.settings, self.store.path)
+            else:
+                self._worker = TrainingWorker(self.settings, self.store.path)
             self._worker.start()
         elif not self._worker.alive:
             log.warning("training worker died; restarting it (queued jobs are replayed)")

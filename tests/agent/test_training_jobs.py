@@ -117,3 +117,21 @@ def test_past_the_queue_limit_the_retry_stops_waiting_and_the_job_stays(store: S
     message, done = progress.messages[-1]
     assert done and "3 corrections are waiting" in message and "max_queued_jobs = 2" in message
     assert store.queue_depth(("sdpo",)) == 3  # nothing dropped: every job still queued
+
+
+def test_with_shared_training_every_user_gets_a_seat_in_one_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from continual_lsp.learning import team_worker
+
+    monkeypatch.setattr(team_worker, "_team", None)
+    monkeypatch.setattr(team_worker.TeamTrainer, "ensure_running", lambda self: None)
+    seats = []
+    for name in ("alice", "bob"):
+        settings = Settings(user=name, shared_training=True)
+        store = Store(tmp_path / f"{name}.sqlite3")
+        seats.append(TrainingJobs(store, settings)._ensure_worker())
+        store.close()
+    assert all(isinstance(s, team_worker.TeamSeat) for s in seats)
+    assert seats[0].team is seats[1].team
+    assert set(seats[0].team._members) == {str(tmp_path / f"{n}.sqlite3") for n in ("alice", "bob")}
