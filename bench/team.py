@@ -7,8 +7,8 @@ them (one per user, each with its own store, workspace and adapter directory), w
 the sockets: spawning 20 servers would measure 20 processes, not the sharing. Each user
 gets an adapter of its own (LoRA B matrices set to seeded noise, saved as version v0001
 in that user's store), served by `sync_sampler` as after a restart. Training is off: the
-adapters are made here, and the training workers (one process per user today; issue 20
-item 2 is not built) are outside what this measures. Autonomy is `manual`, so one
+adapters are made here, and the training workers (a process per user, or one for all with
+`shared_training`) are outside what this measures. Autonomy is `manual`, so one
 `start_task` is one proposal (no reads run on their own).
 
 Measured:
