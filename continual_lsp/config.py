@@ -135,6 +135,23 @@ class Settings(BaseModel):
     workspace_roots: list[str] = Field(default_factory=list)
     manual_edit_window_s: float = 120.0
 
+    # team server: one process, one base model, many users (issue 20)
+    # Users with an open connection at once; one more is refused at initialize, with a
+    # message saying so, before anything of theirs is touched.
+    max_users: int = Field(default=32, ge=1)
+    # Users' adapters kept in memory (~7 MB each at rank 16); past it the least recently
+    # used are written to a temporary file and read back on their next proposal.
+    max_resident_adapters: int = Field(default=16, ge=1)
+    # Users' prompt K/V caches kept (~45 KB a token on the embedded model); past it the
+    # least recently used is dropped and that user's next turn prefills in full.
+    max_prompt_caches: int = Field(default=4, ge=1)
+    # Training jobs of one user that may wait; past it a correction is still committed and
+    # its job queued, but the retry no longer waits for its step (the editor is told).
+    max_queued_jobs: int = Field(default=4, ge=1)
+    # One training worker process (one model) for every user of this server, taking their
+    # jobs in turn, instead of a worker per user. Local backend; not with teacher "ema".
+    shared_training: bool = False
+
     @model_validator(mode="before")
     @classmethod
     def _old_auto_approve(cls, data: Any) -> Any:

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from continual_lsp.config import Settings
 from continual_lsp.protocol import LearnedNotification, RoutedNotification, TaskDoneNotification
 
+from .errors import RequestFailed
+
 if TYPE_CHECKING:
     from continual_lsp.agent.agent import Agent, AgentListener, Proposal
 
@@ -102,14 +104,32 @@ class AgentHandle:
 
 
 class AgentPool:
-    def __init__(self, factory: AgentFactory, executor: Executor) -> None:
+    def __init__(
+        self, factory: AgentFactory, executor: Executor, max_users: int | None = None
+    ) -> None:
         self._factory = factory
         self._executor = executor
         self._handles: dict[tuple[str, str], AgentHandle] = {}
+        self.max_users = max_users
+
+    def connected_users(self) -> set[str]:
+        """Users with at least one open connection."""
+        return {handle.key[0] for handle in self._handles.values() if handle.users > 0}
 
     def acquire(self, settings: Settings, workspace: Path, sink: EventSink) -> AgentHandle:
-        """Called on the event loop only (initialize), so the dict needs no lock."""
+        """Called on the event loop only (initialize), so the dict needs no lock.
+
+        A user past `max_users` is refused before anything of theirs is opened: the
+        editor reads why, and nothing is lost (their store was never touched)."""
         key = (settings.user, str(workspace))
+        users = self.connected_users()
+        limit = self.max_users
+        if limit is not None and settings.user not in users and len(users) >= limit:
+            raise RequestFailed(
+                f"this server is serving {len(users)} users, its limit (max_users = "
+                f"{limit}); nothing was opened for {settings.user!r}: connect again "
+                "when someone disconnects, or ask for a higher limit"
+            )
         handle = self._handles.get(key)
         if handle is None or (handle.created.done() and handle.created.exception() is not None):
             listener = FanOutListener()

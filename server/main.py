@@ -188,7 +188,9 @@ class Server:
     def __init__(self, settings: Settings, agent_factory: AgentFactory | None = None) -> None:
         self.settings = settings
         self.executor = ThreadPoolExecutor(AGENT_THREADS, thread_name_prefix="agent")
-        self.pool = AgentPool(agent_factory or default_agent_factory, self.executor)
+        self.pool = AgentPool(
+            agent_factory or default_agent_factory, self.executor, max_users=settings.max_users
+        )
 
     def make_server(self, settings: Settings, default_workspace: Path | None) -> ContinualServer:
         ls = build_server()

@@ -215,7 +215,9 @@ class Agent:
         if self._policy is None:
             from continual_lsp.policy import make_policy
 
-            self._policy = make_policy(self.settings)
+            # Every agent of this process samples from one copy of the model, each with
+            # its own user's adapter copied in per call (issue 20: N users, one model).
+            self._policy = make_policy(self.settings, shared=True)
             self.training.sync_sampler(self._policy)
             # The server builds the policy when a client connects: the worker starts then
             # too, so the first correction costs a step, not a model load.

@@ -136,10 +136,16 @@ class TrainingJobs:
     # -- worker ---------------------------------------------------------------------------
 
     def _ensure_worker(self) -> Any:
+        from continual_lsp.learning.team_worker import can_share, team_trainer
         from continual_lsp.learning.worker import TrainingWorker
 
         if self._worker is None:
-            self._worker = TrainingWorker(self.settings, self.store.path)
+            if can_share(self.settings):
+                # A seat in the process's one worker: jobs taken in turn with other users.
+                team = team_trainer(self.settings)
+                self._worker = team.seat(self.settings, self.store.path)
+            else:
+                self._worker = TrainingWorker(self.settings, self.store.path)
             self._worker.start()
         elif not self._worker.alive:
             log.warning("training worker died; restarting it (queued jobs are replayed)")
@@ -155,6 +161,20 @@ class TrainingJobs:
     ) -> LearnedNotification | None:
         token = f"continual-train-{job_id}"
         listener.on_progress(token, "Learning from your correction", "SDPO step", None, False)
+        depth = self.store.queue_depth(("sdpo",))
+        if depth > self.settings.max_queued_jobs:
+            # A burst of corrections: the decision and its job are committed, the job
+            # trains in turn; only the retry stops waiting for it.
+            listener.on_progress(
+                token,
+                "Learning",
+                f"{depth} corrections are waiting to train (limit max_queued_jobs = "
+                f"{self.settings.max_queued_jobs}): this one is saved and trains in turn; "
+                "the retry does not wait for it",
+                None,
+                True,
+            )
+            return None
         from continual_lsp.learning.worker import WorkerError
 
         try:

@@ -6,8 +6,10 @@ from continual_lsp.config import Settings
 from continual_lsp.policy.base import Policy
 
 
-def make_policy(settings: Settings) -> Policy:
-    """The sampling policy: what the agent proposes with."""
+def make_policy(settings: Settings, *, shared: bool = False) -> Policy:
+    """The configured backend's policy. `shared` (local backend): on the process's one
+    copy of the model (`model_host.shared_host`), with this policy's own adapter; the
+    server's agents use it, a training worker does not (it trains in place)."""
     if settings.backend == "tinker":
         from continual_lsp.policy.tinker_backend import TinkerPolicy
 
@@ -18,6 +20,10 @@ def make_policy(settings: Settings) -> Policy:
         return VllmPolicy.from_settings(settings)
     from continual_lsp.policy.local import LocalPolicy
 
+    if shared:
+        from continual_lsp.policy.model_host import shared_host
+
+        return LocalPolicy(settings, host=shared_host(settings))
     return LocalPolicy(settings)
 
 

@@ -1,8 +1,10 @@
 """LocalPolicy: transformers + peft on this machine (CPU by default), DESIGN §3.
 
-The base model is wrapped in a peft LoRA adapter at construction. LoRA's B matrices
-start at zero, so a fresh adapter computes exactly the base model; training changes only
-the adapter, and adapter versions (files) are swapped without reloading the base model.
+The base model, wrapped in a peft LoRA adapter, lives in a `ModelHost` (model_host.py):
+one per policy, or one per process shared by every user's policy, each of which then has
+its adapter copied in for the length of a call. LoRA's B matrices start at zero, so a
+fresh adapter computes exactly the base model; training changes only the adapter, and
+adapter versions (files) are swapped without reloading the base model.
 `reference_logprobs` scores with the adapter disabled: the frozen reference for KL.
 
 Sampling lives in `grammar.py` (constrained decoding); LoRA training and adapter files
@@ -13,16 +15,13 @@ only delegate, so this module stays the one place that owns model construction.
 from __future__ import annotations
 
 import contextlib
-import copy
 import os
-import threading
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Unpack
 
 import torch
-from peft import LoraConfig, PeftModel, get_peft_model
+from peft import PeftModel
 
 from continual_lsp.config import Settings
 from continual_lsp.policy.adapter_registry import adapters_dir
@@ -45,7 +44,7 @@ from continual_lsp.policy.grammar import (
     constrained_decode_batch,
     decoding_schema,
 )
-from continual_lsp.policy.model_files import load_model_and_tokenizer
+from continual_lsp.policy.model_host import ModelHost
 from continual_lsp.policy.render import ChatMLRenderer
 from continual_lsp.tools.base import TOOL_NAMES
 
@@ -74,7 +73,9 @@ class LocalPolicy:
     """Implements `policy.base.Policy` with a local causal LM and one LoRA adapter.
 
     Attributes used by `training.py`: `model` (the PeftModel), `tokenizer`, `settings`,
-    and `adapter_version` (settable; None = the fresh, zero adapter).
+    and `adapter_version` (settable; None = the fresh, zero adapter). Its own methods hold
+    the model (`exclusive()`) for each call; code that uses `.model` directly on a shared
+    host must do the same.
     """
 
     backend: str = "local"
@@ -82,46 +83,43 @@ class LocalPolicy:
     manages_versions: bool = False  # version files are written and checked by the caller
 
     def __init__(
-        self, settings: Settings, model_and_tokenizer: tuple[Any, Any] | None = None
+        self,
+        settings: Settings,
+        model_and_tokenizer: tuple[Any, Any] | None = None,
+        *,
+        host: ModelHost | None = None,
     ) -> None:
+        """`host`: a model shared with other policies (`model_host.shared_host`); without
+        one, a host of its own, on `model_and_tokenizer` (copied) or loaded from files."""
         torch.set_num_threads(torch_threads())
         self.settings = settings
         self.model_name: str = settings.model
-        if model_and_tokenizer is None:
-            base, tokenizer = load_model_and_tokenizer(
-                settings.model, settings.device, starter=settings.starter
+        if host is None:
+            host = (
+                ModelHost.load(settings)
+                if model_and_tokenizer is None
+                else ModelHost.private(settings, model_and_tokenizer)
             )
-        else:
-            # A caller-supplied model (the tests' session fixture) is shared: get_peft_model
-            # injects LoRA layers into the module in place, which would change it for every
-            # other user. Copy it first; 135M parameters copy in well under a second.
-            base, tokenizer = model_and_tokenizer
-            base = copy.deepcopy(base).to(settings.device)
-        self.tokenizer: Any = tokenizer
-        config = LoraConfig(
-            r=settings.lora_rank,
-            lora_alpha=2 * settings.lora_rank,
-            target_modules=list(settings.lora_targets),
-            lora_dropout=0.0,
-            task_type="CAUSAL_LM",
-        )
-        with warnings.catch_warnings():
-            # peft 0.21 calls a transformers 5 deprecated property; the warning is noise.
-            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
-            self.model: PeftModel = get_peft_model(base, config)
-        self.model.eval()
+        self.host = host
+        self.tokenizer: Any = host.tokenizer
+        self._slot = host.slot(settings.user)
         # The prompt lists only the allowed tools; SampleParams.tools can narrow further.
-        self._renderer = ChatMLRenderer(tokenizer, tools=settings.allowed_tools)
-        self.grammar = ToolCallGrammar(tokenizer)  # all seven tools
-        self._grammars: dict[tuple[tuple[str, ...], str], ToolCallGrammar] = {
-            (TOOL_NAMES, ""): self.grammar
-        }
+        self._renderer = ChatMLRenderer(self.tokenizer, tools=settings.allowed_tools)
+        self.grammar = host.grammar  # all seven tools
         self._adapter_version: str | None = None
-        # KV of the last prompt; consecutive agent turns share most of their prompt.
+        # KV of the last prompts; consecutive agent turns share most of their prompt. Its
+        # entries are keyed by this policy's slot and weights generation (`weights_key`).
         self.prompt_cache = PromptCache()
-        # One sampler at a time: the prompt cache is shared state.
-        self._lock = threading.Lock()
         self.adapters_dir: Path = adapters_dir(settings)
+
+    @property
+    def model(self) -> PeftModel:
+        """The (maybe shared) model. Use it directly only inside `exclusive()`."""
+        return self.host.model
+
+    def exclusive(self) -> contextlib.AbstractContextManager[None]:
+        """Hold the model, with this policy's adapter live, for a block of direct use."""
+        return self.host.serving(self._slot)
 
     # -- Policy protocol: identity ---------------------------------------------------------
 
@@ -144,22 +142,16 @@ class LocalPolicy:
     # -- sampling and scoring --------------------------------------------------------------
 
     def weights_key(self) -> tuple[Any, ...]:
-        """Identifies the current weights, so a prompt cache never outlives them.
-
-        Training and adapter loading live in training.py (another module, maybe another
-        author), so rather than rely on them to invalidate the cache, we detect change:
-        every in-place write through a parameter (optimizer steps, `load_state_dict`)
-        bumps its version counter, a replaced parameter changes its identity, and the
-        checksum of the trainable (LoRA) weights catches writes through `.data`, which
-        bypass the counter. About 2 ms for 1.8 M LoRA parameters.
-        """
-        versions = tuple((id(p), p._version) for p in self.model.parameters())
-        with torch.no_grad():
-            trainable = [
-                p.sum(dtype=torch.float64) for n, p in self.model.named_parameters() if "lora_" in n
-            ]
-            checksum = float(torch.stack(trainable).sum()) if trainable else 0.0
-        return (self._adapter_version, str(self.model.active_adapter), versions, checksum)
+        """Identifies the current weights, so a prompt cache never outlives them: this
+        policy's slot and the generation of its weights (bumped by the host on every
+        change, by whatever route), the version name and the active peft adapter.
+        Valid inside `exclusive()`."""
+        return (
+            self._slot.id,
+            self._slot.generation,
+            self._adapter_version,
+            str(self.model.active_adapter),
+        )
 
     def grammar_for(
         self, tools: list[str] | None, forbid: DecodeRestrictions | None = None
@@ -167,15 +159,17 @@ class LocalPolicy:
         """The grammar for an allow-list of tools and the guards' restrictions (compiled
         once per distinct pair)."""
         allowed = check_tools(tools)
+        if allowed == TOOL_NAMES and forbid is None:
+            return self.grammar
         key = (allowed, forbid.key() if forbid is not None else "")
-        grammar = self._grammars.get(key)
+        grammar = self.host.grammars.get(key)  # a rare race compiles one twice: harmless
         if grammar is None:
             grammar = ToolCallGrammar(
                 self.tokenizer,
                 decoding_schema(allowed, forbid),
                 ll_tokenizer=self.grammar.ll_tokenizer,
             )
-            self._grammars[key] = grammar
+            self.host.grammars[key] = grammar
         return grammar
 
     def sample(self, prompt_tokens: list[int], params: SampleParams) -> Completion:
@@ -197,10 +191,10 @@ class LocalPolicy:
     ) -> Any:
         tools = params.tools if params.tools is not None else self.settings.allowed_tools
         grammar = self.grammar_for(tools, params.forbid)
-        with self._lock:
+        with self.exclusive():
             key = self.weights_key()
             with self._skip_zero_adapter():
-                return decode(
+                out = decode(
                     self.model,
                     grammar,
                     prompt_tokens,
@@ -209,6 +203,8 @@ class LocalPolicy:
                     prompt_cache=self.prompt_cache,
                     weights_key=key,
                 )
+        self.host.note_cache(self.prompt_cache)
+        return out
 
     def _skip_zero_adapter(self) -> contextlib.AbstractContextManager[Any]:
         """Skip the LoRA layers while the active adapter is still zero (no step yet): they
@@ -234,17 +230,19 @@ class LocalPolicy:
         past the prefix the prompt cache already holds (scoring a retry's candidates
         against the denied turn's prompt costs its tail, not the whole prompt), and the
         completions go through together, over its K/V repeated for each row."""
-        with self._lock:
+        with self.exclusive():
             key = self.weights_key()
             shared, cache = self.prompt_cache.lookup(prompt_tokens, key)
             with self._skip_zero_adapter():
-                return self._score(prompt_tokens, completions, shared, cache, key)
+                scores = self._score(prompt_tokens, completions, shared, cache, key)
+        self.host.note_cache(self.prompt_cache)
+        return scores
 
     def reference_logprobs(
         self, prompt_tokens: list[int], completion_tokens: list[int]
     ) -> list[float]:
         """The same scores under the frozen base model (adapter disabled)."""
-        with self._lock, self.model.disable_adapter():
+        with self.exclusive(), self.model.disable_adapter():
             return self._score(prompt_tokens, [completion_tokens])[0]
 
     def _score(
@@ -301,12 +299,14 @@ class LocalPolicy:
     ) -> TrainMetrics:
         from continual_lsp.policy import training
 
-        return training.train_step(self, batch, loss, lr, **options)
+        with self.exclusive():
+            return training.train_step(self, batch, loss, lr, **options)
 
     def save_adapter(self, name: str) -> AdapterInfo:
         from continual_lsp.policy import training
 
-        return training.save_adapter(self, name, self.adapters_dir)
+        with self.exclusive():
+            return training.save_adapter(self, name, self.adapters_dir)
 
     @property
     def context_window(self) -> int:
@@ -317,10 +317,11 @@ class LocalPolicy:
         "" means the base weights (the adapter zeroed)."""
         from continual_lsp.policy import training
 
-        if not name:
-            training.reset_adapter(self)
-            return
         path = Path(name).expanduser()
-        if not path.is_absolute() and not path.exists():
+        if name and not path.is_absolute() and not path.exists():
             path = self.adapters_dir / name
-        training.load_adapter(self, path)
+        with self.exclusive():
+            if name:
+                training.load_adapter(self, path)
+            else:
+                training.reset_adapter(self)

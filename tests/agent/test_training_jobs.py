@@ -75,3 +75,63 @@ def test_reverting_every_version_serves_the_base_model(
     jobs.revert_adapter(v1, policy)
     assert jobs.current_version_name() is None
     assert policy.logprobs(prompt, completion) == base
+
+
+class _Progress:
+    def __init__(self) -> None:
+        self.messages: list[tuple[str, bool]] = []
+
+    def on_progress(
+        self, token: str, title: str, message: str, percentage: int | None, done: bool
+    ) -> None:
+        self.messages.append((message, done))
+
+
+class _Worker:
+    """Stands in for the worker process: answers every wait with a finished step."""
+
+    alive = ready = True
+
+    def __init__(self) -> None:
+        self.waited: list[int] = []
+
+    def notify(self) -> None:
+        pass
+
+    def wait_job(self, job_id: int, timeout: float) -> dict[str, Any]:
+        self.waited.append(job_id)
+        return {"step": 1, "loss": 0.5, "seconds": 0.1}
+
+
+def test_past_the_queue_limit_the_retry_stops_waiting_and_the_job_stays(store: Store) -> None:
+    jobs = TrainingJobs(store, Settings(max_queued_jobs=2))
+    worker = jobs._worker = _Worker()
+    ids = [store.enqueue_job("sdpo", {"proposal_id": f"p{i}"}) for i in range(2)]
+    progress = _Progress()
+    note = jobs.wait(ids[-1], "p1", progress, None)
+    assert note is not None and worker.waited == [ids[-1]]  # within the limit: waited
+    third = store.enqueue_job("sdpo", {"proposal_id": "p2"})
+    progress = _Progress()
+    assert jobs.wait(third, "p2", progress, None) is None
+    assert worker.waited == [ids[-1]]  # not waited for
+    message, done = progress.messages[-1]
+    assert done and "3 corrections are waiting" in message and "max_queued_jobs = 2" in message
+    assert store.queue_depth(("sdpo",)) == 3  # nothing dropped: every job still queued
+
+
+def test_with_shared_training_every_user_gets_a_seat_in_one_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from continual_lsp.learning import team_worker
+
+    monkeypatch.setattr(team_worker, "_team", None)
+    monkeypatch.setattr(team_worker.TeamTrainer, "ensure_running", lambda self: None)
+    seats = []
+    for name in ("alice", "bob"):
+        settings = Settings(user=name, shared_training=True)
+        store = Store(tmp_path / f"{name}.sqlite3")
+        seats.append(TrainingJobs(store, settings)._ensure_worker())
+        store.close()
+    assert all(isinstance(s, team_worker.TeamSeat) for s in seats)
+    assert seats[0].team is seats[1].team
+    assert set(seats[0].team._members) == {str(tmp_path / f"{n}.sqlite3") for n in ("alice", "bob")}

@@ -1,0 +1,293 @@
+"""One training worker for every user of a server process, taking jobs in turn (issue 20).
+
+A worker per user (worker.py) costs a process and a copy of the model per user. The team
+worker is one process with one base model (a `ModelHost`, each user's adapter in its own
+slot) and one loop that takes jobs round-robin across the users' stores: a user who sends
+ten corrections in a row gets one step, then every other user with a waiting job gets
+one, and so on. Every user's SDPO steps go before any user's consolidation, which is the
+background lane. Each job runs exactly as worker.py runs it (`handle_job`: replay after a
+crash, the version written to that user's adapters directory and registered in that
+user's store), with that user's adapter live for the whole job.
+
+Turned on by `Settings.shared_training`. Not for the EMA teacher: it is a companion
+adapter in the model, which the shared model would give every user, so such a user keeps
+a worker of its own; nor for the tinker backend, which trains remotely.
+
+Parent side: `team_trainer(settings)` is the process's one `TeamTrainer`; `seat(...)`
+gives each user a `TeamSeat`, which `TrainingJobs` drives like a `TrainingWorker`
+(start, notify, wait for a job in that user's store). Users join the running worker
+through a queue; a restarted worker gets every user again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from continual_lsp.config import Settings
+from continual_lsp.learning.worker import (
+    TrainingWorker,
+    WorkerError,
+    _die_with_parent,
+    _isolate_stdio,
+    _watch_parent,
+    handle_job,
+    sync_weights,
+)
+from continual_lsp.policy.adapter_registry import adapters_dir
+from continual_lsp.store.db import Store
+
+log = logging.getLogger(__name__)
+
+# Interactive steps first, across all users; then the background lane.
+PRIORITY = (("sdpo",), ("consolidate",))
+
+
+def can_share(settings: Settings) -> bool:
+    """Whether this user's training may run in the team worker (see the module docstring)."""
+    return settings.shared_training and settings.backend == "local" and settings.teacher != "ema"
+
+
+def claim_in_turn(stores: Sequence[Store], start: int) -> tuple[int, dict[str, Any]] | None:
+    """The next job and whose it is (index into `stores`), asking the users in turn from
+    `start`; any user's SDPO job before any user's consolidation."""
+    for kinds in PRIORITY:
+        for offset in range(len(stores)):
+            index = (start + offset) % len(stores)
+            job = stores[index].claim_job(kinds)
+            if job is not None:
+                return index, job
+    return None
+
+
+# -- child side -------------------------------------------------------------------------------
+
+
+@dataclass
+class _Member:
+    settings: Settings
+    store: Store
+    directory: Path
+    policy: Any  # LocalPolicy on the worker's shared host
+
+
+def _join(members: list[_Member], settings_data: dict[str, Any], store_path: str) -> None:
+    from continual_lsp.policy import training
+    from continual_lsp.policy.local import LocalPolicy
+    from continual_lsp.policy.model_host import shared_host
+
+    if any(str(m.store.path) == store_path for m in members):
+        return
+    settings = Settings.model_validate(settings_data)
+    store = Store(store_path)
+    directory = adapters_dir(settings, store_path)
+    directory.mkdir(parents=True, exist_ok=True)
+    training.clean_partial(directory)
+    policy = LocalPolicy(settings, host=shared_host(settings))
+    sync_weights(policy, store)
+    members.append(_Member(settings, store, directory, policy))
+    log.info("user %s joined the team worker (%d users)", settings.user, len(members))
+
+
+def team_worker_main(
+    settings_data: dict[str, Any],
+    parent_pid: int,
+    joins: Any,
+    wake: Any,
+    stop: Any,
+    ready: Any,
+    poll_s: float = 1.0,
+    nice: int = 10,
+) -> None:
+    """Entry point of the spawned team worker (see the module docstring)."""
+    _isolate_stdio()
+    _die_with_parent(parent_pid)
+    _watch_parent(parent_pid, stop)
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="[team worker] %(message)s")
+    with contextlib.suppress(OSError):
+        os.nice(nice)
+    from continual_lsp.policy.model_host import shared_host
+
+    shared_host(Settings.model_validate(settings_data))  # the model, before the first job
+    ready.set()
+    members: list[_Member] = []
+    turn = 0
+    try:
+        while not stop.is_set():
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    _join(members, *joins.get_nowait())
+            claimed = claim_in_turn([m.store for m in members], turn)
+            if claimed is None:
+                wake.wait(poll_s)
+                wake.clear()
+                continue
+            index, job = claimed
+            turn = index + 1  # the next look starts with the next user
+            member = members[index]
+            with member.policy.exclusive():
+                handle_job(
+                    member.policy, member.store, member.directory, member.settings, job, stop.wait
+                )
+    finally:
+        for member in members:
+            member.store.close()
+
+
+# -- parent side ------------------------------------------------------------------------------
+
+
+class TeamTrainer:
+    """Handle on the team worker process, shared by every user of this process."""
+
+    def __init__(
+        self, settings: Settings, *, poll_s: float = 1.0, nice: int = 10, max_restarts: int = 5
+    ) -> None:
+        import multiprocessing as mp
+
+        self.settings = settings
+        self.poll_s = poll_s
+        self.nice = nice
+        self.max_restarts = max_restarts
+        self.restarts = 0
+        self._ctx = mp.get_context("spawn")
+        self._wake = self._ctx.Event()
+        self._stop = self._ctx.Event()
+        self._ready = self._ctx.Event()
+        self._joins: Any = None
+        self._process: Any = None
+        self._members: dict[str, dict[str, Any]] = {}  # store path -> settings
+        self._lock = threading.RLock()
+
+    @property
+    def alive(self) -> bool:
+        return self._process is not None and self._process.is_alive()
+
+    @property
+    def ready(self) -> bool:
+        return self.alive and self._ready.is_set()
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
+    def join(self, settings: Settings, store_path: str) -> None:
+        """Add a user (idempotent); a running worker takes them at its next look."""
+        with self._lock:
+            if store_path in self._members:
+                return
+            self._members[store_path] = settings.model_dump()
+            if self.alive:
+                self._joins.put((self._members[store_path], store_path))
+                self._wake.set()
+
+    def ensure_running(self) -> None:
+        """Start the worker, or restart a dead one with every user (jobs it held replay)."""
+        with self._lock:
+            if self.alive or self._stop.is_set():
+                return
+            if self._process is not None:
+                if self.restarts >= self.max_restarts:
+                    raise WorkerError(
+                        f"the team training worker died {self.restarts + 1} times; not restarting"
+                    )
+                self.restarts += 1
+                log.warning("team worker exited (code %s); restarting", self._process.exitcode)
+            self._ready.clear()
+            self._joins = self._ctx.Queue()
+            for store_path, data in self._members.items():
+                self._joins.put((data, store_path))
+            self._process = self._ctx.Process(
+                target=team_worker_main,
+                args=(
+                    self.settings.model_dump(),
+                    os.getpid(),
+                    self._joins,
+                    self._wake,
+                    self._stop,
+                    self._ready,
+                    self.poll_s,
+                    self.nice,
+                ),
+                name="continual-lsp-team-trainer",
+                daemon=True,
+            )
+            self._process.start()
+
+    def notify(self) -> None:
+        self.ensure_running()
+        self._wake.set()
+
+    def seat(self, settings: Settings, store_path: str | Path) -> TeamSeat:
+        return TeamSeat(self, settings, store_path)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Ask the worker to finish its current job and exit; kill it after `timeout`."""
+        with self._lock:
+            self._stop.set()
+            self._wake.set()
+            if self._process is not None:
+                self._process.join(timeout)
+                if self._process.is_alive():
+                    self._process.kill()
+                    self._process.join(5)
+
+
+class TeamSeat(TrainingWorker):
+    """One user's view of the team worker, with a `TrainingWorker`'s interface: jobs and
+    their results are read from this user's store; the process is the team's."""
+
+    def __init__(self, team: TeamTrainer, settings: Settings, store_path: str | Path) -> None:
+        super().__init__(settings, store_path)
+        self.team = team
+
+    @property
+    def alive(self) -> bool:
+        return self.team.alive
+
+    @property
+    def ready(self) -> bool:
+        return self.team.ready
+
+    @property
+    def pid(self) -> int | None:
+        return self.team.pid
+
+    def start(self) -> None:
+        self.team.join(self.settings, self.store_path)
+        self.team.ensure_running()
+
+    def ensure_running(self) -> None:
+        self.team.ensure_running()
+
+    def notify(self) -> None:
+        self.team.notify()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """This user leaves; the team worker keeps serving the others (it ends with the
+        process, or `TeamTrainer.stop`)."""
+        with self._lock:
+            if self._store is not None:
+                self._store.close()
+                self._store = None
+
+
+_team: TeamTrainer | None = None
+_team_lock = threading.Lock()
+
+
+def team_trainer(settings: Settings) -> TeamTrainer:
+    """The process's team worker handle (the first user's settings pick its model)."""
+    global _team
+    with _team_lock:
+        if _team is None:
+            _team = TeamTrainer(settings)
+        return _team

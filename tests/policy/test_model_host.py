@@ -1,0 +1,145 @@
+"""Several users' policies on one loaded model (issue 20): each sees only its own adapter."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+import torch
+
+from continual_lsp.config import Settings
+from continual_lsp.policy.base import Completion, Message, SampleParams
+from continual_lsp.policy.local import LocalPolicy
+from continual_lsp.policy.model_host import ModelHost
+
+pytestmark = pytest.mark.model
+
+GREEDY = SampleParams(temperature=0.0, max_tokens=40)
+
+
+def _host(model_and_tokenizer: tuple[Any, Any], **limits: int) -> ModelHost:
+    return ModelHost.private(Settings(), model_and_tokenizer, **limits)
+
+
+def _user(host: ModelHost, name: str, seed: int | None) -> LocalPolicy:
+    """A policy on `host`; with `seed`, its adapter set to noise large enough to change
+    what it proposes (None: the fresh adapter, i.e. the base model)."""
+    policy = LocalPolicy(Settings(user=name), host=host)
+    if seed is not None:
+        generator = torch.Generator().manual_seed(seed)
+        with policy.exclusive(), torch.no_grad():
+            for param_name, param in policy.model.named_parameters():
+                if "lora_B" in param_name:
+                    param.copy_(0.05 * torch.randn(param.shape, generator=generator))
+    return policy
+
+
+def _prompt(policy: LocalPolicy) -> list[int]:
+    task = "Task: the test in tests/test_calc.py fails; fix calc.py"
+    return policy.renderer.render_prompt([Message(role="user", content=task)])
+
+
+def _fresh_logprobs(policy: LocalPolicy, prompt: list[int], probe: list[int]) -> list[float]:
+    """Scored from a full prefill: a prompt-cache hit sums in another order (~1e-6 off),
+    and these tests compare scores exactly."""
+    policy.prompt_cache.clear()
+    return policy.logprobs(prompt, probe)
+
+
+def _run(
+    policy: LocalPolicy, prompt: list[int], probe: list[int]
+) -> tuple[Completion, list[float]]:
+    return policy.sample(prompt, GREEDY), _fresh_logprobs(policy, prompt, probe)
+
+
+def test_two_users_interleaved_each_get_their_own_adapter(
+    model_and_tokenizer: tuple[Any, Any],
+) -> None:
+    host = _host(model_and_tokenizer)
+    alice, bob = _user(host, "alice", seed=1), _user(host, "bob", seed=None)
+    prompt = _prompt(alice)
+    probe = alice.renderer.tokenize('{"tool": "read", "arguments": {"path": "calc.py"}}')
+    alone_alice = _run(alice, prompt, probe)
+    alone_bob = _run(bob, prompt, probe)
+    assert alone_alice[0].tokens != alone_bob[0].tokens  # the adapters really differ
+    assert alone_alice[1] != alone_bob[1]
+    for _ in range(2):  # interleaved: each call finds the other user's adapter live
+        alice_now, bob_now = _run(alice, prompt, probe), _run(bob, prompt, probe)
+        assert alice_now[0].tokens == alone_alice[0].tokens
+        assert alice_now[1] == alone_alice[1]
+        assert bob_now[0].tokens == alone_bob[0].tokens
+        assert bob_now[1] == alone_bob[1]
+    # Bob's fresh adapter is the base model.
+    assert bob.reference_logprobs(prompt, probe) == alone_bob[1]
+
+
+def test_concurrent_users_never_see_each_others_adapter(
+    model_and_tokenizer: tuple[Any, Any],
+) -> None:
+    host = _host(model_and_tokenizer)
+    users = [_user(host, f"user{i}", seed=i) for i in range(3)]
+    prompt = _prompt(users[0])
+    probe = users[0].renderer.tokenize('{"tool": "glob", "arguments": {"pattern": "*.py"}}')
+    alone = [_fresh_logprobs(u, prompt, probe) for u in users]
+    assert len({tuple(a) for a in alone}) == 3
+    seen: list[list[tuple[int, list[float]]]] = [[] for _ in users]
+
+    def work(i: int) -> None:
+        for _ in range(4):
+            # Each user's prompt cache is its own, so clearing it races with no one.
+            seen[i].append((i, _fresh_logprobs(users[i], prompt, probe)))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(users))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(scores == alone[i] for row in seen for i, scores in row)
+    assert sum(len(row) for row in seen) == 12
+
+
+def test_adapters_past_the_limit_go_to_disk_and_come_back_exact(
+    model_and_tokenizer: tuple[Any, Any],
+) -> None:
+    host = _host(model_and_tokenizer, max_resident=1)
+    users = [_user(host, f"user{i}", seed=10 + i) for i in range(3)]
+    prompt = _prompt(users[0])
+    probe = users[0].renderer.tokenize('{"tool": "bash"')
+    first = [_fresh_logprobs(u, prompt, probe) for u in users]
+    assert host.resident == 1 and host.spills >= 2
+    again = [_fresh_logprobs(u, prompt, probe) for u in users]
+    assert again == first
+    assert host.reloads >= 2
+    assert host.resident == 1
+
+
+def test_training_one_user_leaves_the_other_alone(
+    model_and_tokenizer: tuple[Any, Any],
+) -> None:
+    from continual_lsp.policy.base import Datum
+
+    host = _host(model_and_tokenizer)
+    alice, bob = _user(host, "alice", seed=None), _user(host, "bob", seed=None)
+    prompt = _prompt(alice)
+    probe = alice.renderer.tokenize('{"tool": "grep"')
+    before = _fresh_logprobs(bob, prompt, probe)
+    assert alice.logprobs(prompt, probe) == before  # both fresh
+    datum = Datum(prompt_tokens=prompt, completion_tokens=probe)
+    alice.train_step([datum], "cross_entropy", lr=1e-2)
+    # Through alice's prompt cache, filled before the step: it must not serve old K/V.
+    trained = alice.logprobs(prompt, probe)
+    assert sum(trained) > sum(before) + 0.1  # cross-entropy raised the probe's log-prob
+    assert _fresh_logprobs(alice, prompt, probe) == trained
+    assert _fresh_logprobs(bob, prompt, probe) == before
+
+
+def test_prompt_caches_are_bounded_across_users(model_and_tokenizer: tuple[Any, Any]) -> None:
+    host = _host(model_and_tokenizer, max_prompt_caches=1)
+    alice, bob = _user(host, "alice", seed=None), _user(host, "bob", seed=None)
+    prompt = _prompt(alice)
+    probe = alice.renderer.tokenize('{"tool": "read"')
+    alice.logprobs(prompt, probe)
+    assert alice.prompt_cache.entries
+    bob.logprobs(prompt, probe)
+    assert bob.prompt_cache.entries and not alice.prompt_cache.entries

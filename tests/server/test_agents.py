@@ -1,0 +1,47 @@
+"""The agent pool's user limit: a user past it is refused at initialize, with a reason."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from continual_lsp.config import Settings
+from server.agents import AgentPool
+from server.errors import RequestFailed
+
+
+class _Sink:
+    def post(self, kind: str, payload: Any) -> None:
+        pass
+
+
+def _pool(max_users: int, opened: list[str]) -> AgentPool:
+    def factory(settings: Settings, workspace: Path, listener: Any) -> Any:
+        opened.append(settings.user)
+        return object()
+
+    return AgentPool(factory, ThreadPoolExecutor(1), max_users=max_users)
+
+
+def test_a_user_past_the_limit_is_refused_until_someone_leaves(tmp_path: Path) -> None:
+    opened: list[str] = []
+    pool = _pool(2, opened)
+    sink = _Sink()
+    alice = pool.acquire(Settings(user="alice"), tmp_path, sink)
+    pool.acquire(Settings(user="bob"), tmp_path, sink)
+    # alice's second editor (another workspace) is still alice: not a new user.
+    alice_other = pool.acquire(Settings(user="alice"), tmp_path / "other", sink)
+    with pytest.raises(RequestFailed, match=r"serving 2 users.*max_users = 2.*'carol'"):
+        pool.acquire(Settings(user="carol"), tmp_path, sink)
+    alice.created.result(timeout=5)
+    assert "carol" not in opened  # nothing of carol's was opened
+    pool.release(alice, sink)
+    assert pool.connected_users() == {"alice", "bob"}  # her other editor is still open
+    pool.release(alice_other, sink)
+    assert pool.connected_users() == {"bob"}
+    pool.acquire(Settings(user="carol"), tmp_path, sink).created.result(timeout=5)
+    assert pool.connected_users() == {"bob", "carol"}
+    assert "carol" in opened
