@@ -235,6 +235,9 @@ def run_review(
         return 1
     finally:
         if agent is not None:
+            # A denial's step lands after its retry was shown: let it, so the run learns
+            # what it was told (and prints its `learned` line) before the worker stops.
+            agent.await_steps()
             agent.close()
         if decisions is not sys.stdin:
             decisions.close()

@@ -6,10 +6,12 @@ The demo's setting (`continual-lsp demo`): the sample workspace, its task and it
 its correction. The agent is built as the server builds it when a client connects (the
 policy loads and the training worker starts, warm, in the background); the first
 proposal is the reviewer reading, then every proposal is denied with the demo's
-correction and `decide` is timed until the retry is there: the choice among the N
-candidates, then the SDPO step that takes the winner as its demonstration (waited for,
-as the editor's response is). The first denial is the session's first correction. Also
-printed: when the agent handed the retry to its listener (before the step), the
+correction (the project's way for a fix, else "that is not the bug") and `decide` is
+timed until the retry is there: the choice among the N candidates. The SDPO step that
+takes the winner as its demonstration runs after the retry is shown (the editor hears of
+it by `continual/learned`); the next denial comes at once, so a step may still run while
+the next retry is chosen. The first denial is the session's first correction. Also
+printed: when the agent handed the retry to its listener, the SDPO steps' times, the
 choice's own cost from the agent's `retry_chosen` events (wall time and this thread's
 CPU time, which is what it costs on a core of its own however busy the machine is), the
 candidates' lengths, the prompt size, and the machine's load average. Writes
@@ -52,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from continual_lsp.agent.agent import Agent
     from continual_lsp.config import Settings
-    from continual_lsp.demo import CORRECTION, DEMO_TOOLS
+    from continual_lsp.demo import DEMO_TOOLS, PREFERENCE, WRONG_CHANGE, fixes_the_bug
 
     task_text = "Fix the bug in src/calc/ops.py: mean() must use true division."
     work = Path(tempfile.mkdtemp(prefix="deny-to-retry-"))
@@ -68,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     agent = Agent(settings, ws)
     # When the agent hands each proposal to its listener (in the product, the server).
     agent.listener.on_proposal = lambda proposal: shown_at.append(time.perf_counter())  # type: ignore[method-assign]
-    waits: list[float] = []
+    waits: list[float] = []  # denials answered by a retry
+    ended: list[float] = []  # denials that ended the task (past max_retries): no retry
     handed: list[float] = []
     prompt_tokens: list[int] = []
     load = [os.getloadavg()[0]]
@@ -89,13 +92,24 @@ def main(argv: list[str] | None = None) -> int:
             empty_tasks = 0
             row = agent.store.proposal(proposal.id)
             prompt_tokens.append(len(row["prompt_tokens"]) if row else 0)
+            # The demo reviewer's correction: the project's way for a fix, else the bug.
+            shown = proposal.notification(ws).model_dump(by_alias=True)
+            correction = PREFERENCE if fixes_the_bug(shown) else WRONG_CHANGE
             t0 = time.perf_counter()
-            outcome = agent.decide(proposal.id, "deny", correction=CORRECTION)
-            waits.append(time.perf_counter() - t0)
-            handed.append(next((t - t0 for t in shown_at if t > t0), waits[-1]))
+            outcome = agent.decide(proposal.id, "deny", correction=correction)
+            wait = time.perf_counter() - t0
             load.append(os.getloadavg()[0])
-            log.info("deny %d → retry in %.2f s (load %.1f)", len(waits), waits[-1], load[-1])
             proposal = outcome.next_proposal
+            if proposal is None:
+                ended.append(wait)
+                log.info("deny → task ended (%s) in %.2f s", outcome.task_done, wait)
+                continue
+            waits.append(wait)
+            handed.append(next((t - t0 for t in shown_at if t > t0), wait))
+            log.info("deny %d → retry in %.2f s (load %.1f)", len(waits), wait, load[-1])
+        deadline = time.monotonic() + 600
+        while agent.store.queue_depth(("sdpo",)) and time.monotonic() < deadline:
+            time.sleep(0.2)  # the last steps, for their times below
         events = [e["payload"] for e in agent.store.events(kind="retry_chosen")]
         chosen = [e["seconds"] for e in events]
         chosen_cpu = [e.get("cpu_seconds") for e in events]
@@ -108,6 +122,12 @@ def main(argv: list[str] | None = None) -> int:
         "p50_s": round(percentile(waits, 0.5), 2),
         "p90_s": round(percentile(waits, 0.9), 2),
         "first_correction_s": round(waits[0], 2),
+        # Wall time depends on what else the machine runs; the choice's CPU time is what
+        # it costs on a core of its own.
+        "choice_cpu_p50_s": round(percentile([c for c in chosen_cpu if c is not None], 0.5), 2),
+        "choice_cpu_p90_s": round(percentile([c for c in chosen_cpu if c is not None], 0.9), 2),
+        "load_average_1min": round(sum(load) / len(load), 1),
+        "candidates": settings.retry_candidates,
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=1) + "\n")
@@ -116,10 +136,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"  {result}")
     print(f"  every wait (s): {[round(w, 2) for w in waits]}")
+    print(f"  denials that ended the task instead (not in the percentiles), s: {ended}")
     print(f"  worker had loaded its model by the first denial: {ready_at_first}")
     print(
-        "  retry handed to the server (before the step; the server shows it with the "
-        f"response), s: {[round(h, 2) for h in handed]}"
+        f"  retry handed to the server (it shows it with the response), s: {[round(h, 2) for h in handed]}"
     )
     print(f"  choosing the retry (N candidates + scoring), s: {[round(c, 2) for c in chosen]}")
     print(f"  … of which this thread's CPU time (a core of its own), s: {chosen_cpu}")

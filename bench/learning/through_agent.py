@@ -56,7 +56,7 @@ def review(
     correction (`deny`) or replaced by the situation's demonstration with the correction
     as its comment (`edit`); a call that keeps the rule is approved. For every denial:
     whether the proposal right after it follows the correction, and how long the reviewer
-    waited for it (deny → retry shown, the step included)."""
+    waited for it (deny → retry shown; the step lands after it)."""
     counts: dict[str, Any] = {"denied": 0, "edited": 0, "approved": 0, "proposals": 0}
     follows: list[bool] = []
     waits: list[float] = []
@@ -160,6 +160,9 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace) -> dict[str, Any]
                 for e in agent.store.events(kind="proposal")
                 if e["task_id"] == task_id
             ]
+            # The held-out proposals are the student's next turns: like the agent's own,
+            # they wait for the denials' steps still running.
+            agent.await_steps()
             agent.training.sync_sampler(agent.policy)
             bench = Bench(settings, agent.policy, config)
             c, m, records = bench.evaluate(scenario)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import queue
 import threading
 import time
 from collections import Counter
@@ -203,6 +204,10 @@ class Agent:
         self._policy = policy
         self._lock = threading.RLock()
         self._tasks: dict[str, _Task] = {}
+        # Denials' steps land while the reviewer reads the retry: (proposal id, job id)
+        # for `_land_steps`, None to end it.
+        self._landings: queue.Queue[tuple[str, int] | None] = queue.Queue()
+        self._lander: threading.Thread | None = None
         self.lanes = LanesFacade(self.store, settings, self._token_count)
         self.training = TrainingJobs(self.store, settings)
         self.checkpoints = Checkpoints(self.store, self.tools)
@@ -468,6 +473,8 @@ class Agent:
         return stale
 
     def close(self) -> None:
+        if self._lander is not None:
+            self._landings.put(None)  # ends `_land_steps` once `stop` ends its wait
         self.training.stop()
         self.store.close()
 
@@ -568,8 +575,12 @@ class Agent:
             self.listener.on_routed(routed)
         self.store.mark_applied(proposal.id, {"denied": True})
         retry = self._show_retry(task, choice) if choice is not None else None
-        learned = self._wait_learned(proposal.id, job_id)
-        return DecideOutcome(ok=True, learned=learned, next_proposal=retry, task_done=task.done)
+        # The retry is shown before the step lands: it was chosen in the teacher's context,
+        # not with the step's weights, and the step's job is already committed. The step
+        # is announced (`continual/learned`) when it lands; the student's next turn waits
+        # for it (`await_steps`).
+        self._learn_in_background(proposal.id, job_id)
+        return DecideOutcome(ok=True, next_proposal=retry, task_done=task.done)
 
     def _edit(
         self,
@@ -609,7 +620,7 @@ class Agent:
                 self.listener.on_routed(routed)
         result = self._execute(task, proposal, call)
         self.store.mark_applied(proposal.id, result.model_dump())
-        learned = self._wait_learned(proposal.id, job_id)
+        learned = self._wait_learned(proposal.id, job_id, self._policy)
         outcome = self._next(task, result)
         outcome.learned = learned
         return outcome
@@ -973,6 +984,7 @@ class Agent:
     def _sample(self, task: _Task) -> tuple[ToolCall | None, Completion, list[int]]:
         """A call for the turn, or None when no try gave a valid, new one."""
         policy = self.policy
+        self.await_steps()
         # A step may have landed in the background (a resumed job, a timed-out wait):
         # sample from the version the proposal will be labelled with.
         self.training.sync_sampler(policy)
@@ -1040,14 +1052,49 @@ class Agent:
         self.store.set_task_status(task.id, "done", summary)
         self.listener.on_task_done(TaskDoneNotification(task_id=task.id, summary=summary))
 
-    def _wait_learned(self, proposal_id: str, job_id: int | None) -> LearnedPayload | None:
+    def _wait_learned(
+        self, proposal_id: str, job_id: int | None, policy: Policy | None
+    ) -> LearnedPayload | None:
+        """Wait for a decision's step and announce it; with `policy` (the agent's lock
+        held), the sampler serves the new version at once."""
         if job_id is None:
             return None
-        note = self.training.wait(job_id, proposal_id, self.listener, self._policy)
+        note = self.training.wait(job_id, proposal_id, self.listener, policy)
         if note is None:
             return None
         self.listener.on_learned(note)
         return LearnedPayload(step=note.step, loss=note.loss, seconds=note.seconds)
+
+    def _learn_in_background(self, proposal_id: str, job_id: int | None) -> None:
+        """Hand a denial's step to `_land_steps`, which waits for it without the agent's
+        lock (so without touching the sampler: `_sample` swaps it in under the lock)."""
+        if job_id is None:
+            return
+        if self._lander is None:
+            self._lander = threading.Thread(
+                target=self._land_steps, name="continual-learned", daemon=True
+            )
+            self._lander.start()
+        self._landings.put((proposal_id, job_id))
+
+    def _land_steps(self) -> None:
+        """Wait for each step in turn, on one thread for the agent's life: a worker this
+        thread (re)starts dies with the thread that started it (PR_SET_PDEATHSIG is per
+        thread), so a thread per step would kill the worker when its wait ended."""
+        while (item := self._landings.get()) is not None:
+            try:
+                self._wait_learned(*item, None)
+            except Exception:  # a thread's error reaches no caller: the log keeps it
+                log.exception("waiting for the step of %s failed", item[0])
+            finally:
+                self._landings.task_done()
+        self._landings.task_done()
+
+    def await_steps(self) -> None:
+        """Wait for the denials' steps still running (each up to the wait limit). Before
+        the student samples a turn, so what it proposes after a correction comes from the
+        weights that learned it; and before a headless run closes, so its steps land."""
+        self._landings.join()
 
     # -- crash recovery -------------------------------------------------------------------
 

@@ -7,6 +7,8 @@ only talks to the store's queue and tells the sampler which adapter version to u
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from typing import Any, Protocol
 
 from continual_lsp.config import Settings
@@ -19,6 +21,8 @@ from continual_lsp.tools.base import ToolCall
 log = logging.getLogger(__name__)
 
 WAIT_SECONDS = 300.0
+# How often a wait looks up from the job to see whether the session stopped.
+STOP_CHECK_SECONDS = 0.5
 
 
 class ProgressListener(Protocol):
@@ -42,6 +46,11 @@ class TrainingJobs:
         self.adapters = AdapterRegistry(store)
         self._worker: Any = None
         self._loaded: int | None = None  # adapter version the sampler serves
+        # A denial's step is waited for on another thread (the agent shows the retry
+        # first): the worker handle is shared with it, and `stop` ends its waits until
+        # a job is queued again.
+        self._worker_lock = threading.Lock()
+        self._stopped = False
 
     # -- queue ----------------------------------------------------------------------------
 
@@ -136,6 +145,12 @@ class TrainingJobs:
     # -- worker ---------------------------------------------------------------------------
 
     def _ensure_worker(self) -> Any:
+        with self._worker_lock:
+            self._stopped = False
+            return self._running_worker()
+
+    def _running_worker(self) -> Any:
+        """The worker, started or restarted as needed (`_worker_lock` held)."""
         from continual_lsp.learning.team_worker import can_share, team_trainer
         from continual_lsp.learning.worker import TrainingWorker
 
@@ -151,6 +166,22 @@ class TrainingJobs:
             log.warning("training worker died; restarting it (queued jobs are replayed)")
             self._worker.start()
         return self._worker
+
+    def _result(self, job_id: int) -> dict[str, Any] | None:
+        """The job's result once done; None when `stop` came first (the job stays queued
+        and runs in the next session). TimeoutError after WAIT_SECONDS."""
+        deadline = time.monotonic() + WAIT_SECONDS
+        while True:
+            with self._worker_lock:
+                if self._stopped:
+                    return None
+                worker = self._running_worker()
+            remaining = max(0.0, deadline - time.monotonic())
+            try:
+                return dict(worker.wait_job(job_id, timeout=min(STOP_CHECK_SECONDS, remaining)))
+            except TimeoutError:
+                if time.monotonic() >= deadline:
+                    raise
 
     def wait(
         self,
@@ -178,7 +209,7 @@ class TrainingJobs:
         from continual_lsp.learning.worker import WorkerError
 
         try:
-            result = self._ensure_worker().wait_job(job_id, timeout=WAIT_SECONDS)
+            result = self._result(job_id)
         except TimeoutError:
             # The job stays queued and lands later; the retry must not wait forever.
             listener.on_progress(token, "Learning", "still training; retrying now", None, True)
@@ -186,6 +217,9 @@ class TrainingJobs:
         except WorkerError as exc:
             listener.on_progress(token, "Learning", f"step failed: {exc}", None, True)
             log.error("%s", exc)
+            return None
+        if result is None:
+            listener.on_progress(token, "Learning", "the session ended first", None, True)
             return None
         if policy is not None:
             self.sync_sampler(policy)
@@ -241,6 +275,8 @@ class TrainingJobs:
             self.sync_sampler(policy)
 
     def stop(self) -> None:
-        if self._worker is not None:
-            self._worker.stop()
-            self._worker = None
+        with self._worker_lock:
+            worker, self._worker = self._worker, None
+            self._stopped = True
+        if worker is not None:
+            worker.stop()

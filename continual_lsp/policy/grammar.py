@@ -504,14 +504,16 @@ def constrained_decode_batch(
 ) -> list[Completion]:
     """`n` tool calls from one prompt, decoded together: one forward pass per step for all.
 
-    The prompt (and the grammar's forced opening) is prefilled once and its KV repeated
-    for the `n` rows. At each step every unfinished row feeds its sampled token plus the
-    tokens the grammar forces after it; rows whose chunk is shorter are padded, and a
-    padded position is masked out of attention for good (each row keeps its own position
-    ids), so a row computes exactly what it would alone. Logprobs are recorded as in
-    `constrained_decode` (unmasked, temperature 1). Rows share one seeded generator, so a
-    seed gives the same `n` calls every time; the first `params.greedy_rows` rows (and
-    all of them at temperature 0) are the greedy call.
+    The prompt (and the grammar's forced opening) is prefilled once and its K/V is shared
+    by every candidate, never copied per row: the candidates' tokens are packed into one
+    sequence after it (a tree), and an attention mask lets each token see the prompt and
+    its own candidate's earlier tokens only, at its own candidate's position ids. So a
+    step costs the tokens the live candidates feed (a sampled token plus the tokens the
+    grammar forces after it), with no padding to the longest chunk, and attention reads
+    the prompt's K/V once instead of `n` times; each candidate computes what it would
+    alone. Logprobs are recorded as in `constrained_decode` (unmasked, temperature 1).
+    Rows share one seeded generator, so a seed gives the same `n` calls every time; the
+    first `params.greedy_rows` rows (and all of them at temperature 0) are the greedy call.
     """
     start = time.perf_counter()
     if not prompt_tokens:
@@ -525,7 +527,6 @@ def constrained_decode_batch(
     tokens: list[list[int]] = [list(opening) for _ in range(n)]
     logprobs: list[list[float]] = [[] for _ in range(n)]
     forced = [len(opening)] * n
-    pad = grammar.eos_tokens[0] if grammar.eos_tokens else 0
 
     with torch.inference_mode():
         decoder = _Decoder(model, prompt_tokens, opening, prompt_cache, weights_key)
@@ -533,15 +534,10 @@ def constrained_decode_batch(
             opening_lps = _opening_logprobs(decoder, opening)
             for row in logprobs:
                 row.extend(opening_lps)
-        decoder.cache.batch_repeat_interleave(n)
-        # Row b of the cache, `attention` and `next_logits` is candidate `alive[b]`; a
-        # finished candidate leaves the batch, so one long call does not make every
-        # step pay for the rows that ended long ago.
-        alive = list(range(n))
+        tree = CandidateTree(len(prompt_tokens) + len(opening), n)
+        # Row r: the logits after candidate r's last fed token.
         next_logits = decoder.next_logits.unsqueeze(0).repeat(n, 1)
-        device = next_logits.device
-        attention = torch.ones(n, len(prompt_tokens) + len(opening), dtype=torch.long)
-        positions = [len(prompt_tokens) + len(opening)] * n
+        alive = list(range(n))
         while True:
             chunks = _next_chunks(
                 matchers,
@@ -555,18 +551,16 @@ def constrained_decode_batch(
                 params,
                 generator,
             )
-            live = [b for b, chunk in enumerate(chunks) if chunk]
+            # A finished candidate leaves the step: its tokens stay in the cache, unseen.
+            live = [(r, chunk) for r, chunk in zip(alive, chunks, strict=True) if chunk]
             if not live:
                 break
-            if len(live) < len(alive):
-                keep = torch.tensor(live, dtype=torch.long)
-                decoder.cache.batch_select_indices(keep.to(device))
-                attention, next_logits = attention[keep], next_logits[keep.to(device)]
-                alive, chunks = [alive[b] for b in live], [chunks[b] for b in live]
-            ids, real, position_ids = _padded_step(alive, chunks, positions, pad)
-            attention = torch.cat([attention, real], dim=1)
-            logits = _batch_forward(model, decoder, ids, attention, position_ids, device)
-            _record_step(alive, chunks, logits, next_logits, tokens, logprobs, positions)
+            alive = [r for r, _ in live]
+            ids, mask, position_ids = tree.step(live)
+            logits, decoder.cache = tree_forward(
+                decoder.model, decoder.cache, decoder.cache_keyword, ids, mask, position_ids
+            )
+            _record_step(live, logits, next_logits, tokens, logprobs)
 
     return _completions(grammar, tokens, logprobs, forced, eos, time.perf_counter() - start)
 
@@ -595,13 +589,13 @@ def _next_chunks(
     params: SampleParams,
     generator: torch.Generator | None,
 ) -> list[list[int]]:
-    """`_next_chunk` for every live row (batch row b is candidate alive[b])."""
+    """`_next_chunk` for every live candidate, in the order of `alive`."""
     chunks: list[list[int]] = []
-    for b, r in enumerate(alive):
+    for r in alive:
         temperature = 0.0 if r < params.greedy_rows else params.temperature
         chunk, more = _next_chunk(
             matchers[r],
-            next_logits[b],
+            next_logits[r],
             tokens[r],
             logprobs[r],
             limit,
@@ -614,64 +608,85 @@ def _next_chunks(
     return chunks
 
 
-def _padded_step(
-    alive: list[int], chunks: list[list[int]], positions: list[int], pad: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The step's input ids, its attention columns (1 = real) and position ids."""
-    width = max(len(c) for c in chunks)
-    ids = torch.full((len(alive), width), pad, dtype=torch.long)
-    real = torch.zeros(len(alive), width, dtype=torch.long)
-    position_ids = torch.zeros(len(alive), width, dtype=torch.long)
-    for b, (r, chunk) in enumerate(zip(alive, chunks, strict=True)):
-        ids[b, : len(chunk)] = torch.tensor(chunk, dtype=torch.long)
-        real[b, : len(chunk)] = 1
-        # Padding sits after the row's last real position and is never attended to.
-        position_ids[b] = positions[r] + torch.arange(width).clamp(max=len(chunk))
-    return ids, real, position_ids
+class CandidateTree:
+    """The candidates' tokens packed after the shared prompt in one cached sequence (the
+    batched decode here, the batched scoring in `LocalPolicy.logprobs_batch`).
+
+    Each cache slot past the prompt belongs to one candidate, at that candidate's own
+    position: a token may attend to the whole prompt, and to the slots of its own
+    candidate at or before its position (earlier steps, and causally within its chunk).
+    """
+
+    def __init__(self, prefix: int, n: int) -> None:
+        self.prefix = prefix
+        self.positions = [prefix] * n  # each candidate's next position id
+        self.owners = torch.empty(0, dtype=torch.long)
+        self.slot_positions = torch.empty(0, dtype=torch.long)
+
+    def step(self, live: list[tuple[int, list[int]]]) -> tuple[list[int], torch.Tensor, list[int]]:
+        """This step's packed ids, its (1, 1, fed, cache + fed) mask and position ids."""
+        ids: list[int] = []
+        owners: list[int] = []
+        positions: list[int] = []
+        for r, chunk in live:
+            ids.extend(chunk)
+            owners.extend([r] * len(chunk))
+            positions.extend(range(self.positions[r], self.positions[r] + len(chunk)))
+            self.positions[r] += len(chunk)
+        rows = torch.tensor(owners, dtype=torch.long)
+        where = torch.tensor(positions, dtype=torch.long)
+        self.owners = torch.cat([self.owners, rows])
+        self.slot_positions = torch.cat([self.slot_positions, where])
+        own = (self.owners[None, :] == rows[:, None]) & (
+            self.slot_positions[None, :] <= where[:, None]
+        )
+        prompt = torch.ones(len(ids), self.prefix, dtype=torch.bool)
+        return ids, torch.cat([prompt, own], dim=1)[None, None], positions
 
 
-def _batch_forward(
+def tree_forward(
     model: Any,
-    decoder: _Decoder,
-    ids: torch.Tensor,
-    attention: torch.Tensor,
-    position_ids: torch.Tensor,
-    device: torch.device,
-) -> torch.Tensor:
-    """One batched step through the model; updates `decoder.cache`, returns float logits."""
+    cache: Any,
+    keyword: str,
+    ids: list[int],
+    mask: torch.Tensor,
+    position_ids: list[int],
+) -> tuple[torch.Tensor, Any]:
+    """One pass of a packed step (`CandidateTree.step`) over `cache`: the float logits of
+    every fed token, and the cache that now holds them too."""
+    device = next(model.parameters()).device
     out = model(
-        input_ids=ids.to(device),
-        attention_mask=attention.to(device),
-        position_ids=position_ids.to(device),
+        input_ids=torch.tensor([ids], dtype=torch.long, device=device),
+        attention_mask=mask.to(device),
+        position_ids=torch.tensor([position_ids], dtype=torch.long, device=device),
         use_cache=True,
-        logits_to_keep=ids.shape[1],
-        **{decoder.cache_keyword: decoder.cache},
+        logits_to_keep=len(ids),
+        **{keyword: cache},
     )
-    cache = getattr(out, "cache", None)
-    decoder.cache = cache if cache is not None else out.past_key_values
-    return out.logits.float()
+    grown = getattr(out, "cache", None)
+    return out.logits[0].float(), grown if grown is not None else out.past_key_values
 
 
 def _record_step(
-    alive: list[int],
-    chunks: list[list[int]],
+    live: list[tuple[int, list[int]]],
     logits: torch.Tensor,
     next_logits: torch.Tensor,
     tokens: list[list[int]],
     logprobs: list[list[float]],
-    positions: list[int],
 ) -> None:
-    """Append each row's chunk and its logprobs; `next_logits` row b becomes the logits
-    after candidate alive[b]'s chunk."""
-    for b, (r, chunk) in enumerate(zip(alive, chunks, strict=True)):
-        first = _logprob(next_logits[b], chunk[0])
-        scored = torch.log_softmax(logits[b, : len(chunk) - 1], dim=-1)
+    """Append each candidate's chunk and its logprobs (its rows of the packed `logits`,
+    in `live` order); `next_logits[r]` becomes the logits after candidate r's chunk."""
+    offset = 0
+    for r, chunk in live:
+        rows = logits[offset : offset + len(chunk)]
+        offset += len(chunk)
+        first = _logprob(next_logits[r], chunk[0])
+        scored = torch.log_softmax(rows[:-1], dim=-1)
         rest = torch.tensor(chunk[1:], dtype=torch.long, device=scored.device)
         tokens[r].extend(chunk)
         logprobs[r].append(first)
         logprobs[r].extend(scored.gather(1, rest[:, None])[:, 0].tolist())
-        next_logits[b] = logits[b, len(chunk) - 1]
-        positions[r] += len(chunk)
+        next_logits[r] = rows[-1]
 
 
 def _completions(

@@ -36,6 +36,7 @@ from continual_lsp.policy.base import (
     TrainOptions,
 )
 from continual_lsp.policy.grammar import (
+    CandidateTree,
     PromptCache,
     ToolCallGrammar,
     cache_keyword,
@@ -43,6 +44,7 @@ from continual_lsp.policy.grammar import (
     constrained_decode,
     constrained_decode_batch,
     decoding_schema,
+    tree_forward,
 )
 from continual_lsp.policy.model_host import ModelHost
 from continual_lsp.policy.render import ChatMLRenderer
@@ -229,7 +231,8 @@ class LocalPolicy:
         """`logprobs` of several completions of one prompt: the prompt is prefilled once,
         past the prefix the prompt cache already holds (scoring a retry's candidates
         against the denied turn's prompt costs its tail, not the whole prompt), and the
-        completions go through together, over its K/V repeated for each row."""
+        completions go through together in one pass, packed after the prompt's K/V
+        (shared, not copied per row; `CandidateTree`)."""
         with self.exclusive():
             key = self.weights_key()
             shared, cache = self.prompt_cache.lookup(prompt_tokens, key)
@@ -257,16 +260,11 @@ class LocalPolicy:
         `store_key`, the prompt's KV is kept in the prompt cache for those weights."""
         if not prompt_tokens:
             raise ValueError("logprobs needs a non-empty prompt")
-        rows = [i for i, completion in enumerate(completions) if completion]
         scores: list[list[float]] = [[] for _ in completions]
-        if not rows:
+        live = [(i, completion) for i, completion in enumerate(completions) if completion]
+        if not live:
             return scores
         keyword = cache_keyword(self.model)
-        width = max(len(completions[i]) for i in rows)
-        # Right padding: a real token never attends to the padding after it.
-        ids = torch.zeros(len(rows), width, dtype=torch.long)
-        for b, i in enumerate(rows):
-            ids[b, : len(completions[i])] = torch.tensor(completions[i], dtype=torch.long)
         with torch.inference_mode():
             prompt = torch.tensor([prompt_tokens[shared:]], dtype=torch.long, device=self.device)
             out = self.model(input_ids=prompt, use_cache=True, logits_to_keep=1, **{keyword: cache})
@@ -274,22 +272,19 @@ class LocalPolicy:
             if store_key is not None:
                 self.prompt_cache.store(prompt_tokens, cache, store_key)
             first = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
-            cache.batch_repeat_interleave(len(rows))
-            out = self.model(
-                input_ids=ids.to(self.device),
-                use_cache=True,
-                logits_to_keep=width,
-                **{keyword: cache},
-            )
-            # Row t of a completion's logits predicts its token t + 1; its first token was
-            # predicted by the prompt's last position. log-softmax at the picked tokens
-            # only: the full (rows x width x vocab) table would double the peak memory.
-            logits = out.logits.float()[:, :-1]
-            picked = logits.gather(2, ids[:, 1:, None].to(self.device))[..., 0]
-            later = picked - torch.logsumexp(logits, dim=-1)
-            for b, i in enumerate(rows):
-                n = len(completions[i])
-                scores[i] = [float(first[completions[i][0]]), *later[b, : n - 1].tolist()]
+            tree = CandidateTree(len(prompt_tokens), len(completions))
+            ids, mask, positions = tree.step(live)
+            logits, _ = tree_forward(self.model, cache, keyword, ids, mask, positions)
+            offset = 0
+            for i, completion in live:
+                # Row t of a completion's logits predicts its token t + 1; its first token
+                # was predicted by the prompt's last position. log-softmax at the picked
+                # tokens only: a full log-softmax table would double the peak memory.
+                own = logits[offset : offset + len(completion) - 1]
+                offset += len(completion)
+                later = torch.tensor(completion[1:], dtype=torch.long, device=own.device)
+                picked = own.gather(1, later[:, None])[:, 0] - torch.logsumexp(own, dim=-1)
+                scores[i] = [float(first[completion[0]]), *picked.tolist()]
         return scores
 
     # -- training and adapters (training.py) -----------------------------------------------

@@ -42,6 +42,10 @@
 (defvar continual-proposal-functions nil
   "Functions called with each new proposal plist.")
 
+(defvar continual-last-learned nil
+  "The last step the server announced (`continual/learned' plist): a denial's step
+lands after its retry is shown.")
+
 (defvar continual--connection nil
   "The last continual server connected, for buffers eglot does not manage.")
 
@@ -200,7 +204,8 @@ not ask about a change on disk."
 
 (cl-defmethod eglot-handle-notification
   ((_server continual-server) (_method (eql continual/learned))
-   &key proposalId step loss &allow-other-keys)
+   &rest note &key proposalId step loss &allow-other-keys)
+  (setq continual-last-learned note)
   (message "continual: learned from %s (step %s, loss %.3f)" proposalId step loss))
 
 (cl-defmethod eglot-handle-notification

@@ -8,6 +8,7 @@ winner is the step's demonstration, and a correction never ends a task silently.
 from __future__ import annotations
 
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 
 from continual_lsp.agent.agent import Agent, AgentError
 from continual_lsp.config import Settings
+from continual_lsp.protocol import LearnedNotification
 from continual_lsp.tools.base import ToolCall
 from tests.agent.support import make_agent, record_jobs
 
@@ -121,4 +123,40 @@ def test_only_repeats_of_the_denied_call_offer_edit_with_the_reason(
     }
     edited = agent.decide(offer.id, "edit", edited_arguments=fixed)
     assert edited.ok and edited.result is not None and edited.result.ok
+    agent.close()
+
+
+def test_the_retry_is_shown_before_its_step_lands_and_the_next_turn_waits_for_it(
+    tmp_path: Path, workspace: Path, policy: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = make_agent(tmp_path, workspace, policy, allowed_tools=["write", "edit_lines"])
+    record_jobs(agent, monkeypatch)
+    landed = threading.Event()
+
+    def step(job_id: int, proposal_id: str, listener: Any, policy: Any) -> LearnedNotification:
+        assert policy is None, "the waiting thread must not touch the sampler"
+        assert landed.wait(60)
+        return LearnedNotification(
+            proposal_id=proposal_id, step=1, loss=0.1, adapter_version=None, seconds=0.5
+        )
+
+    monkeypatch.setattr(agent.training, "wait", step)
+    events: list[str] = []
+    agent.listener.on_learned = lambda note: events.append(f"learned {note.proposal_id}")  # type: ignore[method-assign]
+    agent.listener.on_proposal = lambda p: events.append("proposal")  # type: ignore[method-assign]
+    _, proposal = agent.start_task("Fix mean() in src/calc/ops.py")
+    assert proposal is not None
+    outcome = agent.decide(proposal.id, "deny", correction="Use edit_lines on line 7 only.")
+    # The retry is there while the step still runs; the step is announced when it lands.
+    assert outcome.next_proposal is not None and outcome.learned is None
+    assert events == ["proposal", "proposal"]
+    # The student's next turn is sampled only once the step has landed.
+    turn = threading.Thread(target=agent.start_task, args=("Add median() to src/calc/ops.py",))
+    turn.start()
+    turn.join(2)
+    assert turn.is_alive() and events == ["proposal", "proposal"]
+    landed.set()
+    turn.join(120)
+    assert not turn.is_alive()
+    assert events[2] == f"learned {proposal.id}"
     agent.close()

@@ -1,7 +1,10 @@
-"""The sampler side of learning: which adapter version is served, and when not to trust one."""
+"""The sampler side of learning: which adapter version is served, when not to trust one, and
+how a wait for a step ends."""
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -77,14 +80,30 @@ def test_reverting_every_version_serves_the_base_model(
     assert policy.logprobs(prompt, completion) == base
 
 
+class _BusyWorker:
+    """A worker whose job never finishes (a long step)."""
+
+    alive = True
+
+    def wait_job(self, job_id: int, timeout: float | None = None) -> dict[str, Any]:
+        time.sleep(timeout or 0.0)
+        raise TimeoutError(f"job {job_id} still running")
+
+    def stop(self) -> None:
+        pass
+
+
 class _Progress:
     def __init__(self) -> None:
         self.messages: list[tuple[str, bool]] = []
+        self.ends: list[str] = []
 
     def on_progress(
         self, token: str, title: str, message: str, percentage: int | None, done: bool
     ) -> None:
         self.messages.append((message, done))
+        if done:
+            self.ends.append(message)
 
 
 class _Worker:
@@ -135,3 +154,22 @@ def test_with_shared_training_every_user_gets_a_seat_in_one_worker(
     assert all(isinstance(s, team_worker.TeamSeat) for s in seats)
     assert seats[0].team is seats[1].team
     assert set(seats[0].team._members) == {str(tmp_path / f"{n}.sqlite3") for n in ("alice", "bob")}
+
+
+def test_stopping_ends_a_wait_for_a_step_still_running(tmp_path: Path, store: Store) -> None:
+    """A denial's step is waited for on a thread of its own: closing the session must not
+    leave that thread waiting (or restart the worker it stopped)."""
+    jobs = TrainingJobs(store, Settings(adapters_dir=str(tmp_path / "adapters")))
+    busy = _BusyWorker()
+    jobs._worker = busy
+    progress = _Progress()
+    result: list[Any] = []
+    waiter = threading.Thread(target=lambda: result.append(jobs.wait(1, "p", progress, None)))
+    waiter.start()
+    waiter.join(1.5)
+    assert waiter.is_alive(), "the step is still running: the wait goes on"
+    jobs.stop()
+    waiter.join(5)
+    assert not waiter.is_alive() and result == [None]
+    assert progress.ends == ["the session ended first"]
+    assert jobs._worker is None  # no worker started again for the dead wait

@@ -104,11 +104,11 @@ action's edit (if any), then runs its command."
     (flow-note 'first_tool (plist-get first :tool))
     (flow-note 'first_uri (plist-get first :uri))
     (flow-step "proposal")
-    ;; 2. Deny with a correction: one SDPO step, then the retry.
+    ;; 2. Deny with a correction: the retry at once, then the SDPO step's notification.
     (let* ((denied (continual-deny (plist-get first :proposalId)
                                    "Never weaken a test; fix the code instead."))
-           (learned (plist-get denied :learned))
-           (retry (plist-get denied :nextProposal)))
+           (retry (plist-get denied :nextProposal))
+           (learned (flow-wait "the denial's step" (lambda () continual-last-learned) 600)))
       (flow-note 'learned_step (plist-get learned :step))
       (flow-note 'learned_seconds (plist-get learned :seconds))
       (flow-note 'retry_tool (plist-get retry :tool))
