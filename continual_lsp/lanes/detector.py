@@ -42,7 +42,8 @@ from continual_lsp.lanes.learned import shipped_heads
 STANDING = re.compile(
     r"\b(from now on|going forward|in (the )?future|next time|every time|whenever|each time|"
     r"you need to|when asked|any (\w+ )?files?|all (\w+ )?(files|commands|messages)|"
-    r"by default|stop (doing|adding|putting|writing)|wont stop|won't stop|keeps? (adding|doing))\b",
+    r"by default|stop (doing|adding|putting|writing)|wont stop|won't stop|keeps? (adding|doing)|"
+    r"(?:on|before|after|with) (?:every|each|any) (?:commit|push|pull request|pr|change|release))\b",
     re.I,
 )
 

@@ -117,6 +117,17 @@ class ReadFirstRule(_Rule):
     paths: list[str]
 
 
+class KeepRule(_Rule):
+    """Lines that must survive a change: every removed line matching `pattern` in a file
+    of `path_globs` comes back unchanged among the added lines ("`base: './'` must not
+    change"; an append-only log is `pattern="\\S"` on its files: lines may only be added).
+    """
+
+    kind: Literal["keep"] = "keep"
+    pattern: str
+    path_globs: list[str] = Field(default_factory=list)  # empty: every file
+
+
 class SizeRule(_Rule):
     kind: Literal["size"] = "size"
     max_lines: int | None = None
@@ -141,6 +152,7 @@ Rule = Annotated[
     | CommandRule
     | ContentRule
     | SizeRule
+    | KeepRule
     | CommitMessageRule
     | NamingRule
     | SequenceRule
@@ -345,6 +357,8 @@ def _eval_rule(rule: Rule, call: ToolCall, preview: Preview | None) -> tuple[str
         return "allow", None  # judged on the task's history (`Guard.check(history=…)`)
     if isinstance(rule, SizeRule):
         return _eval_size_rule(rule, call, preview)
+    if isinstance(rule, KeepRule):
+        return _eval_keep_rule(rule, call, preview)
     raise TypeError(f"not a declarative rule: {rule!r}")
 
 
@@ -454,6 +468,45 @@ def _eval_size_rule(rule: SizeRule, call: ToolCall, preview: Preview | None) -> 
     if rule.max_bytes is not None and len(content.encode()) > rule.max_bytes:
         return "block", None
     return "allow", None
+
+
+def removed_and_added(call: ToolCall, preview: Preview | None) -> tuple[list[str], list[str]]:
+    """(removed, added) lines of a file change: from the preview's diff, else from an
+    edit's own `old` / `new` (a write or edit_lines without a preview removes nothing known)."""
+    if preview is not None and preview.diff:
+        return changed_lines(preview.diff)
+    if call.tool == "edit":
+        return str(call.arguments.get("old", "")).split("\n"), str(
+            call.arguments.get("new", "")
+        ).split("\n")
+    return [], added_text(call, preview).split("\n")
+
+
+# A shell command that empties, rewrites or removes a file: `> f` (not `>> f`) names its
+# target; `sed -i`, `truncate`, `rm` and `mv` rewrite or remove the files they name.
+_BASH_TRUNCATE = re.compile(r"(?<![>&0-9])>(?!>)\s*(\S+)")
+_BASH_REWRITES = re.compile(r"\bsed\s+-i|\btruncate\b|\brm\b|\bmv\b")
+
+
+def _eval_keep_rule(rule: KeepRule, call: ToolCall, preview: Preview | None) -> tuple[str, Any]:
+    if call.tool == "bash":
+        if not rule.path_globs:
+            return "allow", None
+        cmd = _cmd(call)
+        targets = [t.strip("'\"") for t in _BASH_TRUNCATE.findall(cmd)]
+        if _BASH_REWRITES.search(cmd):
+            targets += _bash_paths(cmd)
+        blocked = any(path_matches(p, rule.path_globs) for p in targets)
+        return ("block", None) if blocked else ("allow", None)
+    if call.tool not in FILE_CHANGING_TOOLS:
+        return "allow", None
+    path = call_path(call, preview)
+    if rule.path_globs and (path is None or not path_matches(path, rule.path_globs)):
+        return "allow", None
+    removed, added = removed_and_added(call, preview)
+    kept = {line.strip() for line in added}
+    lost = [r for r in removed if re.search(rule.pattern, r) and r.strip() not in kept]
+    return ("block", None) if lost else ("allow", None)
 
 
 class Guard:
@@ -669,6 +722,9 @@ def rule_summary(rule: Rule) -> str:
         return f"{rule.target} names {rule.style} case"
     if isinstance(rule, SequenceRule):
         return f"sequence: `{rule.step}` after changes, before {rule.before}"
+    if isinstance(rule, KeepRule):
+        where = f" in {', '.join(rule.path_globs)}" if rule.path_globs else ""
+        return f"lines matching /{rule.pattern}/ are kept{where}"
     if isinstance(rule, ReadFirstRule):
         return f"read first: {', '.join(rule.paths)}"
     if isinstance(rule, ToolRule):

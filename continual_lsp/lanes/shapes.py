@@ -18,7 +18,7 @@ calls; split by kind, the order that decides between them would be scattered.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from continual_lsp.lanes.features import FILE_TYPES, KNOWN_CLI, PATHISH, is_commandish
@@ -35,13 +35,14 @@ from continual_lsp.lanes.guards import (
     Rule,
     SequenceRule,
 )
-from continual_lsp.tools.base import ToolCall
+from continual_lsp.tools.base import Preview, ToolCall
 
 
 @dataclass
 class Situation:
     call: ToolCall
     history: list[ToolCall] = field(default_factory=list)
+    preview: Preview | None = None  # what a change to an existing file would do
 
 
 @dataclass
@@ -1005,10 +1006,11 @@ SHAPES: list[Callable[[str], list[Shaped]]] = [
 ]
 
 
-def shaped_rules(text: str) -> list[Rule]:
-    """The rules of every shape `text` has whose guard passes its self-check."""
+def shaped_rules(text: str, table: Sequence[Callable[[str], list[Shaped]]] = SHAPES) -> list[Rule]:
+    """The rules of every shape of `table` that `text` has whose guard passes its
+    self-check."""
     rules: list[Rule] = []
-    for shape in SHAPES:
+    for shape in table:
         for shaped in shape(text):
             if fires(shaped):
                 rules.append(shaped.rule)
@@ -1064,6 +1066,7 @@ def fires(shaped: Shaped) -> bool:
     """The self-check: the rule's guard blocks (or, a substitution, rewrites) the violating
     situation and allows the compliant one."""
     guard = Guard("self-check", GuardSpec(message="self-check", rules=[shaped.rule]))
-    bad = guard.check(shaped.violating.call, None, shaped.violating.history)
-    good = guard.check(shaped.compliant.call, None, shaped.compliant.history)
+    bad_, good_ = shaped.violating, shaped.compliant
+    bad = guard.check(bad_.call, bad_.preview, bad_.history)
+    good = guard.check(good_.call, good_.preview, good_.history)
     return bad.action in ("block", "rewrite") and good.action == "allow"
