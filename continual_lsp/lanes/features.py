@@ -86,6 +86,8 @@ KNOWN_CLI = frozenset(
         "clang",
         "gcc",
         "jq",
+        "grep",
+        "rg",
         "sed",
         "awk",
         "find",

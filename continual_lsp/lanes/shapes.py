@@ -278,22 +278,27 @@ def _required_text(t: str) -> list[Shaped]:
 def _import_re(module: str) -> str:
     m = re.escape(module.strip("/").replace("/", "."))
     slash = re.escape(module.strip("/"))
+    # The module anywhere in a path or dotted name: `'../db/x'`, `'@/db'`, `from app.db import`.
     return (
-        rf"^\s*(?:import\s+{m}\b|from\s+{m}\b|import\b.*\bfrom\s+['\"](?:\.{{1,2}}/)*{slash}\b|"
-        rf".*\brequire\(['\"](?:\.{{1,2}}/)*{slash}\b|use\s+{m}\b)"
+        rf"^\s*(?:import\s+(?:[\w.]*\.)?{m}\b|from\s+(?:[\w.]*\.)?{m}\b|"
+        rf"import\b.*\bfrom\s+['\"](?:[^'\"\s]*/)?{slash}\b|"
+        rf".*\brequire\(['\"](?:[^'\"\s]*/)?{slash}\b|use\s+(?:\w+::)*{m}\b)"
     )
 
 
 def _import_boundaries(t: str) -> list[Shaped]:
     """ "never import `X` (directly)( in `P`)", "`A/` never imports `B/`"."""
     out: list[Shaped] = []
+    spans: list[tuple[int, int]] = []
     for m in re.finditer(
-        r"(?:`(?P<src>[\w./-]+)`|(?P<srcw>\b\w+)\s+(?:code|files?))\s+(?:must\s+|should\s+)?"
+        r"(?:`(?P<src>[\w./-]+)`(?:\s+(?:package|module|layer|folder|directory|code))?"
+        r"|(?P<srcw>\b\w+)\s+(?:code|files?))\s+(?:must\s+|should\s+)?"
         r"(?:never|not|must not|does not|do not|cannot)\s+imports?\s+(?:from\s+)?"
         r"(?:`(?P<dst>[\w./@-]+)`|(?P<dstw>\w+)\s+code)",
         t,
         re.I,
     ):
+        spans.append(m.span())
         src = m.group("src") or m.group("srcw").lower()
         dst = m.group("dst") or m.group("dstw").lower()
         globs = [src.rstrip("/") + "/**"]
@@ -307,11 +312,14 @@ def _import_boundaries(t: str) -> list[Shaped]:
             )
         )
     for m in re.finditer(
-        NEG + r"\s+import\s+(?:`(?P<mods>[^`]+)`|(?P<word>\w+))(?:\s+or\s+`(?P<mods2>[^`]+)`)?"
+        NEG + r"\s+import\s+(?:from\s+)?(?:`(?P<mods>[^`]+)`|(?P<word>\w+))"
+        r"(?:\s+or\s+`(?P<mods2>[^`]+)`)?"
         r"(?:\s+directly)?(?:\s+(?:in|from|inside)\s+(?P<where>[\w`./-]+))?",
         t,
         re.I,
     ):
+        if any(a <= m.start() < b for a, b in spans):
+            continue  # the folder-to-folder form above already read this clause
         mods = [x for x in (m.group("mods"), m.group("mods2"), m.group("word")) if x]
         mods = [
             x
@@ -323,6 +331,9 @@ def _import_boundaries(t: str) -> list[Shaped]:
         where = (m.group("where") or "").strip("`")
         globs = [where.rstrip("/") + "/**"] if "/" in where else []
         owner = [g for g in _globs(t) if g not in globs and "." in g.rsplit("/", 1)[-1]]
+        # A folder's own files import from it: "never import from `internal/`" is about
+        # everyone else.
+        owner += [f"**/{x.strip('/')}/**" for x in mods if x.endswith("/")]
         pattern = "|".join(f"(?:{_import_re(x)})" for x in mods)
         rule = ContentRule(pattern=pattern, path_globs=globs, exclude_globs=owner)
         path = (where.rstrip("/") + "/a.py") if globs else "src/a.py"
@@ -371,11 +382,9 @@ def git_shapes(text: str) -> list[Shaped]:
         ]
         globs = named + [g for g in _globs(what) if g not in named]
         globs += [FILE_TYPES[w] for w in re.findall(r"\w+", what.lower()) if w in FILE_TYPES]
-        globs += {
-            "excel": ["*.xlsx", "*.xls"],
-            "secrets": [".env"],
-            "binaries": ["*.exe", "*.bin"],
-        }.get(next((w for w in ("excel", "secrets", "binaries") if w in what.lower()), ""), [])
+        for kind, kind_globs in COMMITTED_KINDS.items():
+            if re.search(kind, what, re.I):
+                globs += [g for g in kind_globs if g not in globs]
         for g in globs:
             rx = re.escape(g).replace(r"\*\*", ".*").replace(r"\*", "[^\\s/]*")
             pattern = rf"\bgit\s+(?:add|commit)\b[^;&|]*?(?<![\w.])(?:\S*/)?{rx}(?![\w.])"
@@ -390,8 +399,19 @@ def git_shapes(text: str) -> list[Shaped]:
     return out
 
 
+# Kinds of files a "never commit …" names in words -> their globs.
+COMMITTED_KINDS = {
+    r"\bexcel\b": ["*.xlsx", "*.xls"],
+    r"\b(?:secrets?|credentials?|api keys?|private keys?)\b": [".env", "*.pem", "*.key"],
+    r"\bbinar(?:y|ies)\b": ["*.exe", "*.bin"],
+    r"\bnode_modules\b": ["node_modules/**"],
+    r"\bbuild (?:artifacts?|artefacts?|outputs?)\b": ["dist/**", "build/**"],
+    r"\blogs?(?: files?)?\b": ["*.log"],
+}
+
+
 def _step_command(token: str) -> str | None:
-    token = token.strip().rstrip(".")
+    token = token.strip().rstrip(".").strip()
     if (
         token
         and not token.startswith("-")
@@ -455,7 +475,7 @@ def sequence_shapes(text: str) -> list[Shaped]:
     verify = re.search(
         r"\b(make sure|ensure|verify|check|confirm)\b[^.]*\b((?:must|should|to|will|still) pass"
         r"|passes|succeeds?|no (?:\w+ )?errors?|green)\b|確認|确认|検証|检查",
-        t,
+        re.sub(r"`[^`]*`", "`cmd`", t),  # `ruff check .`: a dot in a command ends nothing
         re.I,
     )
     finish_trigger = re.search(
@@ -492,7 +512,11 @@ def sequence_shapes(text: str) -> list[Shaped]:
         if (
             re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", t, re.I)
             and re.search(r"\b(format\w*|lint\w*|edit|run)\b", t, re.I)
-            and re.search(r"\b(always|must|should|use|every|any|each|before|after)\b", t, re.I)
+            and re.search(
+                r"\b(always|must|should|use|every|any|each|all|before|after|ensure|make sure)\b",
+                t,
+                re.I,
+            )
             and not re.search(NEG + r"\s+(?:run|use)\s+`?" + re.escape(name), t, re.I)
         ):
             out.append(_sequence_shape(name, "commit", globs))
@@ -955,7 +979,7 @@ def placement_shapes(text: str) -> list[Shaped]:
         r"\b(?:put|keep|place|store|save|create|add|write|use)\s+(?:(?:all|new|any|the)\s+)*"
         r"(?:[\w-]+\s+){0,2}?(?P<kind>[\w-]+?)s?\s+(?:files?\s+)?(?:only\s+)?"
         r"(?:in|under|inside|into)\s+" + where.format("dir") + r"|\b(?P<kind2>[\w-]+?)s?\s+"
-        r"(?:files?\s+)?(?:must|should)\s+(?:go|belong|live|be kept|be placed)\s+(?:only\s+)?"
+        r"(?:files?\s+)?(?:(?:must|should)\s+(?:go|belong|live|be kept|be placed)|go|belong)\s+(?:only\s+)?"
         r"(?:in|under|inside)\s+" + where.format("dir2"),
         text,
         re.I,

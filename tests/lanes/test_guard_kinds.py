@@ -493,3 +493,70 @@ def test_read_first_blocks_changes_until_the_files_are_read() -> None:
     assert guard.check(change, None, [read_design, read_arch]).action == "allow"
     assert guard.check(bash("ls"), None, []).action == "allow"  # reading around is fine
     assert compile_guard("The server reads `config.yaml` at start.") is None
+
+
+def test_folder_boundary_with_a_noun_and_from() -> None:
+    guard = guard_from("The `ui/` package must not import from `db/`.")
+    assert guard.check(write("ui/list.ts", "import { q } from '@/db/query';\n"), None).action == (
+        "block"
+    )
+    assert guard.check(write("ui/list.ts", "import { q } from '@/api/query';\n"), None).action == (
+        "allow"
+    )
+    assert guard.check(write("db/x.ts", "import { q } from '../db/query';\n"), None).action == (
+        "allow"
+    )
+    assert len(guard.spec.rules) == 1  # one clause, one rule
+
+
+def test_never_import_from_a_folder_spares_the_folder_itself() -> None:
+    guard = guard_from("Never import from `internal/` outside the package.")
+    assert guard.check(write("cmd/a.py", "from app.internal import x\n"), None).action == "block"
+    assert guard.check(write("app/internal/b.py", "from internal import x\n"), None).action == (
+        "allow"
+    )
+
+
+def test_a_formatter_the_rule_asks_to_ensure() -> None:
+    change, commit = write("src/a.py"), bash("git commit -m 'fix: x'")
+    for text in ("Ensure code is formatted with black.", "Format all Python with ruff format."):
+        guard = guard_from(text)
+        assert guard.check(commit, None, [change]).action == "block", text
+        step = guard.spec.rules[0].step  # type: ignore[union-attr]
+        assert guard.check(commit, None, [change, bash(step)]).action == "allow", text
+
+
+def test_a_dotted_command_that_must_pass() -> None:
+    guard = guard_from("Make sure `ruff check .` passes before you commit.")
+    change, commit = write("src/a.py"), bash("git commit -m 'fix: x'")
+    assert guard.check(commit, None, [change]).action == "block"
+    assert guard.check(commit, None, [change, bash("ruff check .")]).action == "allow"
+
+
+@pytest.mark.parametrize(
+    ("text", "bad"),
+    [
+        ("Don't commit build artifacts or node_modules.", "git add node_modules/left-pad"),
+        ("Don't commit build artifacts or node_modules.", "git add dist/app.js"),
+        ("Never commit secrets or credentials.", "git add certs/server.pem"),
+    ],
+)
+def test_kinds_of_files_never_committed(text: str, bad: str) -> None:
+    guard = guard_from(text)
+    assert guard.check(bash(bad), None).action == "block"
+    assert guard.check(bash("git add src/main.py"), None).action == "allow"
+
+
+def test_a_kind_of_file_goes_in_its_folder() -> None:
+    guard = guard_from("Tests go in `tests/`.")
+    assert guard.check(write("src/test_app.py"), None).action == "block"
+    assert guard.check(write("tests/test_app.py"), None).action == "allow"
+    assert compile_guard("Tests live in `spec/` and use factories") is None
+
+
+def test_search_tools_are_commands() -> None:
+    guard = guard_from("Always use `rg` instead of `grep`.")
+    verdict = guard.check(bash("grep foo src"), None)
+    assert verdict.action == "rewrite" and verdict.rewritten_call is not None
+    assert verdict.rewritten_call.arguments["cmd"] == "rg foo src"
+    assert guard.check(write("notes.md", "grep is a tool\n"), None).action == "allow"
