@@ -120,7 +120,7 @@ def co_requirement_shapes(text: str) -> list[Shaped]:
 
 CASE_NAMES = {
     "upper": r"\b(?:upper[_ ]?snake[_ ]?case|screaming[_ ]snake[_ ]case|constant[_ ]case|"
-    r"upper[_ ]?case|all[- ]caps|UPPER_CASE|UPPER_SNAKE(?:_CASE)?|SCREAMING_SNAKE_CASE)\b",
+    r"upper[_ ]?case|all[-_ ]caps|UPPER_SNAKE)\b",
     "camel": r"\bcamel[- ]?case\b",
     "pascal": r"\bpascal[- ]?case\b|\bupper camel[- ]?case\b",
     "snake": r"\b(?<!upper )(?<!upper_)(?<!screaming )snake[_ ]case\b",
@@ -165,6 +165,10 @@ DECLARATIONS: dict[str, list[tuple[list[str], str, str]]] = {
         (JS, r"\b(?:let|var|const)\s+(?![A-Z][A-Z0-9_]*\s*=)", "let {name} = 1;\n"),
         (["*.py"], r"^\s+(?=\w+\s*=[^=])", "def f():\n    {name} = 1\n"),
     ],
+    "component": [
+        (["*.jsx", "*.tsx"], r"^export\s+(?:default\s+)?(?:function|const|class)\s+(?!use[A-Z])",
+         "export function {name}() {{\n  return null;\n}}\n"),
+    ],
     "export": [
         (JS, r"^export\s+(?:default\s+)?(?:async\s+)?(?:function|class|const|let|interface|type|enum)\s+",
          "export function {name}() {{}}\n"),
@@ -176,8 +180,13 @@ KIND_WORDS = {
     "class": r"class(?:es)?|types?|interfaces?|enums?|structs?",
     "variable": r"variables?|locals?",
     "export": r"exports?|exported (?:names?|symbols?|functions?|members?)",
+    "component": r"components?(?: names?)?",
 }
-_ADJ = r"(?:(?:all|the|our|exported|public|private|global|module[- ]level|top[- ]level|local|new|and|or|,|&|/)\s*)*"
+_ADJ = (
+    r"(?:(?:all|the|our|exported|public|private|global|module[- ]level|top[- ]level|local|new|"
+    r"react|python|typescript|javascript|ts|js|go|rust|java|kotlin|swift|dart|ruby|php|c#|"
+    r"and|or|,|&|/)\s*)*"
+)
 
 
 def _kinds_named(span: str) -> list[str]:
@@ -191,7 +200,7 @@ def identifier_naming_shapes(text: str) -> list[Shaped]:
     kinds_rx = "|".join(KIND_WORDS.values())
     langs = [g for g in _languages(text) if g.startswith("*.")]
     for case, case_rx in CASE_NAMES.items():
-        for cm in re.finditer(case_rx, text, re.I if case != "upper" else 0):
+        for cm in re.finditer(case_rx, text, re.I):
             before, after = text[: cm.start()], text[cm.end() :]
             for_kinds = re.match(
                 rf"\s+(?:for|on)\s+{_ADJ}((?:(?:{kinds_rx})\b{_ADJ})+)", after, re.I

@@ -160,7 +160,7 @@ def no_git_action_shapes(text: str) -> list[Shaped]:
 
 
 def commit_style_shapes(text: str) -> list[Shaped]:
-    """Commit subject length, no body. (The imperative mood is not here: no regex can tell
+    """Commit subject length, how it starts, no body. (The imperative mood is not here: no regex can tell
     "Added" from "Embed", so it stays a judgement.)"""
     t = text
     if not re.search(r"\bcommit", t, re.I):
@@ -178,6 +178,7 @@ def commit_style_shapes(text: str) -> list[Shaped]:
         out.append(
             Shaped(rule, _bash(f"git commit -m '{'x' * (n + 1)}'"), _bash("git commit -m 'fix: x'"))
         )
+    out.extend(_commit_start_shapes(t))
     if re.search(
         r"\bno (?:commit )?body\b|\bsingle[- ]line commit|\bone[- ]line commit|\bsubject(?: line)? only\b",
         t,
@@ -188,6 +189,29 @@ def commit_style_shapes(text: str) -> list[Shaped]:
             Shaped(rule, _bash("git commit -m 'fix: x\n\nmore'"), _bash("git commit -m 'fix: x'"))
         )
     return out
+
+
+def _commit_start_shapes(t: str) -> list[Shaped]:
+    """ "Commit messages start with a capital letter", "prefix commits with the ticket key"."""
+    starts = re.search(
+        r"\b(?:start|begin)s?\s+with\s+(?:an?\s+|the\s+)?(?P<what>capital|upper[- ]?case|"
+        r"capitali[sz]ed|lower[- ]?case|(?:jira\s+|ticket\s+|issue\s+)+(?:number|id|key))"
+        r"|\bprefix\w*\b[^.]*\bwith\s+(?:the\s+|a\s+)?"
+        r"(?P<what2>(?:jira\s+|ticket\s+|issue\s+)+(?:number|id|key))",
+        t,
+        re.I,
+    )
+    if not starts:
+        return []
+    what = (starts.group("what") or starts.group("what2")).lower()
+    if what.startswith("lower"):
+        pattern, bad, good = r"^[a-z]", "Fix login", "fix login"
+    elif what.startswith(("capital", "upper")):
+        pattern, bad, good = r"^[A-Z]", "fix login", "Fix login"
+    else:
+        pattern, bad, good = r"^\[?[A-Z][A-Z0-9]*-\d+\b", "fix login", "ABC-12: fix login"
+    rule = CommitMessageRule(pattern=pattern, must_match=True)
+    return [Shaped(rule, _bash(f"git commit -m '{bad}'"), _bash(f"git commit -m '{good}'"))]
 
 
 LOCKFILES = [

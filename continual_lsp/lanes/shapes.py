@@ -162,7 +162,13 @@ def _style_content_shapes(t: str) -> list[Shaped]:
             "export function f() {}\n",
             "src/example.ts",
         )
-    if re.search(NEG + r"[^.]*\b(emojis?|emoji)\b", t, re.I):
+    commits_only = re.search(r"\bcommit", t, re.I) and not re.search(
+        r"\b(code|comments?|files?|docs?|documentation|source|strings?|anywhere|everywhere|"
+        r"output|ui|logs?|readme|markdown)\b",
+        t,
+        re.I,
+    )
+    if re.search(NEG + r"[^.]*\b(emojis?|emoji)\b", t, re.I) and not commits_only:
         out.append(
             Shaped(
                 ContentRule(pattern=EMOJI),
@@ -170,14 +176,14 @@ def _style_content_shapes(t: str) -> list[Shaped]:
                 _write("src/a.py", "x = 1\n"),
             )
         )
-        if re.search(r"\bcommit", t, re.I):
-            out.append(
-                Shaped(
-                    CommitMessageRule(pattern=EMOJI),
-                    _bash("git commit -m 'fix: a \u2728'"),
-                    _bash("git commit -m 'fix: a'"),
-                )
+    if re.search(NEG + r"[^.]*\b(emojis?|emoji)\b", t, re.I) and re.search(r"\bcommit", t, re.I):
+        out.append(
+            Shaped(
+                CommitMessageRule(pattern=EMOJI),
+                _bash("git commit -m 'fix: a \u2728'"),
+                _bash("git commit -m 'fix: a'"),
             )
+        )
     if re.search(
         NEG + r"[^.]*\btabs?\b|\bspaces?,? (?:not|no|never) tabs?\b|\b\d[- ]space indent", t, re.I
     ):
@@ -286,22 +292,35 @@ def _import_re(module: str) -> str:
     )
 
 
+# What names a part of a codebase after its name: "the `ui/` package", "domain layer".
+_PART = r"(?:code|files?|layers?|packages?|modules?|folders?|director(?:y|ies)|apps?|crates?)"
+# Words a loose reading could take for a module name.
+_NOT_MODULES = frozenset(
+    {"the", "a", "an", "any", "it", "them", "anything", "other", "another", "each", "this",
+     "that", "code", "files", "from", "something", "everything", "directly"}
+)  # fmt: skip
+
+
 def _import_boundaries(t: str) -> list[Shaped]:
     """ "never import `X` (directly)( in `P`)", "`A/` never imports `B/`"."""
     out: list[Shaped] = []
     spans: list[tuple[int, int]] = []
     for m in re.finditer(
-        r"(?:`(?P<src>[\w./-]+)`(?:\s+(?:package|module|layer|folder|directory|code))?"
-        r"|(?P<srcw>\b\w+)\s+(?:code|files?))\s+(?:must\s+|should\s+)?"
-        r"(?:never|not|must not|does not|do not|cannot)\s+imports?\s+(?:from\s+)?"
-        r"(?:`(?P<dst>[\w./@-]+)`|(?P<dstw>\w+)\s+code)",
+        r"(?:`(?P<src>[\w./-]+)`(?:\s+" + _PART + r")?"
+        r"|(?:^|\bthe\s+)(?P<srcw>[a-z][\w-]*)(?:\s+" + _PART + r")?"
+        r"|(?P<srcw2>\b[a-z][\w-]*)\s+" + _PART + r")\s+(?:must\s+|should\s+)?"
+        r"(?:never|not|must not|does not|do not|cannot|may not)\s+"
+        r"(?:imports?|depends?\s+on|uses?)\s+(?:from\s+)?(?:the\s+)?"
+        r"(?:`(?P<dst>[\w./@-]+)`|(?P<dstw>[a-z][\w-]*)(?:\s+" + _PART + r")?\b)",
         t,
         re.I,
     ):
+        src = m.group("src") or (m.group("srcw") or m.group("srcw2") or "").lower()
+        dst = m.group("dst") or (m.group("dstw") or "").lower()
+        if not src or dst in _NOT_MODULES or src in _NOT_MODULES:
+            continue
         spans.append(m.span())
-        src = m.group("src") or m.group("srcw").lower()
-        dst = m.group("dst") or m.group("dstw").lower()
-        globs = [src.rstrip("/") + "/**"]
+        globs = [f"**/{src.strip('/')}/**"]
         rule = ContentRule(pattern=_import_re(dst), path_globs=globs)
         path = src.rstrip("/") + "/a.ts"
         out.append(
@@ -314,29 +333,30 @@ def _import_boundaries(t: str) -> list[Shaped]:
     for m in re.finditer(
         NEG + r"\s+import\s+(?:from\s+)?(?:`(?P<mods>[^`]+)`|(?P<word>\w+))"
         r"(?:\s+or\s+`(?P<mods2>[^`]+)`)?"
-        r"(?:\s+directly)?(?:\s+(?:in|from|inside)\s+(?P<where>[\w`./-]+))?",
+        r"(?:\s+directly)?(?:\s+(?:in|from|inside|within)\s+(?:the\s+|any\s+)?(?P<where>[\w`./-]+)"
+        r"(?P<part>\s+" + _PART + r")?)?",
         t,
         re.I,
     ):
         if any(a <= m.start() < b for a, b in spans):
             continue  # the folder-to-folder form above already read this clause
         mods = [x for x in (m.group("mods"), m.group("mods2"), m.group("word")) if x]
-        mods = [
-            x
-            for x in mods
-            if re.fullmatch(r"[\w./@-]+", x) and x.lower() not in ("it", "them", "anything")
-        ]
+        mods = [x for x in mods if re.fullmatch(r"[\w./@-]+", x) and x.lower() not in _NOT_MODULES]
         if not mods:
             continue
         where = (m.group("where") or "").strip("`")
-        globs = [where.rstrip("/") + "/**"] if "/" in where else []
+        # "in `src/ui/`", "in server code", "in tests": a folder; "in production": not one.
+        folder = "/" in where or m.group("part") or re.fullmatch(r"[a-z]+s", where)
+        globs = (
+            [f"**/{where.strip('/')}/**"] if folder and where.lower() not in _NOT_MODULES else []
+        )
         owner = [g for g in _globs(t) if g not in globs and "." in g.rsplit("/", 1)[-1]]
         # A folder's own files import from it: "never import from `internal/`" is about
         # everyone else.
         owner += [f"**/{x.strip('/')}/**" for x in mods if x.endswith("/")]
         pattern = "|".join(f"(?:{_import_re(x)})" for x in mods)
         rule = ContentRule(pattern=pattern, path_globs=globs, exclude_globs=owner)
-        path = (where.rstrip("/") + "/a.py") if globs else "src/a.py"
+        path = f"src/{where.strip('/')}/a.py" if globs else "src/a.py"
         out.append(
             Shaped(
                 rule,
@@ -354,7 +374,9 @@ def git_shapes(text: str) -> list[Shaped]:
     t = text
     out: list[Shaped] = []
     if re.search(r"\bconventional[- ]commits?\b", t, re.I) or (
-        re.search(r"\bcommit", t, re.I) and re.search(r"`?\b(feat|fix)(\([^)]*\))?:", t)
+        re.search(r"\bcommit", t, re.I)
+        and re.search(r"`?\b(feat|fix|type)(\([^)]*\))?:", t)
+        and not _negated(t, "conventional")
     ):
         rule = CommitMessageRule(pattern=CONVENTIONAL, must_match=True)
         out.append(
@@ -419,6 +441,9 @@ def _step_command(token: str) -> str | None:
             is_commandish(token)
             or token.split()[0].lower() in FORMATTERS
             or "/" in token.split()[0]
+            # `buf generate`, `just lint`: a program this list does not know, with its
+            # subcommand (a lone unknown word could be anything).
+            or re.fullmatch(r"[a-z][\w.-]*(?:\s+[\w:./=-]+)+", token) is not None
         )
     ):
         return token
@@ -480,11 +505,12 @@ def sequence_shapes(text: str) -> list[Shaped]:
     )
     finish_trigger = re.search(
         r"\bbefore (?:you )?(?:finish\w*|complet\w+|submit\w*|mark\w* [^.]*\bdone|hand\w* off)"
-        r"|\bwhen (?:you(?:'re| are) )?(?:done|finished)\b",
+        r"|\b(?:when|once|after) (?:you(?:'re| are|'ve| have) )?(?:done|finished)\b",
         t,
         re.I,
     )
-    runs = re.search(r"\b(run|execute|use|verify with|check with|invoke)\b", t, re.I)
+    # "run `X`", "regenerate the stubs with `X`".
+    runs = re.search(r"\b(run|execute|use|verify with|check with|invoke)\b|\bwith\s+`", t, re.I)
     change_trigger = change_trigger or finish_trigger
     # "`npm run build` — verify the build succeeds" is a glossary line, not a rule.
     glossary = re.match(r"^\s*`[^`]+`\s*[:\u2014\u2013-]\s", t)

@@ -215,3 +215,37 @@ def test_keep_rule_without_globs_ignores_bash() -> None:
     guard = guard_from("Never remove `// @ts-check`.")
     assert isinstance(guard.spec.rules[0], KeepRule)
     assert guard.check(bash("rm -rf dist"), None).action == "allow"
+
+
+@pytest.mark.parametrize(
+    ("text", "bad", "good"),
+    [
+        (
+            "Name constants in ALL_CAPS.",
+            ("src/a.ts", "const timeoutMs = 500;\n"),
+            ("src/a.ts", "const TIMEOUT_MS = 500;\n"),
+        ),
+        (
+            "Use PascalCase for React component names.",
+            ("src/nav.tsx", "export function navBar() {\n  return null;\n}\n"),
+            ("src/nav.tsx", "export function NavBar() {\n  return null;\n}\n"),
+        ),
+        (
+            "Use snake_case for Python function and variable names.",
+            ("pkg/a.py", "def loadUser():\n    pass\n"),
+            ("pkg/a.py", "def load_user():\n    pass\n"),
+        ),
+    ],
+)
+def test_identifier_naming_more_phrasings(
+    text: str, bad: tuple[str, str], good: tuple[str, str]
+) -> None:
+    guard = guard_from(text)
+    assert guard.check(write(*bad), None).action == "block", text
+    assert guard.check(write(*good), None).action == "allow", text
+
+
+def test_component_naming_spares_hooks() -> None:
+    guard = guard_from("Exported components must use PascalCase names.")
+    hook = "export function useAuth() {\n  return null;\n}\n"
+    assert guard.check(write("src/auth.tsx", hook), None).action == "allow"

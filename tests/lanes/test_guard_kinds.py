@@ -560,3 +560,78 @@ def test_search_tools_are_commands() -> None:
     assert verdict.action == "rewrite" and verdict.rewritten_call is not None
     assert verdict.rewritten_call.arguments["cmd"] == "rg foo src"
     assert guard.check(write("notes.md", "grep is a tool\n"), None).action == "allow"
+
+
+@pytest.mark.parametrize(
+    ("text", "path", "bad", "good"),
+    [
+        (
+            "The frontend must never import from the backend.",
+            "app/frontend/page.ts",
+            "import { db } from '../backend/db';\n",
+            "import { api } from './api';\n",
+        ),
+        (
+            "`packages/core` must not depend on `packages/web`.",
+            "packages/core/a.ts",
+            "import { x } from '../../packages/web/x';\n",
+            "import { x } from './x';\n",
+        ),
+        (
+            "Domain layer must not import infrastructure code.",
+            "src/domain/order.py",
+            "from app.infrastructure import repo\n",
+            "from app.domain import money\n",
+        ),
+        (
+            "Never import React in server code.",
+            "src/server/route.ts",
+            "import React from 'react';\n",
+            "import { z } from 'zod';\n",
+        ),
+    ],
+)
+def test_import_boundaries_in_words(text: str, path: str, bad: str, good: str) -> None:
+    guard = guard_from(text)
+    assert guard.check(write(path, bad), None).action == "block", text
+    assert guard.check(write(path, good), None).action == "allow", text
+    assert guard.check(write("elsewhere/x.md", bad), None).action == "allow", text
+
+
+def test_no_module_named_by_an_article() -> None:
+    spec = compile_guard("The frontend must never import from the backend.")
+    assert spec is not None and "the\\b" not in spec.model_dump_json()
+
+
+def test_emoji_rule_for_commit_messages_only() -> None:
+    guard = guard_from("Never use emojis in commit messages.")
+    assert guard.check(bash("git commit -m 'feat: \u2728 login'"), None).action == "block"
+    assert guard.check(write("docs/a.md", "Done \u2705\n"), None).action == "allow"
+
+
+@pytest.mark.parametrize(
+    ("text", "bad", "good"),
+    [
+        ("All commit messages must start with a capital letter.", "fix login", "Fix login"),
+        ("Prefix commit messages with the ticket number.", "fix login", "ABC-123: fix login"),
+        (
+            "Commit messages must follow the format `type(scope): description`.",
+            "Login fixed",
+            "fix(auth): handle expired tokens",
+        ),
+    ],
+)
+def test_commit_message_conventions(text: str, bad: str, good: str) -> None:
+    guard = guard_from(text)
+    assert guard.check(bash(f"git commit -m '{bad}'"), None).action == "block", text
+    assert guard.check(bash(f"git commit -m '{good}'"), None).action == "allow", text
+
+
+def test_steps_of_unknown_programs_and_when_done() -> None:
+    change, commit = write("api/v1/user.proto"), bash("git commit -m 'fix: x'")
+    buf = guard_from("After changing any `.proto` file, regenerate the stubs with `buf generate`.")
+    assert buf.check(commit, None, [change]).action == "block"
+    assert buf.check(commit, None, [change, bash("buf generate")]).action == "allow"
+    done = guard_from("Once you are done, run `pnpm typecheck`.")
+    assert done.check(commit, None, [write("src/a.ts")]).action == "block"
+    assert done.check(commit, None, [write("src/a.ts"), bash("pnpm typecheck")]).action == "allow"
