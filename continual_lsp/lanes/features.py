@@ -186,7 +186,10 @@ DEICTIC = re.compile(
 REQUEST_OPENERS = re.compile(
     r"^\s*(please\b|can you\b|could you\b|would you\b|help me\b|explain\b|find\b|show\b|"
     r"analy[sz]e\b|implement\b|create\b|refactor\b|suggest\b|fix\b|add\b|build\b|"
-    r"generate\b|give me\b|what\b|how\b|why\b|where\b|make\b)",
+    r"generate\b|give me\b|what\b|how\b|why\b|where\b|make\b|"
+    # Task-list verbs: "Set up CI", "Configure the linter", "Update the changelog".
+    r"set ?up\b|configure\b|update\b|deploy\b|document\b|integrate\b|migrate\b|install\b|"
+    r"upgrade\b|enable\b|design\b|investigate\b|research\b)",
     re.I,
 )
 QUESTION = re.compile(r"\?\s*$")
