@@ -315,6 +315,39 @@ def line_format_shapes(text: str) -> list[Shaped]:
     return out
 
 
+# Declaring or assigning a global, per language: (files, pattern, a violation, compliant).
+GLOBAL_WRITES = [
+    (["*.py"], r"^\s*global\s+\w", "def f():\n    global count\n", "def f():\n    count = 0\n"),
+    (JS, r"\b(?:window|globalThis|global)\.[A-Za-z_$][\w$]*\s*=(?!=)", "window.cache = {};\n",
+     "const cache = {};\n"),
+    (["*.lua"], r"^(?!local\b)(?:function\s+[A-Za-z_]\w*\s*\(|[A-Za-z_]\w*\s*=(?!=))",
+     "count = 0\n", "local count = 0\n"),
+    (["*.go"], r"^var\s+", "var count int\n", "const limit = 3\n"),
+    (["*.rs"], r"^\s*(?:pub\s+)?static\s+mut\b", "static mut COUNT: u32 = 0;\n",
+     "const LIMIT: u32 = 3;\n"),
+]  # fmt: skip
+
+
+def global_shapes(text: str) -> list[Shaped]:
+    """ "No new globals", "never use global variables": no code declares or assigns one."""
+    if not re.search(
+        NEG + r"\s+(?:(?:use|add|introduce|create|define)\s+)?(?:any\s+)?(?:new\s+|mutable\s+)?"
+        r"(?:globals|global variables?)\b",
+        text,
+        re.I,
+    ):
+        return []
+    langs = [g for g in _languages(text) if g.startswith("*.")]
+    out = []
+    for files, pattern, bad, good in GLOBAL_WRITES:
+        if langs and not set(files) & set(langs):
+            continue
+        path = "src/example" + files[0][1:]
+        rule = ContentRule(pattern=pattern, path_globs=files)
+        out.append(Shaped(rule, _write(path, bad), _write(path, good)))
+    return out
+
+
 # An assignment with a plain `=` at the start of a line (not `==`, `:=`, `<-`, `=>`, `+=`).
 PLAIN_ASSIGNMENT = r"^\s*[A-Za-z_][\w.$]*(?:\[[^\]\n]*\])?\s*=(?![=>~])"
 
@@ -453,6 +486,7 @@ CONVENTION_SHAPES: list[Callable[[str], list[Shaped]]] = [
     line_format_shapes,
     operator_shapes,
     expression_body_shapes,
+    global_shapes,
     relative_import_shapes,
     folder_access_shapes,
 ]

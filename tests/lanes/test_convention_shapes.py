@@ -249,3 +249,33 @@ def test_component_naming_spares_hooks() -> None:
     guard = guard_from("Exported components must use PascalCase names.")
     hook = "export function useAuth() {\n  return null;\n}\n"
     assert guard.check(write("src/auth.tsx", hook), None).action == "allow"
+
+
+@pytest.mark.parametrize(
+    ("text", "bad", "good"),
+    [
+        (
+            "Never use global variables in Python.",
+            ("app/a.py", "def bump():\n    global hits\n    hits += 1\n"),
+            ("app/a.py", "def bump(hits):\n    return hits + 1\n"),
+        ),
+        (
+            "No new globals.",
+            ("src/a.js", "window.store = makeStore();\n"),
+            ("src/a.js", "export const store = makeStore();\n"),
+        ),
+        (
+            "No new globals.",
+            ("mod/init.lua", "cache = {}\n"),
+            ("mod/init.lua", "local cache = {}\n"),
+        ),
+    ],
+)
+def test_no_globals(text: str, bad: tuple[str, str], good: tuple[str, str]) -> None:
+    guard = guard_from(text)
+    assert guard.check(write(*bad), None).action == "block", text
+    assert guard.check(write(*good), None).action == "allow", text
+
+
+def test_global_state_advice_is_not_compiled() -> None:
+    assert compile_guard("Avoid global state.") is None
