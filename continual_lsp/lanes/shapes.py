@@ -138,6 +138,7 @@ def content_shapes(text: str) -> list[Shaped]:
         *_markup_content_shapes(t),
         *_required_text(t),
         *_import_boundaries(t),
+        *allowed_import_shapes(t),
     ]
 
 
@@ -365,6 +366,42 @@ def _import_boundaries(t: str) -> list[Shaped]:
             )
         )
     return out
+
+
+def allowed_import_shapes(t: str) -> list[Shaped]:
+    """ "`api/` imports application + contracts only", "`ui/` may only import from `core/`":
+    in the folder, a relative or `@/` import of any other top-level part is blocked."""
+    m = re.search(
+        r"`(?P<src>[\w-]+)/?`(?:\s+" + _PART + r")?\s+(?:(?:may|can|should|must)\s+)?(?:only\s+)?"
+        r"imports?\s+(?:from\s+)?"
+        r"(?P<allowed>[`\w/ +,&-]+?)(?:\s+only\b|[.;]|$)",
+        t,
+        re.I,
+    )
+    if not m or not re.search(r"\bonly\b", t, re.I):
+        return []
+    allowed = [
+        w.strip("`/").lower()
+        for w in re.split(r"\s*(?:\+|,|&|\band\b|\bor\b)\s*", m.group("allowed"))
+        if re.fullmatch(r"`?[\w-]+/?`?", w.strip())
+    ]
+    if not allowed:
+        return []
+    src = m.group("src").lower()
+    others = r"(?!(?:" + "|".join(map(re.escape, [src, *allowed])) + r")\b)[\w-]+"
+    pattern = (
+        rf"^\s*(?:import\b[^'\"\n]*\bfrom\s+|import\s+|export\b[^'\"\n]*\bfrom\s+)['\"]"
+        rf"(?:(?:\.\./)+|@/){others}|^\s*from\s+\.\.+{others}"
+    )
+    rule = ContentRule(pattern=pattern, path_globs=[f"**/{src}/**"])
+    path = f"src/{src}/a.ts"
+    return [
+        Shaped(
+            rule,
+            _write(path, "import { x } from '../somewhere_else/x';\n"),
+            _write(path, f"import {{ x }} from '../{allowed[0]}/x';\n"),
+        )
+    ]
 
 
 # -- commands, git, sequences ----------------------------------------------------------------

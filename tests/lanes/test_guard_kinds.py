@@ -635,3 +635,16 @@ def test_steps_of_unknown_programs_and_when_done() -> None:
     done = guard_from("Once you are done, run `pnpm typecheck`.")
     assert done.check(commit, None, [write("src/a.ts")]).action == "block"
     assert done.check(commit, None, [write("src/a.ts"), bash("pnpm typecheck")]).action == "allow"
+
+
+def test_a_folder_that_may_import_only_some_others() -> None:
+    guard = guard_from("The `ui/` folder may only import from `core/` and `shared/`.")
+    for ok in ("import { a } from '../core/a';\n", "import { b } from '@/shared/b';\n"):
+        assert guard.check(write("src/ui/view.ts", ok), None).action == "allow", ok
+    assert guard.check(write("src/ui/view.ts", "import { q } from '../db/q';\n"), None).action == (
+        "block"
+    )
+    assert guard.check(write("src/ui/view.py", "from ..db import q\n"), None).action == "block"
+    assert guard.check(write("src/db/q.ts", "import { v } from '../ui/v';\n"), None).action == (
+        "allow"
+    )
