@@ -1,6 +1,7 @@
 """Is a message a standing correction / rule, or an ordinary request?
 
-Offline by default: a rule score from general cues (modal verbs such as always/never/
+Offline by default: a text a guard compiles from that names no one thing to work on is a
+rule (`guards_in_general`); otherwise a rule score from general cues (modal verbs such as always/never/
 must/prefer, generic vs deictic reference, question form, imperative request openers)
 averaged with a logistic head over MiniLM embeddings (`learned.py`) when one is shipped.
 Requests point at one concrete thing ("this file", "the login function", "my changes");
@@ -23,12 +24,14 @@ from pydantic import BaseModel, Field
 
 from continual_lsp.config import Settings
 from continual_lsp.lanes import llm
+from continual_lsp.lanes.compile import compile_guard
 from continual_lsp.lanes.embed import Embedder, get_embedder
 from continual_lsp.lanes.features import (
     CJK,
     DEICTIC,
     HEDGE,
     MODAL,
+    PATHISH,
     QUESTION,
     REQUEST_OPENERS,
     TASK_BOUND,
@@ -105,6 +108,21 @@ def detect(
     return detect_offline(text, embedder=embedder)
 
 
+def guards_in_general(text: str) -> bool:
+    """A guard compiles from the text and it names no one thing to work on: a standing rule
+    ("Package manager: pnpm", "Name constants in ALL_CAPS"), whatever its grammar says.
+
+    "The compiler decides CODE": a text the compiler turns into a check on every proposal is
+    a rule unless it points at one file or one piece of work ("Add type hints to
+    `utils.py`", "Commit the changes with a conventional message"), which requests do.
+    """
+    t = strip_markup(text)
+    if DEICTIC.search(t) or TASK_BOUND.search(t) or QUESTION.search(t):
+        return False
+    named_file = any("." in m.group(1).rsplit("/", 1)[-1] for m in PATHISH.finditer(t))
+    return not named_file and compile_guard(text) is not None
+
+
 def detect_offline(text: str, embedder: Embedder | None = None) -> Detection:
     rs = rule_score(text)
     head_p: float | None = None
@@ -116,7 +134,7 @@ def detect_offline(text: str, embedder: Embedder | None = None) -> Detection:
     # MiniLM is an English model: on mostly-CJK text its vote is noise, so rules decide.
     w = 0.0 if head_p is None or cjk_fraction(text) > 0.3 else 0.5
     p = (1 - w) * rs + w * (head_p or 0.0)
-    is_corr = p >= 0.5
+    is_corr = p >= 0.5 or guards_in_general(text)
     return Detection(
         is_correction=is_corr,
         confidence=float(p if is_corr else 1.0 - p),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from continual_lsp.lanes.detector import rule_score
+from continual_lsp.lanes.detector import detect_offline, guards_in_general, rule_score
 
 
 @pytest.mark.parametrize(
@@ -35,3 +35,29 @@ def test_task_list_openers_read_as_requests(text: str) -> None:
 
 def test_an_opener_with_a_modal_is_still_a_rule() -> None:
     assert rule_score("Always update the changelog when you change the API.") >= 0.75
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Package manager: pnpm",
+        "Name constants in ALL_CAPS.",
+        "Add the copyright header to every new file.",
+        "Follow the Conventional Commits specification for commit messages.",
+    ],
+)
+def test_a_text_a_guard_compiles_from_is_a_rule(text: str) -> None:
+    assert guards_in_general(text), text
+    assert detect_offline(text).is_correction, text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Add type hints to `utils.py`",  # one file
+        "Commit the changes with a conventional commit message",  # this work
+        "Update the changelog",  # no guard
+    ],
+)
+def test_requests_stay_requests(text: str) -> None:
+    assert not guards_in_general(text), text
