@@ -1,9 +1,10 @@
 """Is a message a standing correction / rule, or an ordinary request?
 
 Offline by default: a text a guard compiles from that names no one thing to work on is a
-rule (`guards_in_general`); otherwise a rule score from general cues (modal verbs such as always/never/
-must/prefer, generic vs deictic reference, question form, imperative request openers)
-averaged with a logistic head over MiniLM embeddings (`learned.py`) when one is shipped.
+rule (`guards_in_general`); otherwise a rule score from general cues (modal verbs such as
+always/never/must/prefer, generic vs deictic reference, question form, imperative request
+openers) averaged with a logistic head over MiniLM embeddings (`learned.py`) when one is
+shipped.
 Requests point at one concrete thing ("this file", "the login function", "my changes");
 rules speak in general ("never", "always", "any Go file") or state facts about the
 project ("Kotlin with Jetpack Compose").
