@@ -412,7 +412,7 @@ def git_shapes(text: str) -> list[Shaped]:
     out: list[Shaped] = []
     if re.search(r"\bconventional[- ]commits?\b", t, re.I) or (
         re.search(r"\bcommit", t, re.I)
-        and re.search(r"`?\b(feat|fix|type)(\([^)]*\))?:", t)
+        and re.search(r"`?\b(feat|fix|type)(\([^)]*\))?:|`<type>(?:\(<scope>\))?!?:", t)
         and not _negated(t, "conventional")
     ):
         rule = CommitMessageRule(pattern=CONVENTIONAL, must_match=True)
@@ -528,7 +528,7 @@ def sequence_shapes(text: str) -> list[Shaped]:
         re.I,
     )
     change_trigger = re.search(
-        r"\b(after|whenever|every time|each time|once)\b[^.]*\b(chang|edit|modif|writ|touch|complet|implement)\w*"
+        r"\b(after|whenever|when you|every time|each time|once)\b[^.]*\b(chang|edit|modif|writ|touch|complet|implement)\w*"
         r"|\bon (?:any|every|each) (?:\w+ )?(?:file )?(?:you )?(?:change|edit)|\bany \w+ files? you edit\b",
         t,
         re.I,
@@ -831,7 +831,11 @@ def _licence_header(t: str) -> list[Shaped]:
     """A licence header in every code file."""
     out: list[Shaped] = []
     if (
-        re.search(r"\b(licen[cs]e|copyright)\s+headers?\b|\bspdx\b", t, re.I)
+        re.search(
+            r"\b(licen[cs]e|copyright)\s+(?:headers?|notices?|comments?|banners?|lines?)\b|\bspdx\b",
+            t,
+            re.I,
+        )
         and re.search(r"\b(every|all|each|new|must|should|always|include|add|start)\b", t, re.I)
         and not _negated(t, "licen")
     ):
@@ -1009,6 +1013,30 @@ def package_manager_shapes(text: str) -> list[Shaped]:
     return out
 
 
+def runner_shapes(text: str) -> list[Shaped]:
+    """ "Use `uv run` for all Python commands", "run scripts through `poetry run`": the
+    program is rewritten to run under the named runner."""
+    m = re.search(
+        r"\b(?:use|through|via|with)\s+`(?P<runner>[\w.-]+(?:\s+[\w.-]+)?)`\s+(?:for|to run)\s+"
+        r"(?:all|every|any|each)\s+(?P<prog>\w+)\s+(?:commands?|scripts?|invocations?|calls?)\b",
+        text,
+        re.I,
+    )
+    if not m:
+        return []
+    runner, prog = m.group("runner"), m.group("prog").lower()
+    programs = {"python": ["python", "python3"], "node": ["node"], "ruby": ["ruby"]}.get(
+        prog, [prog] if prog in KNOWN_CLI else []
+    )
+    out = []
+    for p in programs:
+        if runner.split()[0] == p:
+            continue
+        rule = CommandRule(pattern=program_pattern(p), replace=rf"\g<1>{runner} {p}")
+        out.append(Shaped(rule, _bash(f"{p} -m pytest"), _bash(f"{runner} {p} -m pytest")))
+    return out
+
+
 def wrapper_shapes(text: str) -> list[Shaped]:
     """ "Tests on Linux require xvfb: `xvfb-run -a npm test`", "CLI commands run inside
     ddev: `ddev exec php craft ...`": the bare command is rewritten to the wrapped one."""
@@ -1087,6 +1115,7 @@ SHAPES: list[Callable[[str], list[Shaped]]] = [
     naming_shapes,
     path_shapes,
     package_manager_shapes,
+    runner_shapes,
     wrapper_shapes,
     placement_shapes,
     read_first_shapes,

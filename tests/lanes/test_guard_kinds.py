@@ -648,3 +648,27 @@ def test_a_folder_that_may_import_only_some_others() -> None:
     assert guard.check(write("src/db/q.ts", "import { v } from '../ui/v';\n"), None).action == (
         "allow"
     )
+
+
+def test_a_runner_for_every_command_of_a_program() -> None:
+    guard = guard_from("Use `uv run` for all Python commands.")
+    verdict = guard.check(bash("cd api && python -m pytest"), None)
+    assert verdict.action == "rewrite" and verdict.rewritten_call is not None
+    assert verdict.rewritten_call.arguments["cmd"] == "cd api && uv run python -m pytest"
+    assert guard.check(bash("uv run python -m pytest"), None).action == "allow"
+
+
+def test_more_phrasings_of_headers_formats_and_triggers() -> None:
+    header = guard_from("Start every file with a copyright notice.")
+    assert header.check(write("src/a.go", "package a\n"), None).action == "block"
+    assert header.check(write("src/a.go", "// Copyright 2026 A\npackage a\n"), None).action == (
+        "allow"
+    )
+    fmt = guard_from("Commit message format: `<type>(<scope>): <subject>`.")
+    assert fmt.check(bash("git commit -m 'stuff'"), None).action == "block"
+    assert fmt.check(bash("git commit -m 'feat(ui): add tabs'"), None).action == "allow"
+    when = guard_from("When you change the API, run `npm run openapi` to regenerate the client.")
+    commit = bash("git commit -m 'feat: x'")
+    assert when.check(commit, None, [write("api/routes.ts")]).action == "block"
+    ran = [write("api/routes.ts"), bash("npm run openapi")]
+    assert when.check(commit, None, ran).action == "allow"
