@@ -365,7 +365,7 @@ def _clause_rules(clause: str) -> list[Rule]:
         commits_an_object = re.search(
             r"\bcommit\s+(`|[\w.*/-]+\s+files?\b|\S+\.\w+\b|"
             r"(?!(?:or|and|nor|to|unless|without|until|anything|any|files?|changes|it|them|"
-            r"your|the|this|code|work)\b)[a-z]\w+\s+\w)",
+            r"your|the|this|code|work)\b)[a-z][\w-]+\s+\w)",
             span,
             re.I,
         )

@@ -112,6 +112,9 @@ def dependency_policy_shapes(text: str) -> list[Shaped]:
     forbids = re.search(
         NEG + r"\s+(?:add|install|introduce|pull in)\w*\s+(?:a\s+)?" + DEPENDENCY_WORDS, t, re.I
     )
+    # "… unless they pull their weight" leaves a judgement; "… without asking" is the gate.
+    if forbids and re.search(r"\b(unless|except|if|where)\b", t[forbids.end() :], re.I):
+        forbids = None
     if asks or forbids:
         rule = CommandRule(pattern=ADD_DEPENDENCY)
         out.append(Shaped(rule, _bash("cd web && npm install left-pad"), _bash("npm install")))

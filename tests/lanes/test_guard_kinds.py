@@ -672,3 +672,8 @@ def test_more_phrasings_of_headers_formats_and_triggers() -> None:
     assert when.check(commit, None, [write("api/routes.ts")]).action == "block"
     ran = [write("api/routes.ts"), bash("npm run openapi")]
     assert when.check(commit, None, ran).action == "allow"
+
+
+def test_commit_of_a_kind_of_work_is_not_every_commit() -> None:
+    spec = compile_guard("Don't commit half-finished work.")
+    assert spec is None or Guard("g", spec).check(bash("git commit -m x"), None).action == "allow"

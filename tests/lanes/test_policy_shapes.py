@@ -77,3 +77,7 @@ def test_lockfiles_are_not_edited_by_hand() -> None:
     guard = guard_from("Never modify the lockfile manually.")
     assert guard.check(write("web/pnpm-lock.yaml"), None).action == "block"
     assert guard.check(write("web/package.json"), None).action == "allow"
+
+
+def test_a_dependency_rule_with_an_exception_is_a_judgement() -> None:
+    assert compile_guard("Avoid adding dependencies unless they pull their weight.") is None
