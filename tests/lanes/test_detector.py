@@ -27,6 +27,8 @@ def test_a_trigger_on_every_commit_or_change_is_standing(text: str) -> None:
         "Update the onboarding guide",
         "Deploy the staging environment",
         "Investigate the flaky login test",
+        "Optimize the thumbnail pipeline",
+        "Wire up the settings form to the store",
     ],
 )
 def test_task_list_openers_read_as_requests(text: str) -> None:
