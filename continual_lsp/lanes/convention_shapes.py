@@ -206,7 +206,9 @@ def identifier_naming_shapes(text: str) -> list[Shaped]:
                 rf"\s+(?:for|on)\s+{_ADJ}((?:(?:{kinds_rx})\b{_ADJ})+)", after, re.I
             )
             kinds_first = re.search(
-                rf"((?:\b(?:{kinds_rx})\b{_ADJ})+)[^.;:]{{0,40}}?(?:\b(?:use|uses|are|is|in|be|follow|:)\b|:)\s*(?:\w+\s+)?$",
+                # No comma or other clause between: "constants in X, functions in Y".
+                rf"((?:\b(?:{kinds_rx})\b{_ADJ})+)[^.;:,]{{0,40}}?(?:\b(?:use|uses|are|is|in|be|follow|:)\b|:)"
+                r"\s*(?:\w+\s+)?`?$",
                 before,
                 re.I,
             )
@@ -421,10 +423,14 @@ def relative_import_shapes(text: str) -> list[Shaped]:
         t,
         re.I,
     )
-    no_relative = re.search(
-        NEG + r"\s+(?:use\s+)?(?:any\s+)?(?:deep\s+)?relative imports?\b", t, re.I
-    ) or re.search(
-        r"\brelative imports?\b[^.]*\b(?:are\s+)?(?:not allowed|forbidden|banned)", t, re.I
+    # "Never import from `../../`": the relative path itself named.
+    named_parent = re.search(NEG + r"\s+import\s+(?:from\s+)?`(?:\.\./)+`", t, re.I)
+    no_relative = (
+        named_parent
+        or re.search(NEG + r"\s+(?:use\s+)?(?:any\s+)?(?:deep\s+)?relative imports?\b", t, re.I)
+        or re.search(
+            r"\brelative imports?\b[^.]*\b(?:are\s+)?(?:not allowed|forbidden|banned)", t, re.I
+        )
     )
     if not (wants_absolute or no_relative):
         return []

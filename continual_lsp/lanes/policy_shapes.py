@@ -18,7 +18,7 @@ from continual_lsp.lanes.guards import (
     ContentRule,
     PathRule,
 )
-from continual_lsp.lanes.shapes import NEG, Shaped, _bash, _negated, _write
+from continual_lsp.lanes.shapes import EMOJI, NEG, Shaped, _bash, _negated, _write
 
 # -- dependencies ---------------------------------------------------------------------------------
 
@@ -198,7 +198,7 @@ def _commit_start_shapes(t: str) -> list[Shaped]:
     """ "Commit messages start with a capital letter", "prefix commits with the ticket key"."""
     starts = re.search(
         r"\b(?:start|begin)s?\s+with\s+(?:an?\s+|the\s+)?(?P<what>capital|upper[- ]?case|"
-        r"capitali[sz]ed|lower[- ]?case|(?:jira\s+|ticket\s+|issue\s+)+(?:number|id|key))"
+        r"capitali[sz]ed|lower[- ]?case|gitmoji|emoji|(?:jira\s+|ticket\s+|issue\s+)+(?:number|id|key))"
         r"|\bprefix\w*\b[^.]*\bwith\s+(?:the\s+|a\s+)?"
         r"(?P<what2>(?:jira\s+|ticket\s+|issue\s+)+(?:number|id|key))",
         t,
@@ -209,6 +209,8 @@ def _commit_start_shapes(t: str) -> list[Shaped]:
     what = (starts.group("what") or starts.group("what2")).lower()
     if what.startswith("lower"):
         pattern, bad, good = r"^[a-z]", "Fix login", "fix login"
+    elif what in ("gitmoji", "emoji"):
+        pattern, bad, good = rf"^(?::\w+:|{EMOJI})", "fix login", ":bug: fix login"
     elif what.startswith(("capital", "upper")):
         pattern, bad, good = r"^[A-Z]", "fix login", "Fix login"
     else:

@@ -523,7 +523,8 @@ def sequence_shapes(text: str) -> list[Shaped]:
     t = text
     out: list[Shaped] = []
     commit_trigger = re.search(
-        r"\b(before|prior to)\s+(?:every\s+|each\s+|any\s+)?(?:git\s+)?commit|\bon every commit|\bpre-?commit\b",
+        r"\b(before|prior to)\s+(?:you\s+)?(?:every\s+|each\s+|any\s+)?(?:git\s+)?commit|\bon every commit"
+        r"|\bpre-?commit\b",
         t,
         re.I,
     )
@@ -576,7 +577,9 @@ def sequence_shapes(text: str) -> list[Shaped]:
             re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", t, re.I)
             and re.search(r"\b(format\w*|lint\w*|edit|run)\b", t, re.I)
             and re.search(
-                r"\b(always|must|should|use|every|any|each|all|before|after|ensure|make sure)\b",
+                # "Format with `black`": the imperative names the formatter too.
+                r"\b(always|must|should|use|every|any|each|all|before|after|ensure|make sure)\b"
+                r"|^\W*format\w*\s+(?:\w+\s+){0,2}(?:with|using)\b",
                 t,
                 re.I,
             )

@@ -279,3 +279,17 @@ def test_no_globals(text: str, bad: tuple[str, str], good: tuple[str, str]) -> N
 
 def test_global_state_advice_is_not_compiled() -> None:
     assert compile_guard("Avoid global state.") is None
+
+
+def test_several_cases_in_one_line_bind_to_their_own_kinds() -> None:
+    guard = guard_from("**Naming**: constants in `SCREAMING_SNAKE_CASE`, functions in `camelCase`.")
+    ok = "export const MAX_SIZE = 10;\nfunction loadUser() {}\n"
+    assert guard.check(write("src/a.ts", ok), None).action == "allow"
+    assert guard.check(write("src/a.ts", "export const maxSize = 10;\n"), None).action == "block"
+    assert guard.check(write("src/a.ts", "function load_user() {}\n"), None).action == "block"
+
+
+def test_the_parent_path_named_in_a_prohibition() -> None:
+    guard = guard_from("Never import from `../../` — use path aliases.")
+    assert guard.check(write("src/a/b.ts", "import x from '../../x';\n"), None).action == "block"
+    assert guard.check(write("src/a/b.ts", "import x from '@/x';\n"), None).action == "allow"

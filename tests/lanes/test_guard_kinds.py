@@ -677,3 +677,14 @@ def test_more_phrasings_of_headers_formats_and_triggers() -> None:
 def test_commit_of_a_kind_of_work_is_not_every_commit() -> None:
     spec = compile_guard("Don't commit half-finished work.")
     assert spec is None or Guard("g", spec).check(bash("git commit -m x"), None).action == "allow"
+
+
+def test_formatter_phrasings_with_a_heading_or_an_imperative() -> None:
+    change, commit = write("src/a.py"), bash("git commit -m 'fix: x'")
+    for text, step in (
+        ("**Formatting**: Run `npm run format` before you commit.", "npm run format"),
+        ("Format with `black` (line length 100).", "black ."),
+    ):
+        guard = guard_from(text)
+        assert guard.check(commit, None, [change]).action == "block", text
+        assert guard.check(commit, None, [change, bash(step)]).action == "allow", text

@@ -81,3 +81,9 @@ def test_lockfiles_are_not_edited_by_hand() -> None:
 
 def test_a_dependency_rule_with_an_exception_is_a_judgement() -> None:
     assert compile_guard("Avoid adding dependencies unless they pull their weight.") is None
+
+
+def test_a_commit_message_that_starts_with_a_gitmoji() -> None:
+    guard = guard_from("Every commit message starts with a gitmoji.")
+    assert guard.check(bash("git commit -m 'fix login'"), None).action == "block"
+    assert guard.check(bash("git commit -m ':bug: fix login'"), None).action == "allow"
