@@ -121,7 +121,7 @@ def co_requirement_shapes(text: str) -> list[Shaped]:
 CASE_NAMES = {
     "upper": r"\b(?:upper[_ ]?snake[_ ]?case|screaming[_ ]snake[_ ]case|constant[_ ]case|"
     r"upper[_ ]?case|all[-_ ]caps|UPPER_SNAKE)\b",
-    "camel": r"\bcamel[- ]?case\b",
+    "camel": r"\b(?<!upper )camel[- ]?case\b",
     "pascal": r"\bpascal[- ]?case\b|\bupper camel[- ]?case\b",
     "snake": r"\b(?<!upper )(?<!upper_)(?<!screaming )snake[_ ]case\b",
 }
@@ -177,7 +177,8 @@ DECLARATIONS: dict[str, list[tuple[list[str], str, str]]] = {
 KIND_WORDS = {
     "constant": r"constants?",
     "function": r"functions?|methods?",
-    "class": r"class(?:es)?|types?|interfaces?|enums?|structs?",
+    # "Enum values are UPPER_CASE" names the members, not the enum.
+    "class": r"class(?:es)?|types?|interfaces?|enums?(?!\s+(?:values?|members?|cases?|keys?|variants?))|structs?",
     "variable": r"variables?|locals?",
     "export": r"exports?|exported (?:names?|symbols?|functions?|members?)",
     "component": r"components?(?: names?)?",

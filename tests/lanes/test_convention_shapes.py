@@ -293,3 +293,16 @@ def test_the_parent_path_named_in_a_prohibition() -> None:
     guard = guard_from("Never import from `../../` — use path aliases.")
     assert guard.check(write("src/a/b.ts", "import x from '../../x';\n"), None).action == "block"
     assert guard.check(write("src/a/b.ts", "import x from '@/x';\n"), None).action == "allow"
+
+
+def test_enum_values_are_not_enum_names() -> None:
+    spec = compile_guard("Enum values should be UPPER_SNAKE_CASE.")
+    if spec is not None:  # nothing compiles for members; an enum's own name is free
+        guard = Guard("g", spec)
+        assert guard.check(write("src/a.ts", "enum Color {}\n"), None).action == "allow"
+
+
+def test_upper_camel_case_is_pascal() -> None:
+    guard = guard_from("Classes use upper camel case.")
+    assert guard.check(write("src/a.ts", "class userStore {}\n"), None).action == "block"
+    assert guard.check(write("src/a.ts", "class UserStore {}\n"), None).action == "allow"
