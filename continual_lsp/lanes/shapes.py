@@ -111,7 +111,10 @@ def _globs(text: str) -> list[str]:
 
 def _languages(text: str) -> list[str]:
     globs: list[str] = []
-    for word in re.findall(r"[\w#+]+", text.lower()):
+    for raw in re.findall(r"[\w#+]+", text):
+        if raw == "go":
+            continue  # the verb ("never go over 100 characters"); the language is "Go"
+        word = raw.lower()
         for g in LANG_GLOBS.get(word, []) + ([FILE_TYPES[word]] if word in FILE_TYPES else []):
             if g not in globs:
                 globs.append(g)

@@ -306,3 +306,8 @@ def test_upper_camel_case_is_pascal() -> None:
     guard = guard_from("Classes use upper camel case.")
     assert guard.check(write("src/a.ts", "class userStore {}\n"), None).action == "block"
     assert guard.check(write("src/a.ts", "class UserStore {}\n"), None).action == "allow"
+
+
+def test_the_verb_go_names_no_language() -> None:
+    guard = guard_from("Lines must never go over 100 characters.")
+    assert guard.check(write("src/a.py", "x" * 101 + "\n"), None).action == "block"
