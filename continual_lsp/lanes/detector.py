@@ -47,7 +47,10 @@ STANDING = re.compile(
     r"\b(from now on|going forward|in (the )?future|next time|every time|whenever|each time|"
     r"you need to|when asked|any (\w+ )?files?|all (\w+ )?(files|commands|messages)|"
     r"by default|stop (doing|adding|putting|writing)|wont stop|won't stop|keeps? (adding|doing)|"
-    r"(?:on|before|after|with) (?:every|each|any) (?:commit|push|pull request|pr|change|release))\b",
+    r"(?:on|before|after|with) (?:every|each|any) (?:commit|push|pull request|pr|change|release)|"
+    # "Update `ROADMAP.md` when completing a feature": a trigger, so a standing rule.
+    r"(?:when|before|after) (?:completing|adding|changing|creating|writing|modifying|editing|"
+    r"finishing|making|introducing|removing|renaming))\b",
     re.I,
 )
 

@@ -13,6 +13,7 @@ from continual_lsp.lanes.detector import detect_offline, guards_in_general, rule
         "Run the unit tests on every commit.",
         "Lint before each push.",
         "Regenerate the client after any change to the schema.",
+        "Update `CHANGES.md` when adding a feature.",
     ],
 )
 def test_a_trigger_on_every_commit_or_change_is_standing(text: str) -> None:
