@@ -55,6 +55,13 @@ STANDING = re.compile(
 )
 
 
+# What points at the work in hand ("this file", "my changes", "the bug"); narrower than
+# DEICTIC, whose "the tests" is also how rules speak ("after every change, run the tests").
+THIS_WORK = re.compile(
+    r"\b(this|these|my|the (?:changes|change|bug|issue|plan|error|branch))\b", re.I
+)
+
+
 class Detection(BaseModel):
     is_correction: bool
     confidence: float = Field(ge=0.0, le=1.0)
@@ -121,7 +128,7 @@ def guards_in_general(text: str) -> bool:
     `utils.py`", "Commit the changes with a conventional message"), which requests do.
     """
     t = strip_markup(text)
-    if DEICTIC.search(t) or TASK_BOUND.search(t) or QUESTION.search(t):
+    if THIS_WORK.search(t) or TASK_BOUND.search(t) or QUESTION.search(t):
         return False
     named_file = any("." in m.group(1).rsplit("/", 1)[-1] for m in PATHISH.finditer(t))
     return not named_file and compile_guard(text) is not None

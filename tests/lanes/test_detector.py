@@ -47,6 +47,7 @@ def test_an_opener_with_a_modal_is_still_a_rule() -> None:
         "Name constants in ALL_CAPS.",
         "Add the copyright header to every new file.",
         "Follow the Conventional Commits specification for commit messages.",
+        "After every change, run the tests.",  # "the tests" is how rules speak too
     ],
 )
 def test_a_text_a_guard_compiles_from_is_a_rule(text: str) -> None:
@@ -59,6 +60,7 @@ def test_a_text_a_guard_compiles_from_is_a_rule(text: str) -> None:
     [
         "Add type hints to `utils.py`",  # one file
         "Commit the changes with a conventional commit message",  # this work
+        "Fix this file's imports, then run `ruff check .` before committing",
         "Update the changelog",  # no guard
     ],
 )
