@@ -504,16 +504,25 @@ def _sequence_shape(step: str, before: str, globs: list[str]) -> Shaped:
     return Shaped(rule, _bash(commit, [change]), _bash(commit, [change, ran]))
 
 
-def _test_suite_shape() -> Shaped:
+# Steps named only by their kind ("run the tests", "run the linter"): any tool of the kind
+# counts, and the guard names the kind.
+STEP_KINDS = {
+    "test": (r"\b(test|tests|pytest|jest|vitest|unittest)\b", "the test suite", "npm test"),
+    "lint": (
+        r"\b(lint|eslint|ruff|flake8|pylint|clippy|golangci-lint|rubocop|ktlint|swiftlint|"
+        r"biome|stylelint)\b",
+        "the linter",
+        "npm run lint",
+    ),
+}
+
+
+def _test_suite_shape(kind: str = "test") -> Shaped:
     """ "Run the tests before committing" with no command named: any test runner counts."""
-    rule = SequenceRule(
-        command=r"\b(test|tests|pytest|jest|vitest|unittest)\b",
-        step="the test suite",
-        before="commit",
-        after_globs=[],
-    )
+    command, step, example = STEP_KINDS[kind]
+    rule = SequenceRule(command=command, step=step, before="commit", after_globs=[])
     change = ToolCall(tool="write", arguments={"path": "src/a.py", "content": "x\n"})
-    ran = ToolCall(tool="bash", arguments={"cmd": "npm test"})
+    ran = ToolCall(tool="bash", arguments={"cmd": example})
     return Shaped(
         rule,
         _bash("git commit -m 'fix: x'", [change]),
@@ -568,6 +577,16 @@ def sequence_shapes(text: str) -> list[Shaped]:
         if commit_trigger or change_trigger:
             out.append(_test_suite_shape())
             return out
+    pushes = re.search(r"\bbefore\s+(?:you\s+)?(?:every\s+|each\s+)?push", t, re.I)
+    if (
+        not steps
+        and re.search(r"\b(?:the\s+)?(?:linters?|lint)\b", t, re.I)
+        and runs
+        and (commit_trigger or change_trigger or pushes)
+    ):
+        # Checked at the commit, which comes before any push.
+        out.append(_test_suite_shape("lint"))
+        return out
     if steps and verify and not glossary:
         out.append(_sequence_shape(steps[0], "commit", _languages(t)))
         return out

@@ -688,3 +688,11 @@ def test_formatter_phrasings_with_a_heading_or_an_imperative() -> None:
         guard = guard_from(text)
         assert guard.check(commit, None, [change]).action == "block", text
         assert guard.check(commit, None, [change, bash(step)]).action == "allow", text
+
+
+def test_run_the_linter_with_no_command_named() -> None:
+    guard = guard_from("Run the linter before pushing.")
+    change, commit = write("src/a.ts"), bash("git commit -m 'fix: x'")
+    assert guard.check(commit, None, [change]).action == "block"
+    assert guard.check(commit, None, [change, bash("pnpm eslint src")]).action == "allow"
+    assert compile_guard("The linter runs in CI.") is None
