@@ -107,6 +107,9 @@ class SequenceRule(_Rule):
     step: str  # the command to propose when the step is missing
     before: Literal["commit", "finish"] = "commit"
     after_globs: list[str] = Field(default_factory=list)  # empty: any file change
+    # False: `step` names a kind of step ("the test suite"), not a command the agent can
+    # propose; the guard still blocks the commit, and the task may finish without it.
+    runnable: bool = True
 
 
 class ReadFirstRule(_Rule):
@@ -524,9 +527,10 @@ class Guard:
         for rule in self.spec.rules:
             if isinstance(rule, SequenceRule):
                 if rule.before == "commit" and is_commit(current) and step_missing(rule, history):
+                    step = f"`{rule.step}`" if rule.runnable else rule.step
                     return GuardVerdict(
                         action="block",
-                        message=f"{self.spec.message} Run `{rule.step}` first.",
+                        message=f"{self.spec.message} Run {step} first.",
                         guard_id=self.id,
                     )
                 continue
@@ -665,13 +669,14 @@ class GuardSet:
     def missing_steps(
         self, history: Sequence[ToolCall], before: str = "finish"
     ) -> list[tuple[str, str]]:
-        """(guard id, step) for each sequence step due before the task commits or finishes:
-        the agent proposes these instead of finishing."""
+        """(guard id, step) for each runnable sequence step due before the task commits or
+        finishes: the agent proposes these instead of finishing."""
         due = []
         for guard in self.guards:
             for rule in guard.spec.rules:
                 if (
                     isinstance(rule, SequenceRule)
+                    and rule.runnable
                     and (before == "finish" or rule.before == before)
                     and step_missing(rule, history)
                 ):

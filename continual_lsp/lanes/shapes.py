@@ -520,7 +520,7 @@ STEP_KINDS = {
 def _test_suite_shape(kind: str = "test") -> Shaped:
     """ "Run the tests before committing" with no command named: any test runner counts."""
     command, step, example = STEP_KINDS[kind]
-    rule = SequenceRule(command=command, step=step, before="commit", after_globs=[])
+    rule = SequenceRule(command=command, step=step, before="commit", after_globs=[], runnable=False)
     change = ToolCall(tool="write", arguments={"path": "src/a.py", "content": "x\n"})
     ran = ToolCall(tool="bash", arguments={"cmd": example})
     return Shaped(

@@ -696,3 +696,12 @@ def test_run_the_linter_with_no_command_named() -> None:
     assert guard.check(commit, None, [change]).action == "block"
     assert guard.check(commit, None, [change, bash("pnpm eslint src")]).action == "allow"
     assert compile_guard("The linter runs in CI.") is None
+
+
+def test_a_kind_of_step_blocks_the_commit_but_is_never_proposed_as_a_command() -> None:
+    spec = compile_guard("Run the linter before pushing.")
+    assert spec is not None
+    history = [write("src/a.ts")]
+    blocked = Guard("g", spec).check(bash("git commit -m 'fix: x'"), None, history)
+    assert blocked.action == "block" and "Run the linter first." in blocked.message
+    assert GuardSet([Guard("g", spec)]).missing_steps(history) == []
