@@ -158,6 +158,19 @@ def classify_kind(text: str, spec: GuardSpec | None, behavioural: bool) -> Kind:
     return "process" if behavioural else "project_fact"
 
 
+# Verbs that open an instruction ("Use …", "Follow …", "Directly provide …").
+_IMPERATIVE = re.compile(
+    r"^\s*(?:\w+ly\s+)?(?:use|keep|follow|prefer|avoid|write|run|add|put|make|ensure|check|"
+    r"validate|handle|provide|return|call|name|document|test|be|do|don'?t|never|always|only|"
+    r"no|stay|treat|delegate|give|explain|ask|apply|wrap|split|reuse|include)\b",
+    re.I,
+)
+
+
+def _instructs(text: str) -> bool:
+    return bool(_IMPERATIVE.match(text) or MODAL.search(text))
+
+
 def behaviour_score(text: str) -> float:
     """Rule prior: does the text tell the agent how to act (vs state a fact)?"""
     t = strip_markup(text)
@@ -166,8 +179,13 @@ def behaviour_score(text: str) -> float:
         score += 0.25
     score += 0.08 * min(len(BEHAVIOUR_WORDS.findall(t)), 3)
     score -= 0.1 * min(len(FACT_WORDS.findall(t)), 3)
-    if re.match(r"^\s*(\*\*[^*]+\*\*|`[^`]+`)\s*[:—–-]\s", text):
-        score -= 0.3  # "**Config**: defaults in …" / "`yarn dev` - starts …": a glossary line
+    heading = re.match(r"^\s*(\*\*[^*]+\*\*|`[^`]+`)\s*[:—–-]\s+(?P<rest>.*)", text)
+    # "**Config**: defaults in …" / "`yarn dev` - starts …": a glossary line; a bold
+    # heading over an instruction ("**Barrel exports**: Use `index.ts` …") is a rule's title.
+    if heading and not (
+        heading.group(1).startswith("**") and _instructs(strip_markup(heading.group("rest")))
+    ):
+        score -= 0.3
     if DESCRIPTIVE_START.match(t):
         score -= 0.3  # "Scheduler reads …", "The crates follow …": describes the system
     return float(min(max(score, 0.0), 1.0))

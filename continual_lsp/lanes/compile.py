@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from continual_lsp.config import Settings
+from continual_lsp.lanes.convention_shapes import CONVENTION_SHAPES
 from continual_lsp.lanes.features import (
     FILE_TYPES,
     HEDGE,
@@ -40,7 +41,14 @@ from continual_lsp.lanes.guards import (
     SizeRule,
     ToolRule,
 )
-from continual_lsp.lanes.shapes import fires, program_pattern, shaped_rules, synthesise
+from continual_lsp.lanes.policy_shapes import POLICY_SHAPES
+from continual_lsp.lanes.shapes import (
+    SHAPES,
+    fires,
+    program_pattern,
+    shaped_rules,
+    synthesise,
+)
 
 PACKAGE_MANAGERS = frozenset({"npm", "yarn", "pnpm", "bun"})
 
@@ -244,7 +252,7 @@ def compile_guard(text: str, context: dict[str, Any] | None = None) -> GuardSpec
     # Self-check what the phrase patterns built: a rule whose guard does not fire on the
     # situation synthesised from its own literal, or fires on a harmless one, is dropped.
     rules = [r for r in rules if (s := synthesise(r)) is None or fires(s)]
-    rules.extend(shaped_rules(t))
+    rules.extend(shaped_rules(t, [*SHAPES, *CONVENTION_SHAPES, *POLICY_SHAPES]))
     if not rules and context:
         rules.extend(_from_denied_call(mentioned, context))
     if not rules:
@@ -357,7 +365,7 @@ def _clause_rules(clause: str) -> list[Rule]:
         commits_an_object = re.search(
             r"\bcommit\s+(`|[\w.*/-]+\s+files?\b|\S+\.\w+\b|"
             r"(?!(?:or|and|nor|to|unless|without|until|anything|any|files?|changes|it|them|"
-            r"your|the|this|code|work)\b)[a-z]\w+\s+\w)",
+            r"your|the|this|code|work)\b)[a-z][\w-]+\s+\w)",
             span,
             re.I,
         )

@@ -1,8 +1,10 @@
 """Is a message a standing correction / rule, or an ordinary request?
 
-Offline by default: a rule score from general cues (modal verbs such as always/never/
-must/prefer, generic vs deictic reference, question form, imperative request openers)
-averaged with a logistic head over MiniLM embeddings (`learned.py`) when one is shipped.
+Offline by default: a text a guard compiles from that names no one thing to work on is a
+rule (`guards_in_general`); otherwise a rule score from general cues (modal verbs such as
+always/never/must/prefer, generic vs deictic reference, question form, imperative request
+openers) averaged with a logistic head over MiniLM embeddings (`learned.py`) when one is
+shipped.
 Requests point at one concrete thing ("this file", "the login function", "my changes");
 rules speak in general ("never", "always", "any Go file") or state facts about the
 project ("Kotlin with Jetpack Compose").
@@ -23,12 +25,14 @@ from pydantic import BaseModel, Field
 
 from continual_lsp.config import Settings
 from continual_lsp.lanes import llm
+from continual_lsp.lanes.compile import compile_guard
 from continual_lsp.lanes.embed import Embedder, get_embedder
 from continual_lsp.lanes.features import (
     CJK,
     DEICTIC,
     HEDGE,
     MODAL,
+    PATHISH,
     QUESTION,
     REQUEST_OPENERS,
     TASK_BOUND,
@@ -42,8 +46,19 @@ from continual_lsp.lanes.learned import shipped_heads
 STANDING = re.compile(
     r"\b(from now on|going forward|in (the )?future|next time|every time|whenever|each time|"
     r"you need to|when asked|any (\w+ )?files?|all (\w+ )?(files|commands|messages)|"
-    r"by default|stop (doing|adding|putting|writing)|wont stop|won't stop|keeps? (adding|doing))\b",
+    r"by default|stop (doing|adding|putting|writing)|wont stop|won't stop|keeps? (adding|doing)|"
+    r"(?:on|before|after|with) (?:every|each|any) (?:commit|push|pull request|pr|change|release)|"
+    # "Update `ROADMAP.md` when completing a feature": a trigger, so a standing rule.
+    r"(?:when|before|after) (?:completing|adding|changing|creating|writing|modifying|editing|"
+    r"finishing|making|introducing|removing|renaming))\b",
     re.I,
+)
+
+
+# What points at the work in hand ("this file", "my changes", "the bug"); narrower than
+# DEICTIC, whose "the tests" is also how rules speak ("after every change, run the tests").
+THIS_WORK = re.compile(
+    r"\b(this|these|my|the (?:changes|change|bug|issue|plan|error|branch))\b", re.I
 )
 
 
@@ -104,6 +119,21 @@ def detect(
     return detect_offline(text, embedder=embedder)
 
 
+def guards_in_general(text: str) -> bool:
+    """A guard compiles from the text and it names no one thing to work on: a standing rule
+    ("Package manager: pnpm", "Name constants in ALL_CAPS"), whatever its grammar says.
+
+    "The compiler decides CODE": a text the compiler turns into a check on every proposal is
+    a rule unless it points at one file or one piece of work ("Add type hints to
+    `utils.py`", "Commit the changes with a conventional message"), which requests do.
+    """
+    t = strip_markup(text)
+    if THIS_WORK.search(t) or TASK_BOUND.search(t) or QUESTION.search(t):
+        return False
+    named_file = any("." in m.group(1).rsplit("/", 1)[-1] for m in PATHISH.finditer(t))
+    return not named_file and compile_guard(text) is not None
+
+
 def detect_offline(text: str, embedder: Embedder | None = None) -> Detection:
     rs = rule_score(text)
     head_p: float | None = None
@@ -115,7 +145,7 @@ def detect_offline(text: str, embedder: Embedder | None = None) -> Detection:
     # MiniLM is an English model: on mostly-CJK text its vote is noise, so rules decide.
     w = 0.0 if head_p is None or cjk_fraction(text) > 0.3 else 0.5
     p = (1 - w) * rs + w * (head_p or 0.0)
-    is_corr = p >= 0.5
+    is_corr = p >= 0.5 or guards_in_general(text)
     return Detection(
         is_correction=is_corr,
         confidence=float(p if is_corr else 1.0 - p),

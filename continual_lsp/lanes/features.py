@@ -86,6 +86,8 @@ KNOWN_CLI = frozenset(
         "clang",
         "gcc",
         "jq",
+        "grep",
+        "rg",
         "sed",
         "awk",
         "find",
@@ -184,7 +186,14 @@ DEICTIC = re.compile(
 REQUEST_OPENERS = re.compile(
     r"^\s*(please\b|can you\b|could you\b|would you\b|help me\b|explain\b|find\b|show\b|"
     r"analy[sz]e\b|implement\b|create\b|refactor\b|suggest\b|fix\b|add\b|build\b|"
-    r"generate\b|give me\b|what\b|how\b|why\b|where\b|make\b)",
+    r"generate\b|give me\b|what\b|how\b|why\b|where\b|make\b|"
+    # Task-list verbs: "Set up CI", "Configure the linter", "Update the changelog".
+    # ("Document public methods", "Extend HTMLElement" are rules-file lines: not here.)
+    r"set ?up\b|configure\b|update\b|deploy\b|integrate\b|migrate\b|install\b|"
+    r"upgrade\b|enable\b|design\b|investigate\b|research\b|bump\b|enhance\b|connect\b|move\b|"
+    r"rename\b|delete\b|replace\b|convert\b|port\b|optimi[sz]e\b|improve\b|clean up\b|"
+    r"benchmark\b|scaffold\b|bootstrap\b|refine\b|polish\b|finali[sz]e\b|prepare\b|"
+    r"wire up\b|hook up\b)",
     re.I,
 )
 QUESTION = re.compile(r"\?\s*$")

@@ -107,6 +107,9 @@ class SequenceRule(_Rule):
     step: str  # the command to propose when the step is missing
     before: Literal["commit", "finish"] = "commit"
     after_globs: list[str] = Field(default_factory=list)  # empty: any file change
+    # False: `step` names a kind of step ("the test suite"), not a command the agent can
+    # propose; the guard still blocks the commit, and the task may finish without it.
+    runnable: bool = True
 
 
 class ReadFirstRule(_Rule):
@@ -115,6 +118,17 @@ class ReadFirstRule(_Rule):
 
     kind: Literal["read_first"] = "read_first"
     paths: list[str]
+
+
+class KeepRule(_Rule):
+    """Lines that must survive a change: every removed line matching `pattern` in a file
+    of `path_globs` comes back unchanged among the added lines ("`base: './'` must not
+    change"; an append-only log is `pattern="\\S"` on its files: lines may only be added).
+    """
+
+    kind: Literal["keep"] = "keep"
+    pattern: str
+    path_globs: list[str] = Field(default_factory=list)  # empty: every file
 
 
 class SizeRule(_Rule):
@@ -141,6 +155,7 @@ Rule = Annotated[
     | CommandRule
     | ContentRule
     | SizeRule
+    | KeepRule
     | CommitMessageRule
     | NamingRule
     | SequenceRule
@@ -345,6 +360,8 @@ def _eval_rule(rule: Rule, call: ToolCall, preview: Preview | None) -> tuple[str
         return "allow", None  # judged on the task's history (`Guard.check(history=…)`)
     if isinstance(rule, SizeRule):
         return _eval_size_rule(rule, call, preview)
+    if isinstance(rule, KeepRule):
+        return _eval_keep_rule(rule, call, preview)
     raise TypeError(f"not a declarative rule: {rule!r}")
 
 
@@ -456,6 +473,45 @@ def _eval_size_rule(rule: SizeRule, call: ToolCall, preview: Preview | None) -> 
     return "allow", None
 
 
+def removed_and_added(call: ToolCall, preview: Preview | None) -> tuple[list[str], list[str]]:
+    """(removed, added) lines of a file change: from the preview's diff, else from an
+    edit's own `old` / `new` (a write or edit_lines without a preview removes nothing known)."""
+    if preview is not None and preview.diff:
+        return changed_lines(preview.diff)
+    if call.tool == "edit":
+        return str(call.arguments.get("old", "")).split("\n"), str(
+            call.arguments.get("new", "")
+        ).split("\n")
+    return [], added_text(call, preview).split("\n")
+
+
+# A shell command that empties, rewrites or removes a file: `> f` (not `>> f`) names its
+# target; `sed -i`, `truncate`, `rm` and `mv` rewrite or remove the files they name.
+_BASH_TRUNCATE = re.compile(r"(?<![>&0-9])>(?!>)\s*(\S+)")
+_BASH_REWRITES = re.compile(r"\bsed\s+-i|\btruncate\b|\brm\b|\bmv\b")
+
+
+def _eval_keep_rule(rule: KeepRule, call: ToolCall, preview: Preview | None) -> tuple[str, Any]:
+    if call.tool == "bash":
+        if not rule.path_globs:
+            return "allow", None
+        cmd = _cmd(call)
+        targets = [t.strip("'\"") for t in _BASH_TRUNCATE.findall(cmd)]
+        if _BASH_REWRITES.search(cmd):
+            targets += _bash_paths(cmd)
+        blocked = any(path_matches(p, rule.path_globs) for p in targets)
+        return ("block", None) if blocked else ("allow", None)
+    if call.tool not in FILE_CHANGING_TOOLS:
+        return "allow", None
+    path = call_path(call, preview)
+    if rule.path_globs and (path is None or not path_matches(path, rule.path_globs)):
+        return "allow", None
+    removed, added = removed_and_added(call, preview)
+    kept = {line.strip() for line in added}
+    lost = [r for r in removed if re.search(rule.pattern, r) and r.strip() not in kept]
+    return ("block", None) if lost else ("allow", None)
+
+
 class Guard:
     """One guard: an id (its lane item) and its spec."""
 
@@ -471,9 +527,10 @@ class Guard:
         for rule in self.spec.rules:
             if isinstance(rule, SequenceRule):
                 if rule.before == "commit" and is_commit(current) and step_missing(rule, history):
+                    step = f"`{rule.step}`" if rule.runnable else rule.step
                     return GuardVerdict(
                         action="block",
-                        message=f"{self.spec.message} Run `{rule.step}` first.",
+                        message=f"{self.spec.message} Run {step} first.",
                         guard_id=self.id,
                     )
                 continue
@@ -612,13 +669,14 @@ class GuardSet:
     def missing_steps(
         self, history: Sequence[ToolCall], before: str = "finish"
     ) -> list[tuple[str, str]]:
-        """(guard id, step) for each sequence step due before the task commits or finishes:
-        the agent proposes these instead of finishing."""
+        """(guard id, step) for each runnable sequence step due before the task commits or
+        finishes: the agent proposes these instead of finishing."""
         due = []
         for guard in self.guards:
             for rule in guard.spec.rules:
                 if (
                     isinstance(rule, SequenceRule)
+                    and rule.runnable
                     and (before == "finish" or rule.before == before)
                     and step_missing(rule, history)
                 ):
@@ -669,6 +727,9 @@ def rule_summary(rule: Rule) -> str:
         return f"{rule.target} names {rule.style} case"
     if isinstance(rule, SequenceRule):
         return f"sequence: `{rule.step}` after changes, before {rule.before}"
+    if isinstance(rule, KeepRule):
+        where = f" in {', '.join(rule.path_globs)}" if rule.path_globs else ""
+        return f"lines matching /{rule.pattern}/ are kept{where}"
     if isinstance(rule, ReadFirstRule):
         return f"read first: {', '.join(rule.paths)}"
     if isinstance(rule, ToolRule):

@@ -18,7 +18,7 @@ calls; split by kind, the order that decides between them would be scattered.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from continual_lsp.lanes.features import FILE_TYPES, KNOWN_CLI, PATHISH, is_commandish
@@ -35,13 +35,14 @@ from continual_lsp.lanes.guards import (
     Rule,
     SequenceRule,
 )
-from continual_lsp.tools.base import ToolCall
+from continual_lsp.tools.base import Preview, ToolCall
 
 
 @dataclass
 class Situation:
     call: ToolCall
     history: list[ToolCall] = field(default_factory=list)
+    preview: Preview | None = None  # what a change to an existing file would do
 
 
 @dataclass
@@ -110,7 +111,10 @@ def _globs(text: str) -> list[str]:
 
 def _languages(text: str) -> list[str]:
     globs: list[str] = []
-    for word in re.findall(r"[\w#+]+", text.lower()):
+    for raw in re.findall(r"[\w#+]+", text):
+        if raw == "go":
+            continue  # the verb ("never go over 100 characters"); the language is "Go"
+        word = raw.lower()
         for g in LANG_GLOBS.get(word, []) + ([FILE_TYPES[word]] if word in FILE_TYPES else []):
             if g not in globs:
                 globs.append(g)
@@ -137,6 +141,7 @@ def content_shapes(text: str) -> list[Shaped]:
         *_markup_content_shapes(t),
         *_required_text(t),
         *_import_boundaries(t),
+        *allowed_import_shapes(t),
     ]
 
 
@@ -161,7 +166,13 @@ def _style_content_shapes(t: str) -> list[Shaped]:
             "export function f() {}\n",
             "src/example.ts",
         )
-    if re.search(NEG + r"[^.]*\b(emojis?|emoji)\b", t, re.I):
+    commits_only = re.search(r"\bcommit", t, re.I) and not re.search(
+        r"\b(code|comments?|files?|docs?|documentation|source|strings?|anywhere|everywhere|"
+        r"output|ui|logs?|readme|markdown)\b",
+        t,
+        re.I,
+    )
+    if re.search(NEG + r"[^.]*\b(emojis?|emoji)\b", t, re.I) and not commits_only:
         out.append(
             Shaped(
                 ContentRule(pattern=EMOJI),
@@ -169,14 +180,14 @@ def _style_content_shapes(t: str) -> list[Shaped]:
                 _write("src/a.py", "x = 1\n"),
             )
         )
-        if re.search(r"\bcommit", t, re.I):
-            out.append(
-                Shaped(
-                    CommitMessageRule(pattern=EMOJI),
-                    _bash("git commit -m 'fix: a \u2728'"),
-                    _bash("git commit -m 'fix: a'"),
-                )
+    if re.search(NEG + r"[^.]*\b(emojis?|emoji)\b", t, re.I) and re.search(r"\bcommit", t, re.I):
+        out.append(
+            Shaped(
+                CommitMessageRule(pattern=EMOJI),
+                _bash("git commit -m 'fix: a \u2728'"),
+                _bash("git commit -m 'fix: a'"),
             )
+        )
     if re.search(
         NEG + r"[^.]*\btabs?\b|\bspaces?,? (?:not|no|never) tabs?\b|\b\d[- ]space indent", t, re.I
     ):
@@ -277,25 +288,43 @@ def _required_text(t: str) -> list[Shaped]:
 def _import_re(module: str) -> str:
     m = re.escape(module.strip("/").replace("/", "."))
     slash = re.escape(module.strip("/"))
+    # The module anywhere in a path or dotted name: `'../db/x'`, `'@/db'`, `from app.db import`.
     return (
-        rf"^\s*(?:import\s+{m}\b|from\s+{m}\b|import\b.*\bfrom\s+['\"](?:\.{{1,2}}/)*{slash}\b|"
-        rf".*\brequire\(['\"](?:\.{{1,2}}/)*{slash}\b|use\s+{m}\b)"
+        rf"^\s*(?:import\s+(?:[\w.]*\.)?{m}\b|from\s+(?:[\w.]*\.)?{m}\b|"
+        rf"import\b.*\bfrom\s+['\"](?:[^'\"\s]*/)?{slash}\b|"
+        rf".*\brequire\(['\"](?:[^'\"\s]*/)?{slash}\b|use\s+(?:\w+::)*{m}\b)"
     )
+
+
+# What names a part of a codebase after its name: "the `ui/` package", "domain layer".
+_PART = r"(?:code|files?|layers?|packages?|modules?|folders?|director(?:y|ies)|apps?|crates?)"
+# Words a loose reading could take for a module name.
+_NOT_MODULES = frozenset(
+    {"the", "a", "an", "any", "it", "them", "anything", "other", "another", "each", "this",
+     "that", "code", "files", "from", "something", "everything", "directly"}
+)  # fmt: skip
 
 
 def _import_boundaries(t: str) -> list[Shaped]:
     """ "never import `X` (directly)( in `P`)", "`A/` never imports `B/`"."""
     out: list[Shaped] = []
+    spans: list[tuple[int, int]] = []
     for m in re.finditer(
-        r"(?:`(?P<src>[\w./-]+)`|(?P<srcw>\b\w+)\s+(?:code|files?))\s+(?:must\s+|should\s+)?"
-        r"(?:never|not|must not|does not|do not|cannot)\s+imports?\s+(?:from\s+)?"
-        r"(?:`(?P<dst>[\w./@-]+)`|(?P<dstw>\w+)\s+code)",
+        r"(?:`(?P<src>[\w./-]+)`(?:\s+" + _PART + r")?"
+        r"|(?:^|\bthe\s+)(?P<srcw>[a-z][\w-]*)(?:\s+" + _PART + r")?"
+        r"|(?P<srcw2>\b[a-z][\w-]*)\s+" + _PART + r")\s+(?:must\s+|should\s+)?"
+        r"(?:never|not|must not|does not|do not|cannot|may not)\s+"
+        r"(?:imports?|depends?\s+on|uses?)\s+(?:from\s+)?(?:the\s+)?"
+        r"(?:`(?P<dst>[\w./@-]+)`|(?P<dstw>[a-z][\w-]*)(?:\s+" + _PART + r")?\b)",
         t,
         re.I,
     ):
-        src = m.group("src") or m.group("srcw").lower()
-        dst = m.group("dst") or m.group("dstw").lower()
-        globs = [src.rstrip("/") + "/**"]
+        src = m.group("src") or (m.group("srcw") or m.group("srcw2") or "").lower()
+        dst = m.group("dst") or (m.group("dstw") or "").lower()
+        if not src or dst in _NOT_MODULES or src in _NOT_MODULES:
+            continue
+        spans.append(m.span())
+        globs = [f"**/{src.strip('/')}/**"]
         rule = ContentRule(pattern=_import_re(dst), path_globs=globs)
         path = src.rstrip("/") + "/a.ts"
         out.append(
@@ -306,25 +335,32 @@ def _import_boundaries(t: str) -> list[Shaped]:
             )
         )
     for m in re.finditer(
-        NEG + r"\s+import\s+(?:`(?P<mods>[^`]+)`|(?P<word>\w+))(?:\s+or\s+`(?P<mods2>[^`]+)`)?"
-        r"(?:\s+directly)?(?:\s+(?:in|from|inside)\s+(?P<where>[\w`./-]+))?",
+        NEG + r"\s+import\s+(?:from\s+)?(?:`(?P<mods>[^`]+)`|(?P<word>\w+))"
+        r"(?:\s+or\s+`(?P<mods2>[^`]+)`)?"
+        r"(?:\s+directly)?(?:\s+(?:in|from|inside|within)\s+(?:the\s+|any\s+)?(?P<where>[\w`./-]+)"
+        r"(?P<part>\s+" + _PART + r")?)?",
         t,
         re.I,
     ):
+        if any(a <= m.start() < b for a, b in spans):
+            continue  # the folder-to-folder form above already read this clause
         mods = [x for x in (m.group("mods"), m.group("mods2"), m.group("word")) if x]
-        mods = [
-            x
-            for x in mods
-            if re.fullmatch(r"[\w./@-]+", x) and x.lower() not in ("it", "them", "anything")
-        ]
+        mods = [x for x in mods if re.fullmatch(r"[\w./@-]+", x) and x.lower() not in _NOT_MODULES]
         if not mods:
             continue
         where = (m.group("where") or "").strip("`")
-        globs = [where.rstrip("/") + "/**"] if "/" in where else []
+        # "in `src/ui/`", "in server code", "in tests": a folder; "in production": not one.
+        folder = "/" in where or m.group("part") or re.fullmatch(r"[a-z]+s", where)
+        globs = (
+            [f"**/{where.strip('/')}/**"] if folder and where.lower() not in _NOT_MODULES else []
+        )
         owner = [g for g in _globs(t) if g not in globs and "." in g.rsplit("/", 1)[-1]]
+        # A folder's own files import from it: "never import from `internal/`" is about
+        # everyone else.
+        owner += [f"**/{x.strip('/')}/**" for x in mods if x.endswith("/")]
         pattern = "|".join(f"(?:{_import_re(x)})" for x in mods)
         rule = ContentRule(pattern=pattern, path_globs=globs, exclude_globs=owner)
-        path = (where.rstrip("/") + "/a.py") if globs else "src/a.py"
+        path = f"src/{where.strip('/')}/a.py" if globs else "src/a.py"
         out.append(
             Shaped(
                 rule,
@@ -335,6 +371,42 @@ def _import_boundaries(t: str) -> list[Shaped]:
     return out
 
 
+def allowed_import_shapes(t: str) -> list[Shaped]:
+    """ "`api/` imports application + contracts only", "`ui/` may only import from `core/`":
+    in the folder, a relative or `@/` import of any other top-level part is blocked."""
+    m = re.search(
+        r"`(?P<src>[\w-]+)/?`(?:\s+" + _PART + r")?\s+(?:(?:may|can|should|must)\s+)?(?:only\s+)?"
+        r"imports?\s+(?:from\s+)?"
+        r"(?P<allowed>[`\w/ +,&-]+?)(?:\s+only\b|[.;]|$)",
+        t,
+        re.I,
+    )
+    if not m or not re.search(r"\bonly\b", t, re.I):
+        return []
+    allowed = [
+        w.strip("`/").lower()
+        for w in re.split(r"\s*(?:\+|,|&|\band\b|\bor\b)\s*", m.group("allowed"))
+        if re.fullmatch(r"`?[\w-]+/?`?", w.strip())
+    ]
+    if not allowed:
+        return []
+    src = m.group("src").lower()
+    others = r"(?!(?:" + "|".join(map(re.escape, [src, *allowed])) + r")\b)[\w-]+"
+    pattern = (
+        rf"^\s*(?:import\b[^'\"\n]*\bfrom\s+|import\s+|export\b[^'\"\n]*\bfrom\s+)['\"]"
+        rf"(?:(?:\.\./)+|@/){others}|^\s*from\s+\.\.+{others}"
+    )
+    rule = ContentRule(pattern=pattern, path_globs=[f"**/{src}/**"])
+    path = f"src/{src}/a.ts"
+    return [
+        Shaped(
+            rule,
+            _write(path, "import { x } from '../somewhere_else/x';\n"),
+            _write(path, f"import {{ x }} from '../{allowed[0]}/x';\n"),
+        )
+    ]
+
+
 # -- commands, git, sequences ----------------------------------------------------------------
 
 
@@ -342,7 +414,9 @@ def git_shapes(text: str) -> list[Shaped]:
     t = text
     out: list[Shaped] = []
     if re.search(r"\bconventional[- ]commits?\b", t, re.I) or (
-        re.search(r"\bcommit", t, re.I) and re.search(r"`?\b(feat|fix)(\([^)]*\))?:", t)
+        re.search(r"\bcommit", t, re.I)
+        and re.search(r"`?\b(feat|fix|type)(\([^)]*\))?:|`<type>(?:\(<scope>\))?!?:", t)
+        and not _negated(t, "conventional")
     ):
         rule = CommitMessageRule(pattern=CONVENTIONAL, must_match=True)
         out.append(
@@ -370,11 +444,9 @@ def git_shapes(text: str) -> list[Shaped]:
         ]
         globs = named + [g for g in _globs(what) if g not in named]
         globs += [FILE_TYPES[w] for w in re.findall(r"\w+", what.lower()) if w in FILE_TYPES]
-        globs += {
-            "excel": ["*.xlsx", "*.xls"],
-            "secrets": [".env"],
-            "binaries": ["*.exe", "*.bin"],
-        }.get(next((w for w in ("excel", "secrets", "binaries") if w in what.lower()), ""), [])
+        for kind, kind_globs in COMMITTED_KINDS.items():
+            if re.search(kind, what, re.I):
+                globs += [g for g in kind_globs if g not in globs]
         for g in globs:
             rx = re.escape(g).replace(r"\*\*", ".*").replace(r"\*", "[^\\s/]*")
             pattern = rf"\bgit\s+(?:add|commit)\b[^;&|]*?(?<![\w.])(?:\S*/)?{rx}(?![\w.])"
@@ -389,8 +461,19 @@ def git_shapes(text: str) -> list[Shaped]:
     return out
 
 
+# Kinds of files a "never commit …" names in words -> their globs.
+COMMITTED_KINDS = {
+    r"\bexcel\b": ["*.xlsx", "*.xls"],
+    r"\b(?:secrets?|credentials?|api keys?|private keys?)\b": [".env", "*.pem", "*.key"],
+    r"\bbinar(?:y|ies)\b": ["*.exe", "*.bin"],
+    r"\bnode_modules\b": ["node_modules/**"],
+    r"\bbuild (?:artifacts?|artefacts?|outputs?)\b": ["dist/**", "build/**"],
+    r"\blogs?(?: files?)?\b": ["*.log"],
+}
+
+
 def _step_command(token: str) -> str | None:
-    token = token.strip().rstrip(".")
+    token = token.strip().rstrip(".").strip()
     if (
         token
         and not token.startswith("-")
@@ -398,6 +481,9 @@ def _step_command(token: str) -> str | None:
             is_commandish(token)
             or token.split()[0].lower() in FORMATTERS
             or "/" in token.split()[0]
+            # `buf generate`, `just lint`: a program this list does not know, with its
+            # subcommand (a lone unknown word could be anything).
+            or re.fullmatch(r"[a-z][\w.-]*(?:\s+[\w:./=-]+)+", token) is not None
         )
     ):
         return token
@@ -418,16 +504,25 @@ def _sequence_shape(step: str, before: str, globs: list[str]) -> Shaped:
     return Shaped(rule, _bash(commit, [change]), _bash(commit, [change, ran]))
 
 
-def _test_suite_shape() -> Shaped:
+# Steps named only by their kind ("run the tests", "run the linter"): any tool of the kind
+# counts, and the guard names the kind.
+STEP_KINDS = {
+    "test": (r"\b(test|tests|pytest|jest|vitest|unittest)\b", "the test suite", "npm test"),
+    "lint": (
+        r"\b(lint|eslint|ruff|flake8|pylint|clippy|golangci-lint|rubocop|ktlint|swiftlint|"
+        r"biome|stylelint)\b",
+        "the linter",
+        "npm run lint",
+    ),
+}
+
+
+def _test_suite_shape(kind: str = "test") -> Shaped:
     """ "Run the tests before committing" with no command named: any test runner counts."""
-    rule = SequenceRule(
-        command=r"\b(test|tests|pytest|jest|vitest|unittest)\b",
-        step="the test suite",
-        before="commit",
-        after_globs=[],
-    )
+    command, step, example = STEP_KINDS[kind]
+    rule = SequenceRule(command=command, step=step, before="commit", after_globs=[], runnable=False)
     change = ToolCall(tool="write", arguments={"path": "src/a.py", "content": "x\n"})
-    ran = ToolCall(tool="bash", arguments={"cmd": "npm test"})
+    ran = ToolCall(tool="bash", arguments={"cmd": example})
     return Shaped(
         rule,
         _bash("git commit -m 'fix: x'", [change]),
@@ -440,12 +535,13 @@ def sequence_shapes(text: str) -> list[Shaped]:
     t = text
     out: list[Shaped] = []
     commit_trigger = re.search(
-        r"\b(before|prior to)\s+(?:every\s+|each\s+|any\s+)?(?:git\s+)?commit|\bon every commit|\bpre-?commit\b",
+        r"\b(before|prior to)\s+(?:you\s+)?(?:every\s+|each\s+|any\s+)?(?:git\s+)?commit|\bon every commit"
+        r"|\bpre-?commit\b",
         t,
         re.I,
     )
     change_trigger = re.search(
-        r"\b(after|whenever|every time|each time|once)\b[^.]*\b(chang|edit|modif|writ|touch|complet|implement)\w*"
+        r"\b(after|whenever|when you|every time|each time|once)\b[^.]*\b(chang|edit|modif|writ|touch|complet|implement)\w*"
         r"|\bon (?:any|every|each) (?:\w+ )?(?:file )?(?:you )?(?:change|edit)|\bany \w+ files? you edit\b",
         t,
         re.I,
@@ -454,16 +550,17 @@ def sequence_shapes(text: str) -> list[Shaped]:
     verify = re.search(
         r"\b(make sure|ensure|verify|check|confirm)\b[^.]*\b((?:must|should|to|will|still) pass"
         r"|passes|succeeds?|no (?:\w+ )?errors?|green)\b|確認|确认|検証|检查",
-        t,
+        re.sub(r"`[^`]*`", "`cmd`", t),  # `ruff check .`: a dot in a command ends nothing
         re.I,
     )
     finish_trigger = re.search(
         r"\bbefore (?:you )?(?:finish\w*|complet\w+|submit\w*|mark\w* [^.]*\bdone|hand\w* off)"
-        r"|\bwhen (?:you(?:'re| are) )?(?:done|finished)\b",
+        r"|\b(?:when|once|after) (?:you(?:'re| are|'ve| have) )?(?:done|finished)\b",
         t,
         re.I,
     )
-    runs = re.search(r"\b(run|execute|use|verify with|check with|invoke)\b", t, re.I)
+    # "run `X`", "regenerate the stubs with `X`".
+    runs = re.search(r"\b(run|execute|use|verify with|check with|invoke)\b|\bwith\s+`", t, re.I)
     change_trigger = change_trigger or finish_trigger
     # "`npm run build` — verify the build succeeds" is a glossary line, not a rule.
     glossary = re.match(r"^\s*`[^`]+`\s*[:\u2014\u2013-]\s", t)
@@ -480,6 +577,16 @@ def sequence_shapes(text: str) -> list[Shaped]:
         if commit_trigger or change_trigger:
             out.append(_test_suite_shape())
             return out
+    pushes = re.search(r"\bbefore\s+(?:you\s+)?(?:every\s+|each\s+)?push", t, re.I)
+    if (
+        not steps
+        and re.search(r"\b(?:the\s+)?(?:linters?|lint)\b", t, re.I)
+        and runs
+        and (commit_trigger or change_trigger or pushes)
+    ):
+        # Checked at the commit, which comes before any push.
+        out.append(_test_suite_shape("lint"))
+        return out
     if steps and verify and not glossary:
         out.append(_sequence_shape(steps[0], "commit", _languages(t)))
         return out
@@ -491,7 +598,13 @@ def sequence_shapes(text: str) -> list[Shaped]:
         if (
             re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", t, re.I)
             and re.search(r"\b(format\w*|lint\w*|edit|run)\b", t, re.I)
-            and re.search(r"\b(always|must|should|use|every|any|each|before|after)\b", t, re.I)
+            and re.search(
+                # "Format with `black`": the imperative names the formatter too.
+                r"\b(always|must|should|use|every|any|each|all|before|after|ensure|make sure)\b"
+                r"|^\W*format\w*\s+(?:\w+\s+){0,2}(?:with|using)\b",
+                t,
+                re.I,
+            )
             and not re.search(NEG + r"\s+(?:run|use)\s+`?" + re.escape(name), t, re.I)
         ):
             out.append(_sequence_shape(name, "commit", globs))
@@ -743,7 +856,11 @@ def _licence_header(t: str) -> list[Shaped]:
     """A licence header in every code file."""
     out: list[Shaped] = []
     if (
-        re.search(r"\b(licen[cs]e|copyright)\s+headers?\b|\bspdx\b", t, re.I)
+        re.search(
+            r"\b(licen[cs]e|copyright)\s+(?:headers?|notices?|comments?|banners?|lines?)\b|\bspdx\b",
+            t,
+            re.I,
+        )
         and re.search(r"\b(every|all|each|new|must|should|always|include|add|start)\b", t, re.I)
         and not _negated(t, "licen")
     ):
@@ -921,6 +1038,30 @@ def package_manager_shapes(text: str) -> list[Shaped]:
     return out
 
 
+def runner_shapes(text: str) -> list[Shaped]:
+    """ "Use `uv run` for all Python commands", "run scripts through `poetry run`": the
+    program is rewritten to run under the named runner."""
+    m = re.search(
+        r"\b(?:use|through|via|with)\s+`(?P<runner>[\w.-]+(?:\s+[\w.-]+)?)`\s+(?:for|to run)\s+"
+        r"(?:all|every|any|each)\s+(?P<prog>\w+)\s+(?:commands?|scripts?|invocations?|calls?)\b",
+        text,
+        re.I,
+    )
+    if not m:
+        return []
+    runner, prog = m.group("runner"), m.group("prog").lower()
+    programs = {"python": ["python", "python3"], "node": ["node"], "ruby": ["ruby"]}.get(
+        prog, [prog] if prog in KNOWN_CLI else []
+    )
+    out = []
+    for p in programs:
+        if runner.split()[0] == p:
+            continue
+        rule = CommandRule(pattern=program_pattern(p), replace=rf"\g<1>{runner} {p}")
+        out.append(Shaped(rule, _bash(f"{p} -m pytest"), _bash(f"{runner} {p} -m pytest")))
+    return out
+
+
 def wrapper_shapes(text: str) -> list[Shaped]:
     """ "Tests on Linux require xvfb: `xvfb-run -a npm test`", "CLI commands run inside
     ddev: `ddev exec php craft ...`": the bare command is rewritten to the wrapped one."""
@@ -954,7 +1095,7 @@ def placement_shapes(text: str) -> list[Shaped]:
         r"\b(?:put|keep|place|store|save|create|add|write|use)\s+(?:(?:all|new|any|the)\s+)*"
         r"(?:[\w-]+\s+){0,2}?(?P<kind>[\w-]+?)s?\s+(?:files?\s+)?(?:only\s+)?"
         r"(?:in|under|inside|into)\s+" + where.format("dir") + r"|\b(?P<kind2>[\w-]+?)s?\s+"
-        r"(?:files?\s+)?(?:must|should)\s+(?:go|belong|live|be kept|be placed)\s+(?:only\s+)?"
+        r"(?:files?\s+)?(?:(?:must|should)\s+(?:go|belong|live|be kept|be placed)|go|belong)\s+(?:only\s+)?"
         r"(?:in|under|inside)\s+" + where.format("dir2"),
         text,
         re.I,
@@ -999,16 +1140,18 @@ SHAPES: list[Callable[[str], list[Shaped]]] = [
     naming_shapes,
     path_shapes,
     package_manager_shapes,
+    runner_shapes,
     wrapper_shapes,
     placement_shapes,
     read_first_shapes,
 ]
 
 
-def shaped_rules(text: str) -> list[Rule]:
-    """The rules of every shape `text` has whose guard passes its self-check."""
+def shaped_rules(text: str, table: Sequence[Callable[[str], list[Shaped]]] = SHAPES) -> list[Rule]:
+    """The rules of every shape of `table` that `text` has whose guard passes its
+    self-check."""
     rules: list[Rule] = []
-    for shape in SHAPES:
+    for shape in table:
         for shaped in shape(text):
             if fires(shaped):
                 rules.append(shaped.rule)
@@ -1064,6 +1207,7 @@ def fires(shaped: Shaped) -> bool:
     """The self-check: the rule's guard blocks (or, a substitution, rewrites) the violating
     situation and allows the compliant one."""
     guard = Guard("self-check", GuardSpec(message="self-check", rules=[shaped.rule]))
-    bad = guard.check(shaped.violating.call, None, shaped.violating.history)
-    good = guard.check(shaped.compliant.call, None, shaped.compliant.history)
+    bad_, good_ = shaped.violating, shaped.compliant
+    bad = guard.check(bad_.call, bad_.preview, bad_.history)
+    good = guard.check(good_.call, good_.preview, good_.history)
     return bad.action in ("block", "rewrite") and good.action == "allow"

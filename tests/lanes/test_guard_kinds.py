@@ -493,3 +493,215 @@ def test_read_first_blocks_changes_until_the_files_are_read() -> None:
     assert guard.check(change, None, [read_design, read_arch]).action == "allow"
     assert guard.check(bash("ls"), None, []).action == "allow"  # reading around is fine
     assert compile_guard("The server reads `config.yaml` at start.") is None
+
+
+def test_folder_boundary_with_a_noun_and_from() -> None:
+    guard = guard_from("The `ui/` package must not import from `db/`.")
+    assert guard.check(write("ui/list.ts", "import { q } from '@/db/query';\n"), None).action == (
+        "block"
+    )
+    assert guard.check(write("ui/list.ts", "import { q } from '@/api/query';\n"), None).action == (
+        "allow"
+    )
+    assert guard.check(write("db/x.ts", "import { q } from '../db/query';\n"), None).action == (
+        "allow"
+    )
+    assert len(guard.spec.rules) == 1  # one clause, one rule
+
+
+def test_never_import_from_a_folder_spares_the_folder_itself() -> None:
+    guard = guard_from("Never import from `internal/` outside the package.")
+    assert guard.check(write("cmd/a.py", "from app.internal import x\n"), None).action == "block"
+    assert guard.check(write("app/internal/b.py", "from internal import x\n"), None).action == (
+        "allow"
+    )
+
+
+def test_a_formatter_the_rule_asks_to_ensure() -> None:
+    change, commit = write("src/a.py"), bash("git commit -m 'fix: x'")
+    for text in ("Ensure code is formatted with black.", "Format all Python with ruff format."):
+        guard = guard_from(text)
+        assert guard.check(commit, None, [change]).action == "block", text
+        step = guard.spec.rules[0].step  # type: ignore[union-attr]
+        assert guard.check(commit, None, [change, bash(step)]).action == "allow", text
+
+
+def test_a_dotted_command_that_must_pass() -> None:
+    guard = guard_from("Make sure `ruff check .` passes before you commit.")
+    change, commit = write("src/a.py"), bash("git commit -m 'fix: x'")
+    assert guard.check(commit, None, [change]).action == "block"
+    assert guard.check(commit, None, [change, bash("ruff check .")]).action == "allow"
+
+
+@pytest.mark.parametrize(
+    ("text", "bad"),
+    [
+        ("Don't commit build artifacts or node_modules.", "git add node_modules/left-pad"),
+        ("Don't commit build artifacts or node_modules.", "git add dist/app.js"),
+        ("Never commit secrets or credentials.", "git add certs/server.pem"),
+    ],
+)
+def test_kinds_of_files_never_committed(text: str, bad: str) -> None:
+    guard = guard_from(text)
+    assert guard.check(bash(bad), None).action == "block"
+    assert guard.check(bash("git add src/main.py"), None).action == "allow"
+
+
+def test_a_kind_of_file_goes_in_its_folder() -> None:
+    guard = guard_from("Tests go in `tests/`.")
+    assert guard.check(write("src/test_app.py"), None).action == "block"
+    assert guard.check(write("tests/test_app.py"), None).action == "allow"
+    assert compile_guard("Tests live in `spec/` and use factories") is None
+
+
+def test_search_tools_are_commands() -> None:
+    guard = guard_from("Always use `rg` instead of `grep`.")
+    verdict = guard.check(bash("grep foo src"), None)
+    assert verdict.action == "rewrite" and verdict.rewritten_call is not None
+    assert verdict.rewritten_call.arguments["cmd"] == "rg foo src"
+    assert guard.check(write("notes.md", "grep is a tool\n"), None).action == "allow"
+
+
+@pytest.mark.parametrize(
+    ("text", "path", "bad", "good"),
+    [
+        (
+            "The frontend must never import from the backend.",
+            "app/frontend/page.ts",
+            "import { db } from '../backend/db';\n",
+            "import { api } from './api';\n",
+        ),
+        (
+            "`packages/core` must not depend on `packages/web`.",
+            "packages/core/a.ts",
+            "import { x } from '../../packages/web/x';\n",
+            "import { x } from './x';\n",
+        ),
+        (
+            "Domain layer must not import infrastructure code.",
+            "src/domain/order.py",
+            "from app.infrastructure import repo\n",
+            "from app.domain import money\n",
+        ),
+        (
+            "Never import React in server code.",
+            "src/server/route.ts",
+            "import React from 'react';\n",
+            "import { z } from 'zod';\n",
+        ),
+    ],
+)
+def test_import_boundaries_in_words(text: str, path: str, bad: str, good: str) -> None:
+    guard = guard_from(text)
+    assert guard.check(write(path, bad), None).action == "block", text
+    assert guard.check(write(path, good), None).action == "allow", text
+    assert guard.check(write("elsewhere/x.md", bad), None).action == "allow", text
+
+
+def test_no_module_named_by_an_article() -> None:
+    spec = compile_guard("The frontend must never import from the backend.")
+    assert spec is not None and "the\\b" not in spec.model_dump_json()
+
+
+def test_emoji_rule_for_commit_messages_only() -> None:
+    guard = guard_from("Never use emojis in commit messages.")
+    assert guard.check(bash("git commit -m 'feat: \u2728 login'"), None).action == "block"
+    assert guard.check(write("docs/a.md", "Done \u2705\n"), None).action == "allow"
+
+
+@pytest.mark.parametrize(
+    ("text", "bad", "good"),
+    [
+        ("All commit messages must start with a capital letter.", "fix login", "Fix login"),
+        ("Prefix commit messages with the ticket number.", "fix login", "ABC-123: fix login"),
+        (
+            "Commit messages must follow the format `type(scope): description`.",
+            "Login fixed",
+            "fix(auth): handle expired tokens",
+        ),
+    ],
+)
+def test_commit_message_conventions(text: str, bad: str, good: str) -> None:
+    guard = guard_from(text)
+    assert guard.check(bash(f"git commit -m '{bad}'"), None).action == "block", text
+    assert guard.check(bash(f"git commit -m '{good}'"), None).action == "allow", text
+
+
+def test_steps_of_unknown_programs_and_when_done() -> None:
+    change, commit = write("api/v1/user.proto"), bash("git commit -m 'fix: x'")
+    buf = guard_from("After changing any `.proto` file, regenerate the stubs with `buf generate`.")
+    assert buf.check(commit, None, [change]).action == "block"
+    assert buf.check(commit, None, [change, bash("buf generate")]).action == "allow"
+    done = guard_from("Once you are done, run `pnpm typecheck`.")
+    assert done.check(commit, None, [write("src/a.ts")]).action == "block"
+    assert done.check(commit, None, [write("src/a.ts"), bash("pnpm typecheck")]).action == "allow"
+
+
+def test_a_folder_that_may_import_only_some_others() -> None:
+    guard = guard_from("The `ui/` folder may only import from `core/` and `shared/`.")
+    for ok in ("import { a } from '../core/a';\n", "import { b } from '@/shared/b';\n"):
+        assert guard.check(write("src/ui/view.ts", ok), None).action == "allow", ok
+    assert guard.check(write("src/ui/view.ts", "import { q } from '../db/q';\n"), None).action == (
+        "block"
+    )
+    assert guard.check(write("src/ui/view.py", "from ..db import q\n"), None).action == "block"
+    assert guard.check(write("src/db/q.ts", "import { v } from '../ui/v';\n"), None).action == (
+        "allow"
+    )
+
+
+def test_a_runner_for_every_command_of_a_program() -> None:
+    guard = guard_from("Use `uv run` for all Python commands.")
+    verdict = guard.check(bash("cd api && python -m pytest"), None)
+    assert verdict.action == "rewrite" and verdict.rewritten_call is not None
+    assert verdict.rewritten_call.arguments["cmd"] == "cd api && uv run python -m pytest"
+    assert guard.check(bash("uv run python -m pytest"), None).action == "allow"
+
+
+def test_more_phrasings_of_headers_formats_and_triggers() -> None:
+    header = guard_from("Start every file with a copyright notice.")
+    assert header.check(write("src/a.go", "package a\n"), None).action == "block"
+    assert header.check(write("src/a.go", "// Copyright 2026 A\npackage a\n"), None).action == (
+        "allow"
+    )
+    fmt = guard_from("Commit message format: `<type>(<scope>): <subject>`.")
+    assert fmt.check(bash("git commit -m 'stuff'"), None).action == "block"
+    assert fmt.check(bash("git commit -m 'feat(ui): add tabs'"), None).action == "allow"
+    when = guard_from("When you change the API, run `npm run openapi` to regenerate the client.")
+    commit = bash("git commit -m 'feat: x'")
+    assert when.check(commit, None, [write("api/routes.ts")]).action == "block"
+    ran = [write("api/routes.ts"), bash("npm run openapi")]
+    assert when.check(commit, None, ran).action == "allow"
+
+
+def test_commit_of_a_kind_of_work_is_not_every_commit() -> None:
+    spec = compile_guard("Don't commit half-finished work.")
+    assert spec is None or Guard("g", spec).check(bash("git commit -m x"), None).action == "allow"
+
+
+def test_formatter_phrasings_with_a_heading_or_an_imperative() -> None:
+    change, commit = write("src/a.py"), bash("git commit -m 'fix: x'")
+    for text, step in (
+        ("**Formatting**: Run `npm run format` before you commit.", "npm run format"),
+        ("Format with `black` (line length 100).", "black ."),
+    ):
+        guard = guard_from(text)
+        assert guard.check(commit, None, [change]).action == "block", text
+        assert guard.check(commit, None, [change, bash(step)]).action == "allow", text
+
+
+def test_run_the_linter_with_no_command_named() -> None:
+    guard = guard_from("Run the linter before pushing.")
+    change, commit = write("src/a.ts"), bash("git commit -m 'fix: x'")
+    assert guard.check(commit, None, [change]).action == "block"
+    assert guard.check(commit, None, [change, bash("pnpm eslint src")]).action == "allow"
+    assert compile_guard("The linter runs in CI.") is None
+
+
+def test_a_kind_of_step_blocks_the_commit_but_is_never_proposed_as_a_command() -> None:
+    spec = compile_guard("Run the linter before pushing.")
+    assert spec is not None
+    history = [write("src/a.ts")]
+    blocked = Guard("g", spec).check(bash("git commit -m 'fix: x'"), None, history)
+    assert blocked.action == "block" and "Run the linter first." in blocked.message
+    assert GuardSet([Guard("g", spec)]).missing_steps(history) == []
