@@ -1,4 +1,6 @@
-"""A WEIGHTS cluster taught by repeated denials, for the weights lane and consolidation tests."""
+"""Helpers of the lanes tests: calls and guards compiled from rule text (the guard-kind and
+shape tests), and a WEIGHTS cluster taught by repeated denials (the weights lane and
+consolidation tests)."""
 
 from __future__ import annotations
 
@@ -6,6 +8,9 @@ from typing import Any
 
 from continual_lsp.config import Settings
 from continual_lsp.lanes.allocator import route_correction
+from continual_lsp.lanes.compile import compile_guard
+from continual_lsp.lanes.guards import Guard
+from continual_lsp.tools.base import ToolCall
 
 PRINCIPLE = "Prefer edit_lines over rewriting a whole file with write."
 
@@ -38,3 +43,24 @@ def teach_cluster(store: Any, embedder: Any, n: int = 4) -> str:
         item = route_correction(store, text, ctx, settings, denial=True, embedder=embedder)
     assert item is not None
     return item.cluster_id
+
+
+def bash(cmd: str) -> ToolCall:
+    return ToolCall(tool="bash", arguments={"cmd": cmd})
+
+
+def write(path: str, content: str = "x\n") -> ToolCall:
+    return ToolCall(tool="write", arguments={"path": path, "content": content})
+
+
+def guard_from(text: str) -> Guard:
+    spec = compile_guard(text)
+    assert spec is not None, text
+    return Guard("g", spec)
+
+
+def blocks_then_allows(text: str, bad: tuple[str, str], good: tuple[str, str]) -> None:
+    """The guard compiled from `text` blocks writing `bad` (path, content) and allows `good`."""
+    guard = guard_from(text)
+    assert guard.check(write(*bad), None).action == "block", text
+    assert guard.check(write(*good), None).action == "allow", text

@@ -11,20 +11,7 @@ from continual_lsp.lanes.guards import Guard, KeepRule
 from continual_lsp.lanes.policy_shapes import POLICY_SHAPES
 from continual_lsp.lanes.shapes import Situation, fires
 from continual_lsp.tools.base import ToolCall
-
-
-def bash(cmd: str) -> ToolCall:
-    return ToolCall(tool="bash", arguments={"cmd": cmd})
-
-
-def write(path: str, content: str = "x\n") -> ToolCall:
-    return ToolCall(tool="write", arguments={"path": path, "content": content})
-
-
-def guard_from(text: str) -> Guard:
-    spec = compile_guard(text)
-    assert spec is not None, text
-    return Guard("g", spec)
+from tests.lanes.support import bash, blocks_then_allows, guard_from, write
 
 
 def verdict(guard: Guard, s: Situation) -> str:
@@ -135,9 +122,7 @@ def test_co_requirement_on_one_line() -> None:
     ],
 )
 def test_identifier_naming(text: str, bad: tuple[str, str], good: tuple[str, str]) -> None:
-    guard = guard_from(text)
-    assert guard.check(write(*bad), None).action == "block", text
-    assert guard.check(write(*good), None).action == "allow", text
+    blocks_then_allows(text, bad, good)
 
 
 def test_boolean_prefix() -> None:
@@ -240,9 +225,7 @@ def test_keep_rule_without_globs_ignores_bash() -> None:
 def test_identifier_naming_more_phrasings(
     text: str, bad: tuple[str, str], good: tuple[str, str]
 ) -> None:
-    guard = guard_from(text)
-    assert guard.check(write(*bad), None).action == "block", text
-    assert guard.check(write(*good), None).action == "allow", text
+    blocks_then_allows(text, bad, good)
 
 
 def test_component_naming_spares_hooks() -> None:
@@ -272,9 +255,7 @@ def test_component_naming_spares_hooks() -> None:
     ],
 )
 def test_no_globals(text: str, bad: tuple[str, str], good: tuple[str, str]) -> None:
-    guard = guard_from(text)
-    assert guard.check(write(*bad), None).action == "block", text
-    assert guard.check(write(*good), None).action == "allow", text
+    blocks_then_allows(text, bad, good)
 
 
 def test_global_state_advice_is_not_compiled() -> None:

@@ -22,21 +22,7 @@ from continual_lsp.lanes.guards import (
 )
 from continual_lsp.lanes.shapes import Shaped, Situation, fires, synthesise
 from continual_lsp.tools.base import ToolCall
-
-
-def bash(cmd: str) -> ToolCall:
-    return ToolCall(tool="bash", arguments={"cmd": cmd})
-
-
-def write(path: str, content: str = "x\n") -> ToolCall:
-    return ToolCall(tool="write", arguments={"path": path, "content": content})
-
-
-def guard_from(text: str) -> Guard:
-    spec = compile_guard(text)
-    assert spec is not None, text
-    return Guard("g", spec)
-
+from tests.lanes.support import bash, blocks_then_allows, guard_from, write
 
 # -- command policy: compound commands ---------------------------------------------------------
 
@@ -243,9 +229,7 @@ def test_path_allow_mode_and_bash_writes() -> None:
     ],
 )
 def test_content_shapes(text: str, bad: tuple[str, str], good: tuple[str, str]) -> None:
-    guard = guard_from(text)
-    assert guard.check(write(*bad), None).action == "block", text
-    assert guard.check(write(*good), None).action == "allow", text
+    blocks_then_allows(text, bad, good)
 
 
 def test_named_markup_tags() -> None:

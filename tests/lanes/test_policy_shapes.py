@@ -5,22 +5,7 @@ and lets a compliant one through."""
 from __future__ import annotations
 
 from continual_lsp.lanes.compile import compile_guard
-from continual_lsp.lanes.guards import Guard
-from continual_lsp.tools.base import ToolCall
-
-
-def bash(cmd: str) -> ToolCall:
-    return ToolCall(tool="bash", arguments={"cmd": cmd})
-
-
-def write(path: str, content: str = "x\n") -> ToolCall:
-    return ToolCall(tool="write", arguments={"path": path, "content": content})
-
-
-def guard_from(text: str) -> Guard:
-    spec = compile_guard(text)
-    assert spec is not None, text
-    return Guard("g", spec)
+from tests.lanes.support import bash, guard_from, write
 
 
 def test_install_with_the_tool_not_by_editing_the_manifest() -> None:
