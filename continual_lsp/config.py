@@ -150,6 +150,7 @@ class Settings(BaseModel):
     max_queued_jobs: int = Field(default=4, ge=1)
     # One training worker process (one model) for every user of this server, taking their
     # jobs in turn, instead of a worker per user. Local backend; not with teacher "ema".
+    # A TCP server turns it on unless the configuration names it (shared_server_settings).
     shared_training: bool = False
 
     @model_validator(mode="before")
