@@ -395,9 +395,11 @@ def main() -> int:
     rss_before, series = before_figure(args.users)
     print(f"before: RSS with 1..3 private models {[round(x) for x in series]} MB", flush=True)
 
+    import continual_lsp.agent.agent  # noqa: F401  (the libraries, before the model)
     from continual_lsp.config import Settings
     from continual_lsp.policy.model_host import shared_host
 
+    rss_imports = rss_mb()
     shared_host(Settings())  # the process's one model, loaded before any user arrives
     rss_host = rss_mb()
     print(f"host loaded: RSS {rss_host:.0f} MB", flush=True)
@@ -424,6 +426,14 @@ def main() -> int:
                 flush=True,
             )
         rss = rss_mb()
+        cached = {
+            t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+            for a in agents
+            for _, layers, _ in a.policy.prompt_cache.entries
+            for pair in layers
+            for t in pair
+        }
+        resident = host.resident
         base_mb = (
             sum(
                 p.numel() * p.element_size()
@@ -441,6 +451,15 @@ def main() -> int:
             "budget_mb": round(budget, 1),
             "rss_mb_before": round(rss_before, 1),
             "rss_mb_host_only": round(rss_host, 1),
+            # Where rss_mb goes: libraries, then the model (with tokenizer and grammar),
+            # then the users (their adapters, prompt K/V caches, agents and stores).
+            "rss_breakdown_mb": {
+                "libraries": round(rss_imports, 1),
+                "model_tokenizer_grammar": round(rss_host - rss_imports, 1),
+                "users": round(rss - rss_host, 1),
+                "of_which_resident_adapters": round(resident * adapter_mb, 1),
+                "of_which_prompt_caches": round(sum(cached.values()) / MB, 1),
+            },
             "wrong_adapter": wrong,
             "p50_s": {str(k): round(percentile(v, 50), 3) for k, v in latency.items()},
             "p90_s": {str(k): round(percentile(v, 90), 3) for k, v in latency.items()},
@@ -450,6 +469,7 @@ def main() -> int:
             "adapter_mb": round(adapter_mb, 2),
             "adapters_spilled": host.spills,
             "adapters_reloaded": host.reloads,
+            "adapter_swap_ms": round(1000 * host.swap_s / max(1, host.spills + host.reloads), 1),
             "max_resident_adapters": host.max_resident,
             "mode": "in-process agents on one shared host (no sockets); no training while they"
             " propose; storm and restart train on the shared team worker",

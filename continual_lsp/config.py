@@ -140,8 +140,9 @@ class Settings(BaseModel):
     # message saying so, before anything of theirs is touched.
     max_users: int = Field(default=32, ge=1)
     # Users' adapters kept in memory (~7 MB each at rank 16); past it the least recently
-    # used are written to a temporary file and read back on their next proposal.
-    max_resident_adapters: int = Field(default=16, ge=1)
+    # used are written to a temporary file and read back on their next proposal (a few
+    # ms against a proposal's second or more; bench/team.py's `adapter_swap_ms`).
+    max_resident_adapters: int = Field(default=8, ge=1)
     # Users' prompt K/V caches kept (~45 KB a token on the embedded model); past it the
     # least recently used is dropped and that user's next turn prefills in full.
     max_prompt_caches: int = Field(default=4, ge=1)
