@@ -53,6 +53,37 @@ def test_a_burst_from_one_user_waits_its_turn(tmp_path: Path) -> None:
             store.close()
 
 
+def test_a_correction_sent_during_a_burst_is_taken_next(tmp_path: Path) -> None:
+    """The storm of bench/team.py in miniature: Bob and Carol correct while Alice's burst
+    of eight trains; each of them waits at most for the step in progress plus one."""
+    names = ("alice", "bob", "carol")
+    members = [
+        Member(Settings(user=n), Store(tmp_path / f"{n}.sqlite3"), tmp_path / n, policy=None)
+        for n in names
+    ]
+    alice, bob, carol = (m.store for m in members)
+    for k in range(8):
+        alice.enqueue_job("sdpo", {"k": k})
+    stop, wake = threading.Event(), threading.Event()
+    order: list[str] = []
+
+    def step(member: Member, job: dict[str, Any]) -> None:
+        order.append(member.settings.user)
+        if len(order) == 1:  # while Alice's first step trains
+            carol.enqueue_job("sdpo", {})
+            bob.enqueue_job("sdpo", {})
+        member.store.finish_job(job["id"], {})
+        if not any(m.store.queue_depth() for m in members):
+            stop.set()
+
+    try:
+        take_turns(members, lambda: None, step, wake, stop, poll_s=0.01)
+    finally:
+        for member in members:
+            member.store.close()
+    assert order == ["alice", "bob", "carol"] + ["alice"] * 7
+
+
 class Crash(Exception):
     """The server process dying in the middle of a step."""
 
