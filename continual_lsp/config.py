@@ -140,9 +140,10 @@ class Settings(BaseModel):
     # message saying so, before anything of theirs is touched.
     max_users: int = Field(default=32, ge=1)
     # Users' adapters kept in memory (~7 MB each at rank 16); past it the least recently
-    # used are written to a temporary file and read back on their next proposal (a few
-    # ms against a proposal's second or more; bench/team.py's `adapter_swap_ms`).
-    max_resident_adapters: int = Field(default=8, ge=1)
+    # used are written to a temporary file and read back on their next proposal: ~22 ms
+    # a swap (bench/team.py's `adapter_swap_ms`) against 0.6 s or more a proposal, so
+    # few stay in memory; 20 users round-robin miss whatever the number.
+    max_resident_adapters: int = Field(default=4, ge=1)
     # Users' prompt K/V caches kept (~45 KB a token on the embedded model); past it the
     # least recently used is dropped and that user's next turn prefills in full.
     max_prompt_caches: int = Field(default=4, ge=1)
