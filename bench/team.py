@@ -25,6 +25,25 @@ Measured:
   the check had no power (`indistinct`).
 - `p50_s` / `p90_s`: wall time of `start_task` (prompt, constrained decode, preview)
   with 1, 4 and 8 users asking at once (threads), each over different tasks.
+
+Then training, on the shared team worker (`shared_training`: one spawned process, one
+model, jobs taken in turn across users), with real SQLite stores and real SDPO steps on
+one short correction (a task, the base model's greedy call, an edit of it: the
+situation of tests/learning/conftest.py), so that steps are short and the figures count
+steps, not context length:
+- `storm`: step wait (enqueue → step done, the store's timestamps) of users B and C.
+  Without a storm, A, B and C each send one correction at once (twice);
+  `median_wait_s` is the median of those six waits. In the storm, A sends `--burst`
+  corrections, and while the first of them trains, B and C send one each; `ratio` = the
+  slower of B and C over the median (the issue's bound: 2). A first step, not counted,
+  warms the worker.
+- `restart`: `users` users each with one correction queued when the server went down
+  (the first user's in the middle of its step, left `running`; the second user's held,
+  its demonstration still being chosen). A restarted server's agents resume their
+  training (`TrainingJobs.resume`), all on one team worker; `resumed` = jobs done after
+  it, `in_owner_store` = those whose version is registered in its owner's store, its
+  file in its owner's adapters directory with the registered checksum, and in no other
+  store.
 """
 
 from __future__ import annotations
@@ -190,10 +209,181 @@ def check_adapters(agents: list[Any], made: list[list[str]]) -> tuple[int, int, 
     return checked, wrong, indistinct
 
 
+# -- training on the team worker -------------------------------------------------------------
+
+STEP_TIMEOUT_S = 900.0
+
+
+def correction_job() -> dict[str, Any]:
+    """One short SDPO job: a task, the base model's greedy call, the reviewer's edit."""
+    from continual_lsp.config import Settings
+    from continual_lsp.learning.sdpo import SdpoJob
+    from continual_lsp.policy.base import Message, SampleParams
+    from continual_lsp.policy.local import LocalPolicy
+    from continual_lsp.policy.model_host import shared_host
+    from continual_lsp.policy.render import ChatMLRenderer
+    from continual_lsp.tools.base import ToolCall
+
+    policy = LocalPolicy(Settings(), host=shared_host(Settings()))
+    prompt = ChatMLRenderer(
+        policy.tokenizer, system_prompt="Reply with exactly one JSON tool call."
+    ).render_prompt(
+        [Message(role="user", content="In src/calc/ops.py line 3 returns a - b; fix it.")]
+    )
+    denied = policy.sample(prompt, SampleParams(temperature=0.0, max_tokens=60))
+    fix = ToolCall(
+        tool="edit_lines",
+        arguments={"path": "src/calc/ops.py", "start": 3, "end": 3, "content": "    return a + b"},
+    )
+    return SdpoJob(
+        proposal_id="bench-team",
+        prompt_tokens=prompt,
+        tokens=denied.tokens,
+        logprobs=denied.logprobs,
+        correction="Change only line 3, with edit_lines.",
+        demonstration=fix.model_dump(),
+        signal="edit",
+    ).model_dump()
+
+
+def trainee(root: Path, name: str) -> tuple[Any, Any]:
+    """(settings, store) of a user whose training runs on the team worker."""
+    from continual_lsp.config import Settings
+    from continual_lsp.store import Store
+
+    home = root / name
+    home.mkdir(parents=True)
+    settings = Settings(
+        user=name,
+        store_path=str(home / "store.sqlite3"),
+        adapters_dir=str(home / "adapters"),
+        shared_training=True,
+    )
+    return settings, Store(settings.store_file())
+
+
+def waits(jobs: list[tuple[Any, int]]) -> list[float]:
+    """Seconds from enqueue to step done of each (store, job id), once all are done."""
+    deadline = time.monotonic() + STEP_TIMEOUT_S * len(jobs)
+    out = []
+    for store, job_id in jobs:
+        while (job := store.job(job_id))["status"] not in ("done", "failed"):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"training job {job_id} not done")
+            time.sleep(0.1)
+        if job["status"] == "failed":
+            raise RuntimeError(f"training job {job_id} failed: {job['error']}")
+        out.append(job["updated_at"] - job["created_at"])
+    return out
+
+
+def storm(root: Path, job: dict[str, Any], burst: int) -> dict[str, Any]:
+    from continual_lsp.learning.team_worker import TeamTrainer
+
+    users = [trainee(root, name) for name in ("a-storm", "b", "c")]
+    team = TeamTrainer(users[0][0], poll_s=0.2)
+    try:
+        for settings, store in users:
+            team.seat(settings, store.path).start()
+
+        def send(counts: tuple[int, ...]) -> list[list[tuple[Any, int]]]:
+            sent = [
+                [(store, store.enqueue_job("sdpo", job)) for _ in range(n)]
+                for n, (_, store) in zip(counts, users, strict=True)
+            ]
+            team.notify()
+            return sent
+
+        waits(send((1, 0, 0))[0])  # the worker's first step (loads, warms caches)
+        calm: list[float] = []
+        for _ in range(2):
+            calm += waits([j for per_user in send((1, 1, 1)) for j in per_user])
+        # The storm: A's burst is being trained when B and C each send one correction.
+        burst_jobs = send((burst, 0, 0))[0]
+        alice = users[0][1]
+        while alice.job(burst_jobs[0][1])["status"] == "pending":
+            time.sleep(0.05)
+        sent = send((0, 1, 1))
+        others = waits(sent[1] + sent[2])
+        median = statistics.median(calm)
+        return {
+            "burst": burst,
+            "median_wait_s": round(median, 2),
+            "calm_waits_s": [round(w, 2) for w in calm],
+            "other_user_wait_s": [round(w, 2) for w in others],
+            "ratio": round(max(others) / median, 2),
+            # Of the burst, steps done by the time B's and C's were: 1 or 2 when fair,
+            # the whole burst if jobs were taken first come, first served.
+            "burst_steps_before_others": sum(
+                alice.job(j)["status"] == "done" for _, j in burst_jobs
+            ),
+        }
+    finally:
+        team.stop(timeout=1.0)  # the rest of the burst is not waited for
+        for _, store in users:
+            store.close()
+
+
+def restart(root: Path, job: dict[str, Any], users: int) -> dict[str, Any]:
+    from continual_lsp.agent.training_jobs import TrainingJobs
+    from continual_lsp.learning.team_worker import team_trainer
+    from continual_lsp.policy import training
+    from continual_lsp.policy.adapter_registry import adapters_dir
+    from continual_lsp.store import Store
+
+    everyone = [trainee(root, f"user{i:02d}") for i in range(users)]
+    queued = []
+    for i, (_, store) in enumerate(everyone):
+        queued.append(store.enqueue_job("sdpo", job, held=i == 1))
+    assert everyone[0][1].claim_job() is not None  # the step the server died in
+    for _, store in everyone:
+        store.close()
+
+    started = time.perf_counter()
+    stores = [Store(settings.store_file()) for settings, _ in everyone]
+    try:
+        for (settings, _), store in zip(everyone, stores, strict=True):
+            TrainingJobs(store, settings).resume()  # as each user's agent does on start
+        waits(list(zip(stores, queued, strict=True)))
+        seconds = time.perf_counter() - started
+        resumed = in_owner = 0
+        for (settings, _), store, job_id in zip(everyone, stores, queued, strict=True):
+            done = store.job(job_id)
+            resumed += done["status"] == "done"
+            result = done["result"]
+            mine = [a for a in store.adapters() if a["name"] == result["name"]]
+            directory = adapters_dir(settings, store.path)
+            elsewhere = sum(
+                Path(a["path"]).parent == directory
+                for other in stores
+                if other is not store
+                for a in other.adapters()
+            )
+            if (
+                len(mine) == 1
+                and Path(mine[0]["path"]).parent == directory
+                and training.sha256_file(Path(mine[0]["path"]) / training.ADAPTER_FILE)
+                == mine[0]["sha256"]
+                and not elsewhere
+            ):
+                in_owner += 1
+        return {
+            "queued": len(queued),
+            "resumed": resumed,
+            "in_owner_store": in_owner,
+            "seconds": round(seconds, 1),
+        }
+    finally:
+        team_trainer(everyone[0][0]).stop(timeout=1.0)
+        for store in stores:
+            store.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--users", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=2, help="proposals per active user")
+    parser.add_argument("--burst", type=int, default=8, help="corrections in the storm")
     parser.add_argument("--measure-before", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--no-write", action="store_true", help="print, do not write JSON")
     args = parser.parse_args()
@@ -205,9 +395,11 @@ def main() -> int:
     rss_before, series = before_figure(args.users)
     print(f"before: RSS with 1..3 private models {[round(x) for x in series]} MB", flush=True)
 
+    import continual_lsp.agent.agent  # noqa: F401  (the libraries, before the model)
     from continual_lsp.config import Settings
     from continual_lsp.policy.model_host import shared_host
 
+    rss_imports = rss_mb()
     shared_host(Settings())  # the process's one model, loaded before any user arrives
     rss_host = rss_mb()
     print(f"host loaded: RSS {rss_host:.0f} MB", flush=True)
@@ -234,6 +426,14 @@ def main() -> int:
                 flush=True,
             )
         rss = rss_mb()
+        cached = {
+            t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+            for a in agents
+            for _, layers, _ in a.policy.prompt_cache.entries
+            for pair in layers
+            for t in pair
+        }
+        resident = host.resident
         base_mb = (
             sum(
                 p.numel() * p.element_size()
@@ -251,6 +451,15 @@ def main() -> int:
             "budget_mb": round(budget, 1),
             "rss_mb_before": round(rss_before, 1),
             "rss_mb_host_only": round(rss_host, 1),
+            # Where rss_mb goes: libraries, then the model (with tokenizer and grammar),
+            # then the users (their adapters, prompt K/V caches, agents and stores).
+            "rss_breakdown_mb": {
+                "libraries": round(rss_imports, 1),
+                "model_tokenizer_grammar": round(rss_host - rss_imports, 1),
+                "users": round(rss - rss_host, 1),
+                "of_which_resident_adapters": round(resident * adapter_mb, 1),
+                "of_which_prompt_caches": round(sum(cached.values()) / MB, 1),
+            },
             "wrong_adapter": wrong,
             "p50_s": {str(k): round(percentile(v, 50), 3) for k, v in latency.items()},
             "p90_s": {str(k): round(percentile(v, 90), 3) for k, v in latency.items()},
@@ -260,12 +469,20 @@ def main() -> int:
             "adapter_mb": round(adapter_mb, 2),
             "adapters_spilled": host.spills,
             "adapters_reloaded": host.reloads,
+            "adapter_swap_ms": round(1000 * host.swap_s / max(1, host.spills + host.reloads), 1),
             "max_resident_adapters": host.max_resident,
-            "mode": "in-process agents on one shared host (no sockets); training off",
+            "mode": "in-process agents on one shared host (no sockets); no training while they"
+            " propose; storm and restart train on the shared team worker",
             "seconds": round(time.perf_counter() - started, 1),
         }
         for agent in agents:
             agent.close()
+        job = correction_job()
+        result["storm"] = storm(root / "storm", job, args.burst)
+        print(f"storm: {result['storm']}", flush=True)
+        result["restart"] = restart(root / "restart", job, args.users)
+        print(f"restart: {result['restart']}", flush=True)
+        result["seconds"] = round(time.perf_counter() - started, 1)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

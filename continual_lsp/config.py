@@ -140,8 +140,10 @@ class Settings(BaseModel):
     # message saying so, before anything of theirs is touched.
     max_users: int = Field(default=32, ge=1)
     # Users' adapters kept in memory (~7 MB each at rank 16); past it the least recently
-    # used are written to a temporary file and read back on their next proposal.
-    max_resident_adapters: int = Field(default=16, ge=1)
+    # used are written to a temporary file and read back on their next proposal: ~22 ms
+    # a swap (bench/team.py's `adapter_swap_ms`) against 0.6 s or more a proposal, so
+    # few stay in memory; 20 users round-robin miss whatever the number.
+    max_resident_adapters: int = Field(default=4, ge=1)
     # Users' prompt K/V caches kept (~45 KB a token on the embedded model); past it the
     # least recently used is dropped and that user's next turn prefills in full.
     max_prompt_caches: int = Field(default=4, ge=1)
@@ -150,6 +152,7 @@ class Settings(BaseModel):
     max_queued_jobs: int = Field(default=4, ge=1)
     # One training worker process (one model) for every user of this server, taking their
     # jobs in turn, instead of a worker per user. Local backend; not with teacher "ema".
+    # A TCP server turns it on unless the configuration names it (shared_server_settings).
     shared_training: bool = False
 
     @model_validator(mode="before")

@@ -31,7 +31,7 @@ import socket
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from pygls.exceptions import JsonRpcException
 from pygls.io_ import StdinAsyncReader
@@ -147,14 +147,21 @@ def shared_server_settings(base: Settings, tokens_file: Path | None) -> Settings
     """`base` for a server many users share: their bash sandboxes hide what no user's
     command may see, derived from this server's own configuration: the tokens file,
     the directory of every user's store and adapters, and every workspace root (each
-    user's own workspace is bound back on top)."""
+    user's own workspace is bound back on top).
+
+    Training is shared unless the configuration says otherwise: one team worker (one
+    model, jobs in turn) instead of a worker process and a model per user, which on
+    a small machine is the difference between one model and 20 (issue 20)."""
     store = base.store_file()
     hidden = [*base.sandbox_hidden_paths, str(store.parent), *base.workspace_roots]
     if base.adapters_dir:
         hidden.append(base.adapters_dir)
     if tokens_file is not None:
         hidden.append(str(tokens_file))
-    return base.model_copy(update={"sandbox_hidden_paths": hidden})
+    update: dict[str, Any] = {"sandbox_hidden_paths": hidden}
+    if "shared_training" not in base.model_fields_set:
+        update["shared_training"] = True
+    return base.model_copy(update=update)
 
 
 def user_settings(base: Settings, user: str) -> Settings:

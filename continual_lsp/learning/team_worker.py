@@ -27,7 +27,7 @@ import os
 import queue
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,14 +72,17 @@ def claim_in_turn(stores: Sequence[Store], start: int) -> tuple[int, dict[str, A
 
 
 @dataclass
-class _Member:
+class Member:
+    """One user as the team worker holds them: their store, their adapters directory and
+    a policy whose slot on the worker's host holds their adapter."""
+
     settings: Settings
     store: Store
     directory: Path
     policy: Any  # LocalPolicy on the worker's shared host
 
 
-def _join(members: list[_Member], settings_data: dict[str, Any], store_path: str) -> None:
+def _join(members: list[Member], settings_data: dict[str, Any], store_path: str) -> None:
     from continual_lsp.policy import training
     from continual_lsp.policy.local import LocalPolicy
     from continual_lsp.policy.model_host import shared_host
@@ -93,7 +96,7 @@ def _join(members: list[_Member], settings_data: dict[str, Any], store_path: str
     training.clean_partial(directory)
     policy = LocalPolicy(settings, host=shared_host(settings))
     sync_weights(policy, store)
-    members.append(_Member(settings, store, directory, policy))
+    members.append(Member(settings, store, directory, policy))
     log.info("user %s joined the team worker (%d users)", settings.user, len(members))
 
 
@@ -118,28 +121,48 @@ def team_worker_main(
 
     shared_host(Settings.model_validate(settings_data))  # the model, before the first job
     ready.set()
-    members: list[_Member] = []
-    turn = 0
+    members: list[Member] = []
+
+    def admit() -> None:
+        with contextlib.suppress(queue.Empty):
+            while True:
+                _join(members, *joins.get_nowait())
+
+    def run(member: Member, job: dict[str, Any]) -> None:
+        with member.policy.exclusive():
+            handle_job(
+                member.policy, member.store, member.directory, member.settings, job, stop.wait
+            )
+
     try:
-        while not stop.is_set():
-            with contextlib.suppress(queue.Empty):
-                while True:
-                    _join(members, *joins.get_nowait())
-            claimed = claim_in_turn([m.store for m in members], turn)
-            if claimed is None:
-                wake.wait(poll_s)
-                wake.clear()
-                continue
-            index, job = claimed
-            turn = index + 1  # the next look starts with the next user
-            member = members[index]
-            with member.policy.exclusive():
-                handle_job(
-                    member.policy, member.store, member.directory, member.settings, job, stop.wait
-                )
+        take_turns(members, admit, run, wake, stop, poll_s)
     finally:
         for member in members:
             member.store.close()
+
+
+def take_turns(
+    members: list[Member],
+    admit: Callable[[], None],
+    run: Callable[[Member, dict[str, Any]], None],
+    wake: Any,
+    stop: Any,
+    poll_s: float,
+) -> None:
+    """The team worker's loop: let joining users in, claim the next job in turn (see
+    `claim_in_turn`), run it as its owner (`run(member, job)`), until `stop` is set.
+    A job left `running` by a killed worker is claimed again, by its owner."""
+    turn = 0
+    while not stop.is_set():
+        admit()
+        claimed = claim_in_turn([m.store for m in members], turn)
+        if claimed is None:
+            wake.wait(poll_s)
+            wake.clear()
+            continue
+        index, job = claimed
+        turn = index + 1  # the next look starts with the next user
+        run(members[index], job)
 
 
 # -- parent side ------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ import ctypes
 import itertools
 import tempfile
 import threading
+import time
 import warnings
 import weakref
 from collections import OrderedDict
@@ -135,6 +136,7 @@ class ModelHost:
         self._spill_dir: tempfile.TemporaryDirectory[str] | None = None
         self.spills = 0  # slots written to disk so far (for tests and the bench)
         self.reloads = 0
+        self.swap_s = 0.0  # seconds spent writing and reading spilled slots
 
     @classmethod
     def load(cls, settings: Settings) -> ModelHost:
@@ -209,10 +211,12 @@ class ModelHost:
     def _restore(self, slot: AdapterSlot) -> None:
         if slot.state is None:
             assert slot.spill is not None
+            started = time.perf_counter()
             slot.state = load_file(str(slot.spill))
             slot.spill.unlink(missing_ok=True)
             slot.spill = None
             self.reloads += 1
+            self.swap_s += time.perf_counter() - started
         with torch.no_grad():
             for name, param in self._lora_params():
                 param.copy_(slot.state[name])
@@ -232,9 +236,11 @@ class ModelHost:
             if self._spill_dir is None:
                 self._spill_dir = tempfile.TemporaryDirectory(prefix="continual-lsp-adapters-")
             path = Path(self._spill_dir.name) / f"slot-{slot.id}.safetensors"
+            started = time.perf_counter()
             save_file(slot.state, str(path))
             slot.spill, slot.state = path, None
             self.spills += 1
+            self.swap_s += time.perf_counter() - started
         if excess > 0:
             release_freed_memory()
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from continual_lsp.config import Settings
+from continual_lsp.learning.team_worker import can_share
 from continual_lsp.server.main import (
     MAX_CONNECTIONS_PER_ADDRESS,
     ServeError,
@@ -61,6 +62,20 @@ def test_user_settings_separate_stores(tmp_path: Path) -> None:
     assert alice.store_path == str(tmp_path / "users" / "alice" / "s.sqlite3")
     assert alice.adapters_dir == str(tmp_path / "ad" / "alice")
     assert alice.store_path != bob.store_path and alice.user == "alice"
+
+
+def test_a_tcp_server_trains_every_user_on_one_shared_worker_unless_configured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CONTINUAL_LSP_SHARED_TRAINING", raising=False)
+    assert not Settings.load().shared_training  # stdio: one user, a worker of their own
+    alice = user_settings(shared_server_settings(Settings.load(), None), "alice")
+    assert alice.shared_training and can_share(alice)
+    config = tmp_path / "server.toml"
+    config.write_text("shared_training = false\n")
+    assert not shared_server_settings(Settings.load(config), None).shared_training
+    monkeypatch.setenv("CONTINUAL_LSP_SHARED_TRAINING", "false")
+    assert not shared_server_settings(Settings.load(), None).shared_training
 
 
 @requires_bwrap
