@@ -25,7 +25,6 @@ import contextlib
 import logging
 import os
 import queue
-import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,10 +34,8 @@ from typing import Any
 from continual_lsp.config import Settings
 from continual_lsp.learning.worker import (
     TrainingWorker,
-    WorkerError,
-    _die_with_parent,
-    _isolate_stdio,
-    _watch_parent,
+    WorkerProcess,
+    become_worker,
     handle_job,
     sync_weights,
 )
@@ -111,12 +108,7 @@ def team_worker_main(
     nice: int = 10,
 ) -> None:
     """Entry point of the spawned team worker (see the module docstring)."""
-    _isolate_stdio()
-    _die_with_parent(parent_pid)
-    _watch_parent(parent_pid, stop)
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="[team worker] %(message)s")
-    with contextlib.suppress(OSError):
-        os.nice(nice)
+    become_worker(parent_pid, stop, nice, "team worker")
     from continual_lsp.policy.model_host import shared_host
 
     shared_host(Settings.model_validate(settings_data))  # the model, before the first job
@@ -168,39 +160,17 @@ def take_turns(
 # -- parent side ------------------------------------------------------------------------------
 
 
-class TeamTrainer:
+class TeamTrainer(WorkerProcess):
     """Handle on the team worker process, shared by every user of this process."""
+
+    label = "team training worker"
 
     def __init__(
         self, settings: Settings, *, poll_s: float = 1.0, nice: int = 10, max_restarts: int = 5
     ) -> None:
-        import multiprocessing as mp
-
-        self.settings = settings
-        self.poll_s = poll_s
-        self.nice = nice
-        self.max_restarts = max_restarts
-        self.restarts = 0
-        self._ctx = mp.get_context("spawn")
-        self._wake = self._ctx.Event()
-        self._stop = self._ctx.Event()
-        self._ready = self._ctx.Event()
+        super().__init__(settings, poll_s=poll_s, nice=nice, max_restarts=max_restarts)
         self._joins: Any = None
-        self._process: Any = None
         self._members: dict[str, dict[str, Any]] = {}  # store path -> settings
-        self._lock = threading.RLock()
-
-    @property
-    def alive(self) -> bool:
-        return self._process is not None and self._process.is_alive()
-
-    @property
-    def ready(self) -> bool:
-        return self.alive and self._ready.is_set()
-
-    @property
-    def pid(self) -> int | None:
-        return None if self._process is None else self._process.pid
 
     def join(self, settings: Settings, store_path: str) -> None:
         """Add a user (idempotent); a running worker takes them at its next look."""
@@ -212,56 +182,30 @@ class TeamTrainer:
                 self._joins.put((self._members[store_path], store_path))
                 self._wake.set()
 
-    def ensure_running(self) -> None:
-        """Start the worker, or restart a dead one with every user (jobs it held replay)."""
-        with self._lock:
-            if self.alive or self._stop.is_set():
-                return
-            if self._process is not None:
-                if self.restarts >= self.max_restarts:
-                    raise WorkerError(
-                        f"the team training worker died {self.restarts + 1} times; not restarting"
-                    )
-                self.restarts += 1
-                log.warning("team worker exited (code %s); restarting", self._process.exitcode)
-            self._ready.clear()
-            self._joins = self._ctx.Queue()
-            for store_path, data in self._members.items():
-                self._joins.put((data, store_path))
-            self._process = self._ctx.Process(
-                target=team_worker_main,
-                args=(
-                    self.settings.model_dump(),
-                    os.getpid(),
-                    self._joins,
-                    self._wake,
-                    self._stop,
-                    self._ready,
-                    self.poll_s,
-                    self.nice,
-                ),
-                name="continual-lsp-team-trainer",
-                daemon=True,
-            )
-            self._process.start()
-
-    def notify(self) -> None:
-        self.ensure_running()
-        self._wake.set()
+    def _spawn(self) -> None:
+        """A fresh worker gets every user so far (the jobs a dead one held replay)."""
+        self._joins = self._ctx.Queue()
+        for store_path, data in self._members.items():
+            self._joins.put((data, store_path))
+        self._process = self._ctx.Process(
+            target=team_worker_main,
+            args=(
+                self.settings.model_dump(),
+                os.getpid(),
+                self._joins,
+                self._wake,
+                self._stop,
+                self._ready,
+                self.poll_s,
+                self.nice,
+            ),
+            name="continual-lsp-team-trainer",
+            daemon=True,
+        )
+        self._process.start()
 
     def seat(self, settings: Settings, store_path: str | Path) -> TeamSeat:
         return TeamSeat(self, settings, store_path)
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Ask the worker to finish its current job and exit; kill it after `timeout`."""
-        with self._lock:
-            self._stop.set()
-            self._wake.set()
-            if self._process is not None:
-                self._process.join(timeout)
-                if self._process.is_alive():
-                    self._process.kill()
-                    self._process.join(5)
 
 
 class TeamSeat(TrainingWorker):

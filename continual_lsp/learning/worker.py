@@ -311,6 +311,17 @@ def warm_for_next_job(policy: Policy, job: dict[str, Any]) -> None:
         log.warning("could not warm the prompt cache for the next step: %s", exc)
 
 
+def become_worker(parent_pid: int, stop: Any, nice: int, name: str) -> None:
+    """What every spawned training worker does first: its own stdio, death with the
+    parent, logs tagged `[name]` on stderr, a lower priority than the editor's server."""
+    _isolate_stdio()
+    _die_with_parent(parent_pid)
+    _watch_parent(parent_pid, stop)
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format=f"[{name}] %(message)s")
+    with contextlib.suppress(OSError):
+        os.nice(nice)
+
+
 def worker_main(
     settings_data: dict[str, Any],
     store_path: str,
@@ -322,12 +333,7 @@ def worker_main(
     nice: int = 10,
 ) -> None:
     """Entry point of the spawned worker process (see the module docstring)."""
-    _isolate_stdio()
-    _die_with_parent(parent_pid)
-    _watch_parent(parent_pid, stop)
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="[worker] %(message)s")
-    with contextlib.suppress(OSError):
-        os.nice(nice)
+    become_worker(parent_pid, stop, nice, "worker")
     from continual_lsp.policy import training
 
     settings = Settings.model_validate(settings_data)
@@ -354,7 +360,86 @@ def worker_main(
 # -- parent side ------------------------------------------------------------------------------
 
 
-class TrainingWorker:
+class WorkerProcess:
+    """A spawned training process and the three events it shares with its parent (wake,
+    stop, ready): started, restarted when it died (at most `max_restarts` times), woken and
+    stopped here; what it runs is the subclass's `_spawn`."""
+
+    label = "training worker"
+
+    def __init__(
+        self, settings: Settings, *, poll_s: float = 1.0, nice: int = 10, max_restarts: int = 5
+    ) -> None:
+        self.settings = settings
+        self.poll_s = poll_s
+        self.nice = nice
+        self.max_restarts = max_restarts
+        self.restarts = 0
+        self._ctx = mp.get_context("spawn")
+        self._wake = self._ctx.Event()
+        self._stop = self._ctx.Event()
+        self._ready = self._ctx.Event()
+        self._process: Any = None
+        self._lock = threading.RLock()
+
+    @property
+    def alive(self) -> bool:
+        return self._process is not None and self._process.is_alive()
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
+    @property
+    def ready(self) -> bool:
+        """True once the worker has loaded its model and is taking jobs."""
+        return self.alive and self._ready.is_set()
+
+    def _spawn(self) -> None:
+        """Start `self._process` (called with `_lock` held, the events cleared)."""
+        raise NotImplementedError
+
+    def start(self) -> None:
+        """Spawn the worker (no-op if it runs). Returns at once; the model loads in the child."""
+        with self._lock:
+            if self.alive:
+                return
+            self._stop.clear()
+            self._ready.clear()
+            self._spawn()
+
+    def ensure_running(self) -> None:
+        """Restart a worker that died (the job it held is replayed by `claim_job`)."""
+        with self._lock:
+            if self.alive or self._stop.is_set():
+                return
+            if self._process is not None:
+                if self.restarts >= self.max_restarts:
+                    raise WorkerError(
+                        f"the {self.label} died {self.restarts + 1} times; not restarting"
+                    )
+                self.restarts += 1
+                log.warning("%s exited (code %s); restarting", self.label, self._process.exitcode)
+            self.start()
+
+    def notify(self) -> None:
+        """A job was queued: wake the worker now instead of at its next poll."""
+        self.ensure_running()
+        self._wake.set()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Ask the worker to finish its current step and exit; kill it after `timeout`."""
+        with self._lock:
+            self._stop.set()
+            self._wake.set()
+            if self._process is not None:
+                self._process.join(timeout)
+                if self._process.is_alive():
+                    self._process.kill()
+                    self._process.join(5)
+
+
+class TrainingWorker(WorkerProcess):
     """Handle on the worker process, owned by the agent/server process.
 
     Thread-safe. The worker talks to the parent only through the store (jobs, adapters)
@@ -370,60 +455,31 @@ class TrainingWorker:
         nice: int = 10,
         max_restarts: int = 5,
     ) -> None:
-        self.settings = settings
+        super().__init__(settings, poll_s=poll_s, nice=nice, max_restarts=max_restarts)
         self.store_path = str(store_path)
-        self.poll_s = poll_s
-        self.nice = nice
-        self.max_restarts = max_restarts
-        self.restarts = 0
-        self._ctx = mp.get_context("spawn")
-        self._wake = self._ctx.Event()
-        self._stop = self._ctx.Event()
-        self._ready = self._ctx.Event()
-        self._process: Any = None
-        self._lock = threading.RLock()
         self._store: Store | None = None
 
     @property
     def adapters_dir(self) -> Path:
         return adapters_dir(self.settings, self.store_path)
 
-    @property
-    def alive(self) -> bool:
-        return self._process is not None and self._process.is_alive()
-
-    @property
-    def pid(self) -> int | None:
-        return None if self._process is None else self._process.pid
-
-    @property
-    def ready(self) -> bool:
-        """True once the worker has loaded its model and is taking jobs."""
-        return self.alive and self._ready.is_set()
-
-    def start(self) -> None:
-        """Spawn the worker (no-op if it runs). Returns at once; the model loads in the child."""
-        with self._lock:
-            if self.alive:
-                return
-            self._stop.clear()
-            self._ready.clear()
-            self._process = self._ctx.Process(
-                target=worker_main,
-                args=(
-                    self.settings.model_dump(),
-                    self.store_path,
-                    os.getpid(),
-                    self._wake,
-                    self._stop,
-                    self._ready,
-                    self.poll_s,
-                    self.nice,
-                ),
-                name="continual-lsp-trainer",
-                daemon=True,
-            )
-            self._process.start()
+    def _spawn(self) -> None:
+        self._process = self._ctx.Process(
+            target=worker_main,
+            args=(
+                self.settings.model_dump(),
+                self.store_path,
+                os.getpid(),
+                self._wake,
+                self._stop,
+                self._ready,
+                self.poll_s,
+                self.nice,
+            ),
+            name="continual-lsp-trainer",
+            daemon=True,
+        )
+        self._process.start()
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Block until the worker has loaded its model (or `timeout`, or it died)."""
@@ -432,25 +488,6 @@ class TrainingWorker:
             if not self.alive or (deadline is not None and time.monotonic() > deadline):
                 return False
         return True
-
-    def ensure_running(self) -> None:
-        """Restart a worker that died (the job it held is replayed by `claim_job`)."""
-        with self._lock:
-            if self.alive or self._stop.is_set():
-                return
-            if self._process is not None:
-                if self.restarts >= self.max_restarts:
-                    raise WorkerError(
-                        f"the training worker died {self.restarts + 1} times; not restarting"
-                    )
-                self.restarts += 1
-                log.warning("training worker exited (code %s); restarting", self._process.exitcode)
-            self.start()
-
-    def notify(self) -> None:
-        """A job was queued: wake the worker now instead of at its next poll."""
-        self.ensure_running()
-        self._wake.set()
 
     def _job(self, job_id: int) -> dict[str, Any] | None:
         if self._store is None:
@@ -507,15 +544,8 @@ class TrainingWorker:
             self._process.join(5)
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Ask the worker to finish its current step and exit; kill it after `timeout`."""
         with self._lock:
-            self._stop.set()
-            self._wake.set()
-            if self._process is not None:
-                self._process.join(timeout)
-                if self._process.is_alive():
-                    self._process.kill()
-                    self._process.join(5)
+            super().stop(timeout)
             if self._store is not None:
                 self._store.close()
                 self._store = None
