@@ -169,9 +169,11 @@ class ModelHost:
     @property
     def resident(self) -> int:
         """Slots holding weights of their own in memory (fresh ones share the initial)."""
-        return sum(
-            1 for s in list(self._slots) if s.state is not None and s.state is not self._initial
-        )
+        return sum(1 for s in list(self._slots) if self._holds_own(s))
+
+    def _holds_own(self, slot: AdapterSlot) -> bool:
+        """`slot` keeps trained weights in memory (not spilled, not the shared initial)."""
+        return slot.state is not None and slot.state is not self._initial
 
     @contextlib.contextmanager
     def serving(self, slot: AdapterSlot) -> Iterator[None]:
@@ -193,14 +195,12 @@ class ModelHost:
         slot.fingerprint = slot.synced = self._fingerprint()
         self._evict()
 
-    def _notice_changes(self, slot: AdapterSlot) -> bool:
-        """Whether the live weights changed since `slot.fingerprint` (then bump it)."""
+    def _notice_changes(self, slot: AdapterSlot) -> None:
+        """Bump `slot.generation` if the live weights changed since `slot.fingerprint`."""
         now = self._fingerprint()
-        if now == slot.fingerprint:
-            return False
-        slot.fingerprint = now
-        slot.generation += 1
-        return True
+        if now != slot.fingerprint:
+            slot.fingerprint = now
+            slot.generation += 1
 
     def _write_back(self, slot: AdapterSlot) -> None:
         self._notice_changes(slot)
@@ -223,13 +223,9 @@ class ModelHost:
 
     def _evict(self) -> None:
         """Spill the least recently used slots past `max_resident` (never the live one)."""
-        own = [
-            s
-            for s in list(self._slots)
-            if s.state is not None and s.state is not self._initial and s is not self._live
-        ]
         live = self._live
-        live_own = live is not None and live.state is not None and live.state is not self._initial
+        own = [s for s in list(self._slots) if self._holds_own(s) and s is not live]
+        live_own = live is not None and self._holds_own(live)
         excess = len(own) + live_own - self.max_resident
         for slot in sorted(own, key=lambda s: s.used)[: max(0, excess)]:
             assert slot.state is not None
