@@ -37,9 +37,9 @@ from continual_lsp.learning.worker import (
     WorkerProcess,
     become_worker,
     handle_job,
+    open_adapters_dir,
     sync_weights,
 )
-from continual_lsp.policy.adapter_registry import adapters_dir
 from continual_lsp.store.db import Store
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,6 @@ class Member:
 
 
 def _join(members: list[Member], settings_data: dict[str, Any], store_path: str) -> None:
-    from continual_lsp.policy import training
     from continual_lsp.policy.local import LocalPolicy
     from continual_lsp.policy.model_host import shared_host
 
@@ -88,9 +87,7 @@ def _join(members: list[Member], settings_data: dict[str, Any], store_path: str)
         return
     settings = Settings.model_validate(settings_data)
     store = Store(store_path)
-    directory = adapters_dir(settings, store_path)
-    directory.mkdir(parents=True, exist_ok=True)
-    training.clean_partial(directory)
+    directory = open_adapters_dir(settings, store_path)
     policy = LocalPolicy(settings, host=shared_host(settings))
     sync_weights(policy, store)
     members.append(Member(settings, store, directory, policy))

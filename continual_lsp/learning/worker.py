@@ -322,6 +322,17 @@ def become_worker(parent_pid: int, stop: Any, nice: int, name: str) -> None:
         os.nice(nice)
 
 
+def open_adapters_dir(settings: Settings, store_path: str) -> Path:
+    """The user's adapters directory, made if missing and cleared of the partial files a
+    crash mid-write left (before any version in it is read)."""
+    from continual_lsp.policy import training
+
+    directory = adapters_dir(settings, store_path)
+    directory.mkdir(parents=True, exist_ok=True)
+    training.clean_partial(directory)
+    return directory
+
+
 def worker_main(
     settings_data: dict[str, Any],
     store_path: str,
@@ -334,13 +345,9 @@ def worker_main(
 ) -> None:
     """Entry point of the spawned worker process (see the module docstring)."""
     become_worker(parent_pid, stop, nice, "worker")
-    from continual_lsp.policy import training
-
     settings = Settings.model_validate(settings_data)
     store = Store(store_path)
-    directory = adapters_dir(settings, store_path)
-    directory.mkdir(parents=True, exist_ok=True)
-    training.clean_partial(directory)
+    directory = open_adapters_dir(settings, store_path)
     policy = _load_policy(settings, store)
     ready.set()
     try:
