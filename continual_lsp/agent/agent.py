@@ -1078,9 +1078,8 @@ class Agent:
         self._landings.put((proposal_id, job_id))
 
     def _land_steps(self) -> None:
-        """Wait for each step in turn, on one thread for the agent's life: a worker this
-        thread (re)starts dies with the thread that started it (PR_SET_PDEATHSIG is per
-        thread), so a thread per step would kill the worker when its wait ended."""
+        """Wait for each step in turn, on one thread for the agent's life (the steps land
+        in the order the reviewer gave the corrections)."""
         while (item := self._landings.get()) is not None:
             try:
                 self._wait_learned(*item, None)

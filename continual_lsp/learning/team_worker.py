@@ -33,6 +33,7 @@ from typing import Any
 
 from continual_lsp.config import Settings
 from continual_lsp.learning.worker import (
+    Signal,
     TrainingWorker,
     WorkerProcess,
     become_worker,
@@ -98,9 +99,9 @@ def team_worker_main(
     settings_data: dict[str, Any],
     parent_pid: int,
     joins: Any,
-    wake: Any,
-    stop: Any,
-    ready: Any,
+    wake: Signal,
+    stop: Signal,
+    ready: Signal,
     poll_s: float = 1.0,
     nice: int = 10,
 ) -> None:
@@ -134,8 +135,8 @@ def take_turns(
     members: list[Member],
     admit: Callable[[], None],
     run: Callable[[Member, dict[str, Any]], None],
-    wake: Any,
-    stop: Any,
+    wake: Signal,
+    stop: Signal,
     poll_s: float,
 ) -> None:
     """The team worker's loop: let joining users in, claim the next job in turn (see

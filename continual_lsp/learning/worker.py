@@ -8,10 +8,10 @@ executors) and a forked child can deadlock on a lock one of them held at fork ti
 Child process (`worker_main`):
 
 - first thing, points fd 1 at fd 2 (stdout may be the LSP stdio channel: one stray byte
-  breaks the framing) and fd 0 at /dev/null; asks the kernel to kill it when its parent
-  dies (`prctl(PR_SET_PDEATHSIG, SIGKILL)` on Linux, plus a parent-pid check for the race
-  where the parent died before the prctl); lowers its own priority (`os.nice`) so the
-  server and the sampler stay responsive while it trains;
+  breaks the framing) and fd 0 at /dev/null; exits when its parent dies (a thread watches
+  the parent pid; not `PR_SET_PDEATHSIG`, which fires when the *thread* that spawned the
+  worker ends, and the agent spawns it from whichever thread first needs it); lowers its
+  own priority (`os.nice`) so the server and the sampler stay responsive while it trains;
 - loads the model and the store's current active adapter (so it continues from the
   weights the reviewer is using; re-checked before every job, so a revert is honoured:
   `sync_weights`), removes `.partial-*` leftovers of a save that died;
@@ -21,7 +21,7 @@ Child process (`worker_main`):
   `store.finish_job(job, {adapterVersion, name, path, sha256, step, loss, kl, seconds})`
   (every key always present; `step`, `loss`, `kl`, `seconds` are numbers; a job with
   nothing to learn finishes with `skipped` set and the current version).
-  When the queue is empty it sleeps on the wake event (`TrainingWorker.notify()`), with a
+  When the queue is empty it sleeps on the wake signal (`TrainingWorker.notify()`), with a
   poll every `poll_s` seconds as a fallback (a job enqueued by another process).
 
 Crash safety: the adapter directory only ever holds complete versions (atomic rename);
@@ -37,7 +37,7 @@ into its sampling policy with `policy.load_adapter(result["path"])` once `wait_j
 returns.
 
 Over 500 lines on purpose: both sides of one process boundary (the spawned child and the
-parent's handle) share the events, the job results and the crash-replay rules above,
+parent's handle) share the signals, the job results and the crash-replay rules above,
 which are kept honest by reading them together.
 """
 
@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import logging
 import multiprocessing as mp
 import os
@@ -67,11 +66,44 @@ log = logging.getLogger(__name__)
 
 JOB_KINDS = ("sdpo", "consolidate")
 STEP_COUNTER = "sdpo_steps"  # store counter: SDPO steps taken, across worker restarts
-PR_SET_PDEATHSIG = 1
 
 
 class WorkerError(RuntimeError):
     """The worker failed a job, or could not be kept running; the message says why."""
+
+
+class Signal:
+    """A flag shared with a spawned process: `set`, `clear`, `is_set`, `wait(timeout)`.
+
+    Not `multiprocessing.Event`: its `set` waits until every sleeper has acknowledged,
+    so a waiter killed mid-wait (SIGKILL, the OOM killer, `os._exit` from another thread)
+    hangs every later `set` for good, and the server with it. A semaphore post never
+    waits for anyone; the flag itself is one shared byte.
+    """
+
+    def __init__(self, ctx: Any) -> None:
+        self._flag = ctx.Value("b", 0, lock=False)
+        self._bell = ctx.Semaphore(0)
+
+    def set(self) -> None:
+        self._flag.value = 1
+        self._bell.release()
+
+    def clear(self) -> None:
+        self._flag.value = 0
+        while self._bell.acquire(False):
+            pass
+
+    def is_set(self) -> bool:
+        return bool(self._flag.value)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """True once set (at once if it is); False after `timeout` seconds."""
+        if self.is_set():
+            return True
+        if self._bell.acquire(True, timeout) and self.is_set():
+            self._bell.release()  # the next waiter wakes too; `clear` takes it back
+        return self.is_set()
 
 
 # -- child side -------------------------------------------------------------------------------
@@ -88,24 +120,15 @@ def _isolate_stdio() -> None:
     sys.stdout = sys.stderr
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    """SIGKILL this process when the parent dies (Linux), closing the fork-exec race."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            libc = ctypes.CDLL("libc.so.6", use_errno=True)
-            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+def _watch_parent(parent_pid: int, stop: Signal) -> None:
+    """Exit when the parent process is gone (checked now, then every second)."""
     if os.getppid() != parent_pid:
-        os._exit(0)  # the parent is already gone
-
-
-def _watch_parent(parent_pid: int, stop: Any) -> None:
-    """Fallback for platforms without PDEATHSIG: exit when the parent pid goes away."""
+        os._exit(0)
 
     def watch() -> None:
-        while not stop.is_set():
+        while not stop.wait(1.0):
             if os.getppid() != parent_pid:
                 os._exit(0)
-            time.sleep(1.0)
 
     threading.Thread(target=watch, daemon=True, name="parent-watch").start()
 
@@ -311,11 +334,10 @@ def warm_for_next_job(policy: Policy, job: dict[str, Any]) -> None:
         log.warning("could not warm the prompt cache for the next step: %s", exc)
 
 
-def become_worker(parent_pid: int, stop: Any, nice: int, name: str) -> None:
+def become_worker(parent_pid: int, stop: Signal, nice: int, name: str) -> None:
     """What every spawned training worker does first: its own stdio, death with the
     parent, logs tagged `[name]` on stderr, a lower priority than the editor's server."""
     _isolate_stdio()
-    _die_with_parent(parent_pid)
     _watch_parent(parent_pid, stop)
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format=f"[{name}] %(message)s")
     with contextlib.suppress(OSError):
@@ -337,9 +359,9 @@ def worker_main(
     settings_data: dict[str, Any],
     store_path: str,
     parent_pid: int,
-    wake: Any,
-    stop: Any,
-    ready: Any,
+    wake: Signal,
+    stop: Signal,
+    ready: Signal,
     poll_s: float = 1.0,
     nice: int = 10,
 ) -> None:
@@ -368,7 +390,7 @@ def worker_main(
 
 
 class WorkerProcess:
-    """A spawned training process and the three events it shares with its parent (wake,
+    """A spawned training process and the three signals it shares with its parent (wake,
     stop, ready): started, restarted when it died (at most `max_restarts` times), woken and
     stopped here; what it runs is the subclass's `_spawn`."""
 
@@ -383,9 +405,9 @@ class WorkerProcess:
         self.max_restarts = max_restarts
         self.restarts = 0
         self._ctx = mp.get_context("spawn")
-        self._wake = self._ctx.Event()
-        self._stop = self._ctx.Event()
-        self._ready = self._ctx.Event()
+        self._wake = Signal(self._ctx)
+        self._stop = Signal(self._ctx)
+        self._ready = Signal(self._ctx)
         self._process: Any = None
         self._lock = threading.RLock()
 
@@ -403,7 +425,7 @@ class WorkerProcess:
         return self.alive and self._ready.is_set()
 
     def _spawn(self) -> None:
-        """Start `self._process` (called with `_lock` held, the events cleared)."""
+        """Start `self._process` (called with `_lock` held, the signals cleared)."""
         raise NotImplementedError
 
     def start(self) -> None:
@@ -450,7 +472,7 @@ class TrainingWorker(WorkerProcess):
     """Handle on the worker process, owned by the agent/server process.
 
     Thread-safe. The worker talks to the parent only through the store (jobs, adapters)
-    and three events (wake, stop, ready); nothing big crosses the process boundary.
+    and three signals (wake, stop, ready); nothing big crosses the process boundary.
     """
 
     def __init__(

@@ -41,4 +41,6 @@ def record_jobs(agent: Agent, monkeypatch: Any) -> list[dict[str, Any]]:
 
     monkeypatch.setattr(agent.training, "enqueue", enqueue)
     monkeypatch.setattr(agent.training, "release", release)
+    # Nothing trains these jobs: waiting for one would start a worker for nothing.
+    monkeypatch.setattr(agent.training, "wait", lambda *args: None)
     return jobs

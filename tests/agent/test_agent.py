@@ -279,8 +279,9 @@ class _IdleWorker:
 
 @pytest.fixture
 def idle_worker(monkeypatch: pytest.MonkeyPatch) -> None:
-    from continual_lsp.learning import worker
+    from continual_lsp.learning import team_worker, worker
 
+    assert team_worker.TeamSeat  # built on the real class before it is patched
     monkeypatch.setattr(worker, "TrainingWorker", lambda *args: _IdleWorker())
 
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import multiprocessing as mp
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ import pytest
 
 from continual_lsp.config import Settings
 from continual_lsp.learning import SdpoJob, TrainingWorker
+from continual_lsp.learning.worker import Signal
 from continual_lsp.policy import training
 from continual_lsp.policy.local import LocalPolicy
 from continual_lsp.store import Store
@@ -135,6 +138,44 @@ def test_worker_dies_with_its_parent(tmp_path: Path) -> None:
     finally:
         if parent.poll() is None:
             parent.kill()
+
+
+def test_the_worker_outlives_the_thread_that_started_it(tmp_path: Path) -> None:
+    """The agent starts the worker from whichever thread first needs it; that thread
+    ending must neither kill the worker nor hang the `stop` that follows (a killed
+    waiter on a multiprocessing.Event hangs every later `set`)."""
+    store_path = str(tmp_path / "s.sqlite3")
+    worker = TrainingWorker(Settings(store_path=store_path), store_path, poll_s=30.0)
+    starter = threading.Thread(target=lambda: (worker.start(), worker.wait_ready(120)))
+    starter.start()
+    starter.join(130)
+    try:
+        assert worker.ready, "the worker never loaded its model"
+        time.sleep(1.5)  # now asleep on its wake signal, the thread that spawned it gone
+        assert worker.alive, "the worker died with the thread that started it"
+    finally:
+        stopper = threading.Thread(target=worker.stop, daemon=True)
+        stopper.start()
+        stopper.join(30)
+    assert not stopper.is_alive(), "stop() hung"
+    assert not worker.alive
+
+
+def test_a_waiter_killed_mid_wait_does_not_hang_set() -> None:
+    ctx = mp.get_context("spawn")
+    flag = Signal(ctx)
+    sleeper = ctx.Process(target=flag.wait, args=(600.0,), daemon=True)
+    sleeper.start()
+    time.sleep(1.0)  # asleep inside wait
+    sleeper.kill()
+    sleeper.join(5)
+    setter = threading.Thread(target=flag.set, daemon=True)
+    setter.start()
+    setter.join(5)
+    assert not setter.is_alive(), "set() waited for a dead waiter"
+    assert flag.is_set() and flag.wait(0)
+    flag.clear()
+    assert not flag.is_set() and not flag.wait(0.05)
 
 
 def _running(pid: int) -> bool:
