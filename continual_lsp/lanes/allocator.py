@@ -39,6 +39,7 @@ from continual_lsp.lanes.features import (
     MODAL,
     cjk_fraction,
     handcrafted,
+    instructs,
     strip_markup,
 )
 from continual_lsp.lanes.guards import (
@@ -158,19 +159,6 @@ def classify_kind(text: str, spec: GuardSpec | None, behavioural: bool) -> Kind:
     return "process" if behavioural else "project_fact"
 
 
-# Verbs that open an instruction ("Use …", "Follow …", "Directly provide …").
-_IMPERATIVE = re.compile(
-    r"^\s*(?:\w+ly\s+)?(?:use|keep|follow|prefer|avoid|write|run|add|put|make|ensure|check|"
-    r"validate|handle|provide|return|call|name|document|test|be|do|don'?t|never|always|only|"
-    r"no|stay|treat|delegate|give|explain|ask|apply|wrap|split|reuse|include)\b",
-    re.I,
-)
-
-
-def _instructs(text: str) -> bool:
-    return bool(_IMPERATIVE.match(text) or MODAL.search(text))
-
-
 def behaviour_score(text: str) -> float:
     """Rule prior: does the text tell the agent how to act (vs state a fact)?"""
     t = strip_markup(text)
@@ -183,7 +171,7 @@ def behaviour_score(text: str) -> float:
     # "**Config**: defaults in …" / "`yarn dev` - starts …": a glossary line; a bold
     # heading over an instruction ("**Barrel exports**: Use `index.ts` …") is a rule's title.
     if heading and not (
-        heading.group(1).startswith("**") and _instructs(strip_markup(heading.group("rest")))
+        heading.group(1).startswith("**") and instructs(strip_markup(heading.group("rest")))
     ):
         score -= 0.3
     if DESCRIPTIVE_START.match(t):

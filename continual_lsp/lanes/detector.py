@@ -30,6 +30,7 @@ from continual_lsp.lanes.embed import Embedder, get_embedder
 from continual_lsp.lanes.features import (
     CJK,
     DEICTIC,
+    GLOSSARY_HEAD,
     HEDGE,
     MODAL,
     PATHISH,
@@ -92,6 +93,8 @@ def rule_score(text: str) -> float:
     if not opener and not deictic and not QUESTION.search(t):
         # Declarative statements in a rules file are project facts worth remembering.
         score += 0.15
+    if GLOSSARY_HEAD.match(text):
+        score += 0.2  # an entry of a rules file ("`make test` - runs …", "**Scope**: …")
     if CJK.search(t) and not deictic:
         score += 0.1
     if TASK_BOUND.search(t):

@@ -217,8 +217,19 @@ DESCRIPTIVE_START = re.compile(
     r"follows?|holds|manages|is|are|has|have)\b",
     re.I,
 )
+# Verbs that open an instruction ("Use …", "Follow …", "Directly provide …").
+IMPERATIVE = re.compile(
+    r"^\s*(?:\w+ly\s+)?(?:use|keep|follow|prefer|avoid|write|run|add|put|make|ensure|check|"
+    r"validate|handle|provide|return|call|name|document|test|be|do|don'?t|never|always|only|"
+    r"no|stay|treat|delegate|give|explain|ask|apply|wrap|split|reuse|include)\b",
+    re.I,
+)
 TASK_BOUND = re.compile(r"\b(until|right now|for now|this time|today)\b", re.I)
 VERB_DET = re.compile(r"^\s*[A-Za-z]+\s+(a|an|the)\s", re.I)
+
+
+def instructs(text: str) -> bool:
+    return bool(IMPERATIVE.match(text) or MODAL.search(text))
 
 
 def cjk_fraction(text: str) -> float:
@@ -436,7 +447,31 @@ FEATURE_NAMES = [
     "cjk",
     "short",
     "imperative_generic",
+    # What tells a project fact (CONTEXT) from a way of working (WEIGHTS): facts name the
+    # project's own things (identifiers, proper nouns, versions, "we use"), glossary lines
+    # and descriptions state rather than instruct, and judgements about working with the
+    # user talk about the user and exceptions.
+    "identifier_span",
+    "proper_nouns",
+    "we_use",
+    "glossary_line",
+    "descriptive_start",
+    "user_words",
+    "digits",
+    "non_command_spans",
 ]
+
+# A code span holding an identifier of the project: camelCase, `a::b`, `x.y(`, `<Tag`.
+IDENTIFIER_SPAN = re.compile(r"`[^`]*(?:[A-Z][a-z]+[A-Z]|[a-z][A-Z]|::|\.\w+\(|<\w)[^`]*`")
+# A capitalised word after a lower-case word or punctuation: a name, not a sentence start.
+PROPER_NOUN = re.compile(r"(?<=[a-z,;:] )[A-Z][a-zA-Z]*[a-z][A-Z.]?\w*")
+WE_USE = re.compile(r"\b(we|our|I)\s+(use|have|are|keep)\b|\bour\b", re.I)
+# "`cmd` - what it does", "**Heading**: …", "**Heading:** …": how a rules file opens an
+# entry (chat requests don't); a glossary line unless what follows instructs.
+GLOSSARY_HEAD = re.compile(r"^\s*(?:(`[^`]+`|\*\*[^*]+\*\*)\s*[:—–-]|\*\*[^*]+:\*\*)\s+")
+USER_WORDS = re.compile(
+    r"\b(user|asked|requested|explicit(?:ly)?|unless|clarif\w+|approval|permission)\b", re.I
+)
 
 
 def handcrafted(text: str) -> np.ndarray:
@@ -466,5 +501,14 @@ def handcrafted(text: str) -> np.ndarray:
         bool(CJK.search(t)),
         len(toks) <= 6,
         bool(MODAL.search(t)) and not DEICTIC.search(t),
+        bool(IDENTIFIER_SPAN.search(text)),
+        min(len(PROPER_NOUN.findall(t)), 3) / 3,
+        bool(WE_USE.search(t)),
+        bool(GLOSSARY_HEAD.match(text))
+        and not instructs(strip_markup(GLOSSARY_HEAD.sub("", text))),
+        bool(DESCRIPTIVE_START.match(t)),
+        bool(USER_WORDS.search(t)),
+        any(c.isdigit() for c in t),
+        min(sum(not is_commandish(s) for s in spans), 3) / 3,
     ]
     return np.asarray(feats, dtype=np.float32)

@@ -22,7 +22,7 @@ from importlib import resources
 import numpy as np
 
 from continual_lsp.lanes.embed import Embedder, get_embedder
-from continual_lsp.lanes.features import handcrafted
+from continual_lsp.lanes.features import FEATURE_NAMES, handcrafted
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,11 @@ HEADS_FILE = "data/router_heads.json"  # inside the package, read with importlib
 
 def featurize(texts: Sequence[str], embedder: Embedder | None = None) -> np.ndarray:
     emb = (embedder or get_embedder()).embed(list(texts))
-    hand = np.stack([handcrafted(t) for t in texts]) if texts else np.zeros((0, 16), np.float32)
+    hand = (
+        np.stack([handcrafted(t) for t in texts])
+        if texts
+        else np.zeros((0, len(FEATURE_NAMES)), np.float32)
+    )
     return np.concatenate([emb, hand], axis=1).astype(np.float32)
 
 

@@ -36,6 +36,19 @@ def test_task_list_openers_read_as_requests(text: str) -> None:
     assert rule_score(text) < 0.5, text
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "`npm run lint`: Lint every package.",
+        "**Release**: `make release` tags and publishes",
+        "**Deploy:** run the staging job first",
+    ],
+)
+def test_an_entry_heading_of_a_rules_file_is_standing(text: str) -> None:
+    plain = text.replace("**", "").replace("`", "")  # the same words, not an entry heading
+    assert rule_score(text) >= rule_score(plain) + 0.2, text
+
+
 def test_an_opener_with_a_modal_is_still_a_rule() -> None:
     assert rule_score("Always update the changelog when you change the API.") >= 0.75
 
