@@ -313,21 +313,16 @@ def allocate(
         if proposed
         else ""
     )
-    if behavioural and met:
-        return LaneDecision(
-            lane="WEIGHTS",
-            reason=_weights_reason(kind, recurrence, settings, recurrence_met) + no_guard,
-            confidence=conf,
-            kind=kind,
-            checkable=proposed,
-            behavioural=True,
-            cue=cue,
-            recurrence=recurrence,
-            features=features,
-        )
+    # A behavioural judgement that recurs goes to WEIGHTS; the rest is cued CONTEXT.
+    weights = behavioural and met
     return LaneDecision(
-        lane="CONTEXT",
-        reason=_context_reason(behavioural, recurrence, settings) + no_guard,
+        lane="WEIGHTS" if weights else "CONTEXT",
+        reason=(
+            _weights_reason(kind, recurrence, settings, recurrence_met)
+            if weights
+            else _context_reason(behavioural, recurrence, settings)
+        )
+        + no_guard,
         confidence=conf,
         kind=kind,
         checkable=proposed,

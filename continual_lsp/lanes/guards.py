@@ -525,21 +525,12 @@ class Guard:
         current = call
         rewritten = False
         for rule in self.spec.rules:
-            if isinstance(rule, SequenceRule):
-                if rule.before == "commit" and is_commit(current) and step_missing(rule, history):
-                    step = f"`{rule.step}`" if rule.runnable else rule.step
+            if isinstance(rule, (SequenceRule, ReadFirstRule)):
+                missing = _missing_first(rule, current, history)
+                if missing is not None:
                     return GuardVerdict(
                         action="block",
-                        message=f"{self.spec.message} Run {step} first.",
-                        guard_id=self.id,
-                    )
-                continue
-            if isinstance(rule, ReadFirstRule):
-                unread = unread_paths(rule, history)
-                if current.tool in FILE_CHANGING_TOOLS and unread:
-                    return GuardVerdict(
-                        action="block",
-                        message=f"{self.spec.message} Read `{unread[0]}` first.",
+                        message=f"{self.spec.message} {missing}",
                         guard_id=self.id,
                     )
                 continue
@@ -563,6 +554,21 @@ class Guard:
                 guard_id=self.id,
             )
         return ALLOW
+
+
+def _missing_first(
+    rule: SequenceRule | ReadFirstRule, call: ToolCall, history: Sequence[ToolCall]
+) -> str | None:
+    """What must happen before `call` under a rule read on the task's history, or None."""
+    if isinstance(rule, SequenceRule):
+        if rule.before == "commit" and is_commit(call) and step_missing(rule, history):
+            step = f"`{rule.step}`" if rule.runnable else rule.step
+            return f"Run {step} first."
+        return None
+    unread = unread_paths(rule, history)
+    if call.tool in FILE_CHANGING_TOOLS and unread:
+        return f"Read `{unread[0]}` first."
+    return None
 
 
 def step_missing(rule: SequenceRule, history: Sequence[ToolCall]) -> bool:
