@@ -496,6 +496,8 @@ class TinkerPolicy:
     backend: str = "tinker"
     scores_locally: bool = False
     manages_versions: bool = True  # versions are checkpoints on the service
+    # Tinker does not report one: the 8192 tokens the agent has always budgeted.
+    context_window: int = 8192
 
     def __init__(
         self,
@@ -680,11 +682,6 @@ class TinkerPolicy:
     @property
     def adapter_version(self) -> str | None:
         return self._adapter_version
-
-    @property
-    def context_window(self) -> int:
-        """Tinker does not report one: the 8192 tokens the agent has always budgeted."""
-        return 8192
 
     @property
     def tokenizer(self) -> Any:

@@ -57,6 +57,7 @@ from continual_lsp.policy.base import (
     TrainOptions,
 )
 from continual_lsp.policy.grammar import decoding_schema
+from continual_lsp.policy.model_files import load_tokenizer
 from continual_lsp.policy.render import ChatMLRenderer
 from continual_lsp.policy.vllm_wire import (
     CompletionChoice,
@@ -153,7 +154,7 @@ class VllmPolicy:
         }
         kwargs.update(overrides)
         if "tokenizer" not in kwargs:
-            kwargs["tokenizer"] = _load_tokenizer(settings.model)
+            kwargs["tokenizer"] = load_tokenizer(settings.model)
         if settings.vllm_trainer == "tinker":
             from continual_lsp.policy.tinker_render import make_tinker_renderer
 
@@ -448,26 +449,6 @@ class VllmPolicy:
         raise NotImplementedError(
             "the vllm backend only samples: versions are saved by the training worker"
         )
-
-
-def _load_tokenizer(model: str) -> Any:
-    """The tokenizer of the local copy of the served model (never the network): `model`
-    as the local backend reads it, else a hub name already in the Hugging Face cache (a
-    Tinker model)."""
-    from transformers import AutoTokenizer
-
-    from continual_lsp.policy.model_files import ModelNotFoundError, resolve_model
-
-    kwargs: dict[str, Any] = {"local_files_only": True}
-    try:
-        directory, gguf = resolve_model(model)
-    except ModelNotFoundError:
-        if Path(model).expanduser().exists() or model.count("/") != 1:
-            raise
-        return AutoTokenizer.from_pretrained(model, **kwargs)
-    if gguf:
-        kwargs["gguf_file"] = gguf
-    return AutoTokenizer.from_pretrained(directory, **kwargs)
 
 
 def _tinker_export(settings: Settings) -> Callable[[str], Path]:
