@@ -49,6 +49,7 @@ from continual_lsp.config import Settings
 from continual_lsp.policy.base import (
     AdapterInfo,
     BackendUnavailable,
+    BackendVersion,
     Completion,
     Datum,
     LossName,
@@ -81,7 +82,7 @@ DEFAULT_CONTEXT = 8192  # when /v1/models does not say (older servers)
 # -- the policy -----------------------------------------------------------------------------------
 
 
-class VllmPolicy:
+class VllmPolicy(BackendVersion):
     """Implements `policy.base.Policy` for sampling on vLLM; training is refused here."""
 
     backend: str = "vllm"
@@ -130,7 +131,6 @@ class VllmPolicy:
             tokenizer, tools=allowed_tools
         )
         self._context: int | None = None
-        self._adapter_version: str | None = None
         self._lora: tuple[str, str] | None = None  # (name on the server, path it reads)
         self._lock = threading.RLock()  # adapter switches against requests naming it
         # vLLM's prefix cache is shared: unsalted, one user could time whether another's
@@ -242,10 +242,6 @@ class VllmPolicy:
     @property
     def tokenizer(self) -> Any:
         return self._tokenizer
-
-    @property
-    def adapter_version(self) -> str | None:
-        return self._adapter_version
 
     @property
     def context_window(self) -> int:
