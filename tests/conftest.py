@@ -51,16 +51,13 @@ def store(tmp_path: Path) -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def embedded_tokenizer() -> Any:
     """The embedded model's tokenizer alone (no weights); skips if the model is missing."""
-    from transformers import AutoTokenizer
-
     from continual_lsp.config import EMBEDDED_MODEL
-    from continual_lsp.policy.model_files import ModelNotFoundError, resolve_model
+    from continual_lsp.policy.model_files import ModelNotFoundError, load_tokenizer
 
     try:
-        directory, gguf = resolve_model(EMBEDDED_MODEL)
+        return load_tokenizer(EMBEDDED_MODEL)
     except ModelNotFoundError as exc:
         pytest.skip(str(exc))
-    return AutoTokenizer.from_pretrained(directory, gguf_file=gguf)
 
 
 @pytest.fixture(scope="session")

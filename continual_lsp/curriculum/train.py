@@ -54,14 +54,11 @@ class TrainConfig(BaseModel):
 
 
 def load_tokenizer(model: str) -> object:
-    from transformers import AutoTokenizer
+    from continual_lsp.policy import model_files
 
-    from continual_lsp.policy.model_files import load_model_and_tokenizer, resolve_model
-
-    directory, gguf = resolve_model(model)
-    if gguf:  # first run: writes the safetensors cache
-        return load_model_and_tokenizer(model)[1]
-    return AutoTokenizer.from_pretrained(directory, local_files_only=True)
+    if model_files.resolve_model(model)[1]:  # first run: writes the safetensors cache
+        return model_files.load_model_and_tokenizer(model)[1]
+    return model_files.load_tokenizer(model)
 
 
 def cmd_generate(args: argparse.Namespace) -> None:

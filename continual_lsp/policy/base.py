@@ -138,6 +138,17 @@ class Renderer(Protocol):
         ...
 
 
+class BackendVersion:
+    """`adapter_version` for a backend whose own `load_adapter` and `save_adapter` switch
+    it with the weights (Tinker, vLLM): read-only to everyone else."""
+
+    _adapter_version: str | None = None
+
+    @property
+    def adapter_version(self) -> str | None:
+        return self._adapter_version
+
+
 @runtime_checkable
 class Policy(Protocol):
     backend: str  # a name for logs and status; behaviour follows the capabilities below

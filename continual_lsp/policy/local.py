@@ -108,7 +108,8 @@ class LocalPolicy:
         # The prompt lists only the allowed tools; SampleParams.tools can narrow further.
         self._renderer = ChatMLRenderer(self.tokenizer, tools=settings.allowed_tools)
         self.grammar = host.grammar  # all seven tools
-        self._adapter_version: str | None = None
+        # Set by whoever saves or loads this policy's weights (policy/training.py).
+        self.adapter_version: str | None = None
         # KV of the last prompts; consecutive agent turns share most of their prompt. Its
         # entries are keyed by this policy's slot and weights generation (`weights_key`).
         self.prompt_cache = PromptCache()
@@ -130,14 +131,6 @@ class LocalPolicy:
         return self._renderer
 
     @property
-    def adapter_version(self) -> str | None:
-        return self._adapter_version
-
-    @adapter_version.setter
-    def adapter_version(self, value: str | None) -> None:
-        self._adapter_version = value
-
-    @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
@@ -151,7 +144,7 @@ class LocalPolicy:
         return (
             self._slot.id,
             self._slot.generation,
-            self._adapter_version,
+            self.adapter_version,
             str(self.model.active_adapter),
         )
 

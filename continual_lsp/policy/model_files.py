@@ -114,6 +114,30 @@ def starter_name(model: str, starter: bool) -> str | None:
     return f"starter-{starter_sha256()[:12]}" if starter_applies(model, starter) else None
 
 
+def _local_files(model: str) -> tuple[Path, dict[str, Any]]:
+    """`from_pretrained`'s directory and keyword arguments for `model`'s local files."""
+    directory, gguf_file = resolve_model(model)
+    kwargs: dict[str, Any] = {"local_files_only": True}
+    if gguf_file:
+        kwargs["gguf_file"] = gguf_file
+    return directory, kwargs
+
+
+def load_tokenizer(model: str) -> Any:
+    """`model`'s tokenizer alone, from local files only (never the network): `model` as
+    `resolve_model` finds it, else a hub name already in the Hugging Face cache (a Tinker
+    model, whose weights are remote). The starter changes no token, so it is not merged."""
+    from transformers import AutoTokenizer
+
+    try:
+        directory, kwargs = _local_files(model)
+    except ModelNotFoundError:
+        if Path(model).expanduser().exists() or model.count("/") != 1:
+            raise
+        return AutoTokenizer.from_pretrained(model, local_files_only=True)
+    return AutoTokenizer.from_pretrained(directory, **kwargs)
+
+
 def load_model_and_tokenizer(
     model: str, device: str = "cpu", starter: bool = False
 ) -> tuple[Any, Any]:
@@ -126,14 +150,11 @@ def load_model_and_tokenizer(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    directory, gguf_file = resolve_model(model)
-    kwargs: dict[str, Any] = {"local_files_only": True}
-    if gguf_file:
-        kwargs["gguf_file"] = gguf_file
+    directory, kwargs = _local_files(model)
     tokenizer = AutoTokenizer.from_pretrained(directory, **kwargs)
     lm = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, **kwargs)
-    if gguf_file:
-        _write_cache(lm, tokenizer, _cached_copy(directory / gguf_file))
+    if "gguf_file" in kwargs:
+        _write_cache(lm, tokenizer, _cached_copy(directory / kwargs["gguf_file"]))
     lm.to(device)
     lm.eval()
     return lm, tokenizer

@@ -65,6 +65,7 @@ from continual_lsp.config import EMBEDDED_MODEL, Settings
 from continual_lsp.policy.base import (
     AdapterInfo,
     BackendUnavailable,
+    BackendVersion,
     Completion,
     Datum,
     LossName,
@@ -485,7 +486,7 @@ def _targets_to_flags(targets: Sequence[str]) -> tuple[bool, bool, bool]:
     return attn, mlp, unembed
 
 
-class TinkerPolicy:
+class TinkerPolicy(BackendVersion):
     """Implements `policy.base.Policy` on Tinker (remote LoRA training and sampling).
 
     Clients can be injected (`training_client`, `sampling_client`, `reference_client`,
@@ -496,6 +497,8 @@ class TinkerPolicy:
     backend: str = "tinker"
     scores_locally: bool = False
     manages_versions: bool = True  # versions are checkpoints on the service
+    # Tinker does not report one: the 8192 tokens the agent has always budgeted.
+    context_window: int = 8192
 
     def __init__(
         self,
@@ -540,7 +543,6 @@ class TinkerPolicy:
         self._sampling = sampling_client
         self._reference = reference_client
         self._renderer = renderer
-        self._adapter_version: str | None = None
         self._resume_state: str | None = None  # tinker:// state to resume training from
         self.steps = 0
         self._lock = threading.RLock()  # one remote operation sequence at a time
@@ -676,15 +678,6 @@ class TinkerPolicy:
         self._require()
         assert self._renderer is not None
         return self._renderer
-
-    @property
-    def adapter_version(self) -> str | None:
-        return self._adapter_version
-
-    @property
-    def context_window(self) -> int:
-        """Tinker does not report one: the 8192 tokens the agent has always budgeted."""
-        return 8192
 
     @property
     def tokenizer(self) -> Any:

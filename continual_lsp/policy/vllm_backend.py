@@ -49,6 +49,7 @@ from continual_lsp.config import Settings
 from continual_lsp.policy.base import (
     AdapterInfo,
     BackendUnavailable,
+    BackendVersion,
     Completion,
     Datum,
     LossName,
@@ -57,6 +58,7 @@ from continual_lsp.policy.base import (
     TrainOptions,
 )
 from continual_lsp.policy.grammar import decoding_schema
+from continual_lsp.policy.model_files import load_tokenizer
 from continual_lsp.policy.render import ChatMLRenderer
 from continual_lsp.policy.vllm_wire import (
     CompletionChoice,
@@ -80,7 +82,7 @@ DEFAULT_CONTEXT = 8192  # when /v1/models does not say (older servers)
 # -- the policy -----------------------------------------------------------------------------------
 
 
-class VllmPolicy:
+class VllmPolicy(BackendVersion):
     """Implements `policy.base.Policy` for sampling on vLLM; training is refused here."""
 
     backend: str = "vllm"
@@ -129,7 +131,6 @@ class VllmPolicy:
             tokenizer, tools=allowed_tools
         )
         self._context: int | None = None
-        self._adapter_version: str | None = None
         self._lora: tuple[str, str] | None = None  # (name on the server, path it reads)
         self._lock = threading.RLock()  # adapter switches against requests naming it
         # vLLM's prefix cache is shared: unsalted, one user could time whether another's
@@ -153,7 +154,7 @@ class VllmPolicy:
         }
         kwargs.update(overrides)
         if "tokenizer" not in kwargs:
-            kwargs["tokenizer"] = _load_tokenizer(settings.model)
+            kwargs["tokenizer"] = load_tokenizer(settings.model)
         if settings.vllm_trainer == "tinker":
             from continual_lsp.policy.tinker_render import make_tinker_renderer
 
@@ -241,10 +242,6 @@ class VllmPolicy:
     @property
     def tokenizer(self) -> Any:
         return self._tokenizer
-
-    @property
-    def adapter_version(self) -> str | None:
-        return self._adapter_version
 
     @property
     def context_window(self) -> int:
@@ -448,26 +445,6 @@ class VllmPolicy:
         raise NotImplementedError(
             "the vllm backend only samples: versions are saved by the training worker"
         )
-
-
-def _load_tokenizer(model: str) -> Any:
-    """The tokenizer of the local copy of the served model (never the network): `model`
-    as the local backend reads it, else a hub name already in the Hugging Face cache (a
-    Tinker model)."""
-    from transformers import AutoTokenizer
-
-    from continual_lsp.policy.model_files import ModelNotFoundError, resolve_model
-
-    kwargs: dict[str, Any] = {"local_files_only": True}
-    try:
-        directory, gguf = resolve_model(model)
-    except ModelNotFoundError:
-        if Path(model).expanduser().exists() or model.count("/") != 1:
-            raise
-        return AutoTokenizer.from_pretrained(model, **kwargs)
-    if gguf:
-        kwargs["gguf_file"] = gguf
-    return AutoTokenizer.from_pretrained(directory, **kwargs)
 
 
 def _tinker_export(settings: Settings) -> Callable[[str], Path]:

@@ -29,16 +29,10 @@ from continual_lsp.tools.base import TOOL_NAMES, ToolCall, ToolResult, tool_sche
 @functools.cache
 def load_tokenizer() -> Any:
     """The embedded model's tokenizer alone (fast from the safetensors cache)."""
-    from transformers import AutoTokenizer
-
     from continual_lsp.config import EMBEDDED_MODEL
-    from continual_lsp.policy.model_files import resolve_model
+    from continual_lsp.policy.model_files import load_tokenizer as load_local_tokenizer
 
-    directory, gguf_file = resolve_model(EMBEDDED_MODEL)
-    kwargs: dict[str, Any] = {"local_files_only": True}
-    if gguf_file:
-        kwargs["gguf_file"] = gguf_file
-    return AutoTokenizer.from_pretrained(directory, **kwargs)
+    return load_local_tokenizer(EMBEDDED_MODEL)
 
 
 @pytest.fixture(scope="module")
