@@ -697,6 +697,9 @@ def main() -> int:
             "max_resident_adapters": users[0].settings.max_resident_adapters,
             "max_prompt_caches": users[0].settings.max_prompt_caches,
             "max_prompt_cache_mb": users[0].settings.max_prompt_cache_mb,
+            # glibc's arenas per thread: the server's agent threads each get one unless
+            # this caps them (docs/deploy.md); the server inherits this environment.
+            "malloc_arena_max": os.environ.get("MALLOC_ARENA_MAX"),
             "mode": "one `continual-lsp serve --tcp` process, each user an LSP client on a"
             " TCP connection of its own; training off while they propose; the storm on an"
             " in-process team worker, the restart over TCP",
