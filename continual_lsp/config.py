@@ -147,6 +147,11 @@ class Settings(BaseModel):
     # Users' prompt K/V caches kept (~45 KB a token on the embedded model); past it the
     # least recently used is dropped and that user's next turn prefills in full.
     max_prompt_caches: int = Field(default=4, ge=1)
+    # … and their bytes together (the user whose turn runs keeps theirs whatever its size:
+    # it is that turn's working memory). A cache is ~18 MB for a first proposal and
+    # grows with the conversation; 48 MB keeps a 20-user server within one base model
+    # + 20 adapters + 500 MB with room to spare (bench/team.py).
+    max_prompt_cache_mb: float = Field(default=48.0, gt=0)
     # Training jobs of one user that may wait; past it a correction is still committed and
     # its job queued, but the retry no longer waits for its step (the editor is told).
     max_queued_jobs: int = Field(default=4, ge=1)

@@ -150,7 +150,8 @@ class TrainingJobs:
             return self._running_worker()
 
     def _running_worker(self) -> Any:
-        """The worker, started or restarted as needed (`_worker_lock` held)."""
+        """The worker, started or restarted as needed (`_worker_lock` held). WorkerError
+        when it died more than its `max_restarts` allow."""
         from continual_lsp.learning.team_worker import can_share, team_trainer
         from continual_lsp.learning.worker import TrainingWorker
 
@@ -163,8 +164,9 @@ class TrainingJobs:
                 self._worker = TrainingWorker(self.settings, self.store.path)
             self._worker.start()
         elif not self._worker.alive:
-            log.warning("training worker died; restarting it (queued jobs are replayed)")
-            self._worker.start()
+            # Restarted by the worker itself, which counts its deaths: past `max_restarts`
+            # it raises WorkerError, which `wait` tells the editor, instead of a crash loop.
+            self._worker.ensure_running()
         return self._worker
 
     def _result(self, job_id: int) -> dict[str, Any] | None:

@@ -24,7 +24,9 @@ Rules that keep users apart:
   beyond that are written to a spill file (safetensors, the host's temporary directory)
   and read back on their next use, bit for bit.
 - Prompt K/V caches (one `PromptCache` per policy, ~45 KB a token) are bounded across the
-  host: past `max_prompt_caches` non-empty ones, the least recently used is cleared.
+  host by count and by bytes: while more than `max_prompt_caches` hold entries, or they
+  hold more than `max_prompt_cache_mb` together, the least recently used is cleared. A
+  count alone does not bound memory: a cache grows with its conversation.
 
 Companion adapters (the EMA teacher) are added to the model by in-process training; they
 are not swapped, so a host shared by several users must not train in process. The
@@ -57,6 +59,7 @@ from continual_lsp.policy.grammar import PromptCache, ToolCallGrammar
 from continual_lsp.policy.model_files import load_model_and_tokenizer
 
 TRAINED = ".default."  # peft's name for the one trainable adapter, as it appears in names
+MB = 1 << 20
 
 
 class HostKey(BaseModel):
@@ -109,6 +112,7 @@ class ModelHost:
         *,
         max_resident: int | None = None,
         max_prompt_caches: int | None = None,
+        max_prompt_cache_mb: float | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         config = LoraConfig(
@@ -127,6 +131,10 @@ class ModelHost:
         self.grammars: dict[tuple[tuple[str, ...], str], ToolCallGrammar] = {}
         self.max_resident = max_resident or settings.max_resident_adapters
         self.max_prompt_caches = max_prompt_caches or settings.max_prompt_caches
+        self.max_prompt_cache_bytes = int(
+            (max_prompt_cache_mb or settings.max_prompt_cache_mb) * MB
+        )
+        self.prompt_cache_bytes = 0  # held by the caches after the last `note_cache`
         self.lock = threading.RLock()
         self._initial = self._snapshot()
         self._slots: weakref.WeakSet[AdapterSlot] = weakref.WeakSet()
@@ -149,7 +157,7 @@ class ModelHost:
 
     @classmethod
     def private(
-        cls, settings: Settings, model_and_tokenizer: tuple[Any, Any], **limits: int
+        cls, settings: Settings, model_and_tokenizer: tuple[Any, Any], **limits: float
     ) -> ModelHost:
         """A host for one caller-supplied model (the tests' session fixture). Copied first:
         get_peft_model injects LoRA layers into the module in place, which would change it
@@ -264,20 +272,43 @@ class ModelHost:
     # -- prompt caches -----------------------------------------------------------------------
 
     def note_cache(self, cache: PromptCache) -> None:
-        """`cache` was just used; clear the least recently used past `max_prompt_caches`."""
+        """`cache` was just used; clear the least recently used others while more than
+        `max_prompt_caches` hold entries or they hold more than `max_prompt_cache_bytes`.
+        `cache` itself is kept whatever its size: it is the running turn's."""
         with self.lock:
             self._caches.pop(id(cache), None)
             self._caches[id(cache)] = weakref.ref(cache)
-            alive = [(k, ref()) for k, ref in self._caches.items()]
-            held = [c for _, c in alive if c is not None and c.entries]
-            stale = held[: max(0, len(held) - self.max_prompt_caches)]
-            for cache in stale:
-                cache.clear()
-            if stale:
-                release_freed_memory()
-            for key, c in alive:
+            held: list[tuple[PromptCache, int]] = []  # least recently used first
+            for key, ref in list(self._caches.items()):
+                c = ref()
                 if c is None or not c.entries:
-                    self._caches.pop(key, None)
+                    self._caches.pop(key)
+                else:
+                    held.append((c, prompt_cache_bytes(c)))
+            count, total = len(held), sum(size for _, size in held)
+            cleared = False
+            for c, size in held:
+                if count <= self.max_prompt_caches and total <= self.max_prompt_cache_bytes:
+                    break
+                if c is cache:
+                    continue
+                c.clear()
+                self._caches.pop(id(c))
+                count, total, cleared = count - 1, total - size, True
+            self.prompt_cache_bytes = total
+            if cleared:
+                release_freed_memory()
+
+
+def prompt_cache_bytes(cache: PromptCache) -> int:
+    """Bytes of the K/V tensors `cache` holds (each storage once: entries may share)."""
+    storages = {
+        t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+        for _, layers, _ in cache.entries
+        for pair in layers
+        for t in pair
+    }
+    return sum(storages.values())
 
 
 def release_freed_memory() -> None:

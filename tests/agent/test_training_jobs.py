@@ -173,3 +173,43 @@ def test_stopping_ends_a_wait_for_a_step_still_running(tmp_path: Path, store: St
     assert not waiter.is_alive() and result == [None]
     assert progress.ends == ["the session ended first"]
     assert jobs._worker is None  # no worker started again for the dead wait
+
+
+class _DeadOnArrival:
+    """A worker process that has always exited by the time anyone looks."""
+
+    pid = None
+    exitcode = 1
+
+    def is_alive(self) -> bool:
+        return False
+
+
+def test_a_worker_that_keeps_dying_is_restarted_at_most_max_restarts_times(
+    tmp_path: Path, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wait restarts a dead worker through its own restart count: past the limit the
+    editor reads why, instead of the worker being respawned for the whole wait."""
+    from continual_lsp.agent import training_jobs
+    from continual_lsp.learning.worker import TrainingWorker
+
+    spawned: list[int] = []
+
+    class Dying(TrainingWorker):
+        def _spawn(self) -> None:
+            spawned.append(1)
+            self._process = _DeadOnArrival()
+
+    monkeypatch.setattr(training_jobs, "WAIT_SECONDS", 3.0)  # a crash loop would hit this
+    settings = Settings(adapters_dir=str(tmp_path / "adapters"))
+    jobs = TrainingJobs(store, settings)
+    worker = Dying(settings, store.path, max_restarts=2)
+    worker.start()
+    jobs._worker = worker
+    job = store.enqueue_job("sdpo", {"proposal_id": "p"})
+    progress = _Progress()
+    assert jobs.wait(job, "p", progress, None) is None
+    assert len(spawned) == 3  # the first start and two restarts, no more
+    assert len(progress.ends) == 1
+    assert "step failed" in progress.ends[0] and "died 3 times" in progress.ends[0]
+    assert store.job(job)["status"] == "pending"  # the job stays for the next session

@@ -11,14 +11,14 @@ import torch
 from continual_lsp.config import Settings
 from continual_lsp.policy.base import Completion, Message, SampleParams
 from continual_lsp.policy.local import LocalPolicy
-from continual_lsp.policy.model_host import ModelHost
+from continual_lsp.policy.model_host import MB, ModelHost, prompt_cache_bytes
 
 pytestmark = pytest.mark.model
 
 GREEDY = SampleParams(temperature=0.0, max_tokens=40)
 
 
-def _host(model_and_tokenizer: tuple[Any, Any], **limits: int) -> ModelHost:
+def _host(model_and_tokenizer: tuple[Any, Any], **limits: float) -> ModelHost:
     return ModelHost.private(Settings(), model_and_tokenizer, **limits)
 
 
@@ -143,3 +143,30 @@ def test_prompt_caches_are_bounded_across_users(model_and_tokenizer: tuple[Any, 
     assert alice.prompt_cache.entries
     bob.logprobs(prompt, probe)
     assert bob.prompt_cache.entries and not alice.prompt_cache.entries
+
+
+def test_prompt_caches_are_bounded_by_bytes_least_recently_used_first(
+    model_and_tokenizer: tuple[Any, Any],
+) -> None:
+    """The count allows ten; the bytes allow one and a half caches of this prompt."""
+    host = _host(model_and_tokenizer, max_prompt_caches=10)
+    alice, bob, carol = (_user(host, name, seed=None) for name in ("alice", "bob", "carol"))
+    prompt = _prompt(alice)
+    probe = alice.renderer.tokenize('{"tool": "read"')
+    alice.logprobs(prompt, probe)
+    size = prompt_cache_bytes(alice.prompt_cache)
+    assert size > 1 * MB  # K/V of the prompt: ~45 KB a token
+    host.max_prompt_cache_bytes = int(2.5 * size)
+    bob.logprobs(prompt, probe)
+    assert alice.prompt_cache.entries and bob.prompt_cache.entries  # 2 sizes fit
+    alice.logprobs(prompt, probe)  # alice is now the more recently used
+    carol.logprobs(prompt, probe)  # 3 sizes do not fit: the least recently used goes
+    assert not bob.prompt_cache.entries
+    assert alice.prompt_cache.entries and carol.prompt_cache.entries
+    assert host.prompt_cache_bytes == 2 * size
+    # Below one cache's size, the turn that runs keeps its own; every other goes.
+    host.max_prompt_cache_bytes = size // 2
+    bob.logprobs(prompt, probe)
+    assert bob.prompt_cache.entries
+    assert not alice.prompt_cache.entries and not carol.prompt_cache.entries
+    assert host.prompt_cache_bytes == size
