@@ -33,8 +33,15 @@ class Range(Wire):
 # -- client → server requests -----------------------------------------------------------------
 
 
+MAX_START_FILES = 4
+
+
 class StartTaskParams(Wire):
     text: str = Field(min_length=1, max_length=10_000)
+    # Files the task starts with in view (the editor's current file, say): each is read
+    # into the conversation before the first proposal, so the model need not hunt for it.
+    # Workspace-relative or absolute paths inside the workspace.
+    files: list[str] = Field(default_factory=list, max_length=MAX_START_FILES)
 
 
 class StartTaskResult(Wire):

@@ -17,6 +17,7 @@ import queue
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -49,7 +50,14 @@ from continual_lsp.protocol import Learned as LearnedPayload
 from continual_lsp.store import Store, StoreError
 from continual_lsp.text import unified_diff
 from continual_lsp.tools import hunks as hunk_spans
-from continual_lsp.tools.base import FILE_CHANGING_TOOLS, Preview, ToolCall, ToolError, ToolResult
+from continual_lsp.tools.base import (
+    FILE_CHANGING_TOOLS,
+    READ_ONLY_TOOLS,
+    Preview,
+    ToolCall,
+    ToolError,
+    ToolResult,
+)
 from continual_lsp.tools.runner import ToolRunner
 
 log = logging.getLogger(__name__)
@@ -184,6 +192,11 @@ def _canonical(call: ToolCall) -> str:
     return json.dumps({"tool": call.tool, "arguments": call.arguments}, sort_keys=True)
 
 
+def _looks(key: str) -> bool:
+    """Whether a canonical call (`_canonical`) only looks (read, glob, grep)."""
+    return json.loads(key)["tool"] in READ_ONLY_TOOLS
+
+
 class Agent:
     def __init__(
         self,
@@ -236,16 +249,33 @@ class Agent:
 
     # -- public API -----------------------------------------------------------------------
 
-    def start_task(self, text: str) -> tuple[str, Proposal | None]:
+    def start_task(self, text: str, files: Sequence[str] = ()) -> tuple[str, Proposal | None]:
+        """Start a task; `files` (the editor's current file, say) are read into the
+        conversation first, as executed reads: a small model that sees the file edits it
+        instead of guessing a path. A file that cannot be read fails the request before
+        the task exists."""
         text = text.strip()
         if not text:
             raise AgentError("a task needs some text")
         with self._lock:
+            reads = [self._read_in_view(path) for path in files]
             task_id = self.store.create_task(text, str(self.workspace))
             task = _Task(task_id, text, Conversation(text))
             self._tasks[task_id] = task
+            for call, result in reads:
+                self.store.append_event("in_view", {"path": call.arguments["path"]}, task_id)
+                task.executed.add(_canonical(call))
+                task.conversation.add_call(call, result)
             proposal = self._advance(task)
             return task_id, proposal
+
+    def _read_in_view(self, path: str) -> tuple[ToolCall, ToolResult]:
+        try:
+            rel = self.tools.rel(self.tools.resolve(path))
+            call = ToolCall(tool="read", arguments={"path": rel})
+            return call, self.tools.execute(call)
+        except ToolError as exc:
+            raise AgentError(f"cannot start with {path} in view: {exc}") from exc
 
     def decide(
         self,
@@ -652,6 +682,10 @@ class Agent:
         # The preview pins what the reviewer saw, including "this file does not exist yet".
         preview = proposal.preview if call == proposal.call else None
         result = self._checkpointed(proposal.id, call, preview)
+        if not call.read_only:
+            # A change makes every earlier look stale: reading again is news, not the
+            # repeat that ends a task.
+            task.executed = {key for key in task.executed if not _looks(key)}
         task.executed.add(_canonical(call))
         task.history.append(call)
         task.conversation.add_call(call, result)

@@ -20,6 +20,7 @@
 (require 'cl-lib)
 (require 'eglot)
 (require 'jsonrpc)
+(require 'project)
 (require 'subr-x)
 
 (defgroup continual nil
@@ -153,10 +154,21 @@ not ask about a change on disk."
 
 ;;; Commands
 
+(defun continual--files-in-view ()
+  "The current buffer's file as a vector, when it is in the project: the task
+starts with it in view, so a small model edits it instead of hunting for it."
+  (let ((file buffer-file-name)
+        (project (project-current)))
+    (when (and file project (file-in-directory-p file (project-root project)))
+      (vector (expand-file-name file)))))
+
 (defun continual-start-task (text)
-  "Give the agent a task; its first proposal is shown."
+  "Give the agent a task; its first proposal is shown.
+The current buffer's file, when it is in the project, starts the task in view."
   (interactive "sTask: ")
-  (let ((result (continual--request :continual/startTask `(:text ,text))))
+  (let* ((files (continual--files-in-view))
+         (result (continual--request :continual/startTask
+                                     `(:text ,text ,@(and files `(:files ,files))))))
     (continual--receive (plist-get result :proposal))
     result))
 

@@ -1,4 +1,4 @@
-"""continual/startTask {text} → {taskId, proposal?}. The first proposal is in the result
+"""continual/startTask {text, files?} → {taskId, proposal?}. The first proposal is in the result
 and also follows as a `continual/proposal` notification: a client that processes the
 response first (or loses the notification) still has it."""
 
@@ -21,7 +21,7 @@ async def start_task(ls: Connection, params: Any) -> dict[str, Any]:
     session = ls.session
     agent = await session.ready_agent()
     with session.events.holding():
-        task_id, proposal = await session.call(agent.start_task, args.text)
+        task_id, proposal = await session.call(agent.start_task, args.text, args.files)
         if proposal is not None:
             session.events.announce("proposal", proposal)
     first = session.notification(proposal) if proposal is not None else None

@@ -183,6 +183,21 @@ local function attach(bufnr)
   end
 end
 
+-- The current buffer's file, when it is under the root: the task starts with it in view
+-- (read into the conversation first), so a small model edits it instead of hunting.
+local function files_in_view()
+  local name = vim.api.nvim_buf_get_name(0)
+  local root = M.state.root and vim.fn.fnamemodify(M.state.root, ':p'):gsub('/$', '')
+  if name == '' or not root or vim.fn.filereadable(name) == 0 then
+    return nil
+  end
+  name = vim.fn.fnamemodify(name, ':p')
+  if name:sub(1, #root + 1) ~= root .. '/' then
+    return nil
+  end
+  return { name }
+end
+
 local function target(opts)
   local id = opts.args ~= '' and opts.args or M.state.last
   if not id then
@@ -212,7 +227,7 @@ function M.setup(opts)
 
   local cmd = vim.api.nvim_create_user_command
   cmd('ContinualStart', function(o)
-    request('continual/startTask', { text = o.args }, function(r)
+    request('continual/startTask', { text = o.args, files = files_in_view() }, function(r)
       notify('task ' .. r.taskId .. ' started')
       receive(r.proposal)
     end)

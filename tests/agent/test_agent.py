@@ -19,6 +19,7 @@ from continual_lsp.agent.agent import Agent, AgentError
 from continual_lsp.config import Settings
 from continual_lsp.store import Store
 from tests.agent.support import make_agent, record_jobs
+from tests.server.scripted import FIX_MEAN, ForcedCallPolicy
 
 pytestmark = pytest.mark.model
 
@@ -350,4 +351,52 @@ def test_a_change_that_changes_nothing_is_not_shown(
     fixed = {**same, "content": line.replace("//", "/")}
     preview, error = agent._preview(ToolCall(tool="edit_lines", arguments=fixed))
     assert error is None and preview is not None and "-" + line in preview.diff
+    agent.close()
+
+
+def test_a_task_starts_with_its_files_in_view(tmp_path: Path, workspace: Path, policy: Any) -> None:
+    agent = make_agent(tmp_path, workspace, policy, allowed_tools=["edit_lines"], max_turns=2)
+    source = (workspace / "src/calc/ops.py").read_text()
+    task_id, _ = agent.start_task("Fix mean().", [str(workspace / "src/calc/ops.py")])
+    in_view = [e["payload"] for e in agent.store.events(kind="in_view")]
+    assert in_view == [{"path": "src/calc/ops.py"}]  # absolute in, workspace-relative shown
+    first = agent.store.events(kind="proposal")[0]
+    prompt = agent.policy.tokenizer.decode(
+        agent.store.proposal(first["proposal_id"])["prompt_tokens"]
+    )
+    # The model's first turn already holds the file, line-numbered as `read` shows it.
+    assert "def mean(values):" in source and "\tdef mean(values):" in prompt
+    assert first["task_id"] == task_id
+    agent.close()
+
+
+@pytest.mark.parametrize("path", ["../outside.py", "src/calc/missing.py"])
+def test_a_file_that_cannot_be_read_fails_the_start_before_a_task_exists(
+    tmp_path: Path, workspace: Path, policy: Any, path: str
+) -> None:
+    agent = make_agent(tmp_path, workspace, policy)
+    with pytest.raises(AgentError, match=f"cannot start with {path} in view"):
+        agent.start_task("Fix mean().", [path])
+    assert agent.store.events(kind="task") == []
+    agent.close()
+
+
+def test_reading_again_after_a_change_is_not_a_repeat(
+    tmp_path: Path, workspace: Path, model_and_tokenizer: Any
+) -> None:
+    read = {"tool": "read", "arguments": {"path": "src/calc/ops.py"}}
+    settings = Settings(enable_training=False, store_path=str(tmp_path / "store.sqlite3"))
+    script = ForcedCallPolicy(settings, [read, FIX_MEAN, read, read], model_and_tokenizer)
+    agent = Agent(settings, workspace, policy=script)
+    task_id, proposal = agent.start_task("Fix mean() in src/calc/ops.py")
+    assert proposal is not None and proposal.call.tool == "edit_lines"
+    outcome = agent.decide(proposal.id, "approve")
+    # The read after the change ran (the file is new to the model); the one after it,
+    # with nothing changed in between, is the repeat that ends the task.
+    assert outcome.next_proposal is None
+    reads = [e for e in agent.store.events(kind="proposal") if e["payload"]["tool"] == "read"]
+    assert len(reads) == 2
+    (done,) = [e["payload"] for e in agent.store.events(kind="task_status")]
+    assert done["summary"] == "done: the agent repeated an executed call (read)"
+    assert agent.store.task(task_id) is not None
     agent.close()

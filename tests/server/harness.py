@@ -404,6 +404,15 @@ def decisions(store_path: Path) -> dict[str, dict[str, Any]]:
         store.close()
 
 
+def in_view(store_path: Path) -> list[str]:
+    """The files tasks started with in view (`continual/startTask` files), in order."""
+    store = Store(store_path)
+    try:
+        return [e["payload"]["path"] for e in store.events(kind="in_view")]
+    finally:
+        store.close()
+
+
 def run_editor(
     argv: list[str], cwd: Path, env: dict[str, str], report: Path, timeout: float
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:

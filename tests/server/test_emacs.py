@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from .harness import REPO, decisions, editor_env, run_editor
+from .harness import REPO, decisions, editor_env, in_view, run_editor
 
 pytestmark = [
     pytest.mark.emacs,
@@ -90,6 +90,8 @@ def test_emacs_module_deny_learn_approve_by_code_action(workspace: Path, tmp_pat
     kinds = sorted(d["decision"] for d in decisions(tmp_path / "store.sqlite3").values())
     assert kinds == ["approve", "approve", "deny"]
     assert "== 1.5" in (workspace / "tests/test_ops.py").read_text()
+    # the task started with the buffer's file in view
+    assert in_view(tmp_path / "store.sqlite3") == ["src/calc/ops.py"]
 
 
 def test_emacs_plain_client_diagnostics_code_actions_and_message_request(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .harness import REPO, decisions, editor_env, run_editor
+from .harness import REPO, decisions, editor_env, in_view, run_editor
 
 pytestmark = [
     pytest.mark.nvim,
@@ -66,6 +66,8 @@ def test_neovim_module_commands(workspace: Path, tmp_path: Path) -> None:
     assert proc.returncode == 0, f"{result.get('error')}\n{proc.stderr[-3000:]}"
     assert result["steps"] == ["diff", "approved", "denied"]
     assert sorted(d["decision"] for d in decisions(store).values()) == ["approve", "deny"]
+    # :ContinualStart ran in ops.py's buffer: the task started with that file in view
+    assert in_view(store) == ["src/calc/ops.py"]
 
 
 def test_neovim_a_guard_on_the_favourite_call_shows_a_reason_not_a_silent_end(

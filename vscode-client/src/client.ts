@@ -199,8 +199,10 @@ export class ContinualClient implements vscode.Disposable {
     return client.sendRequest(method, params);
   }
 
-  async startTask(text: string): Promise<StartTaskResult> {
-    const result = parseStartTaskResult(await this.request(METHOD_START_TASK, { text }));
+  /** `files`: paths the task starts with in view (read into the conversation first). */
+  async startTask(text: string, files: string[] = []): Promise<StartTaskResult> {
+    const params = files.length ? { text, files } : { text };
+    const result = parseStartTaskResult(await this.request(METHOD_START_TASK, params));
     this.offer(result.proposal);
     return result;
   }

@@ -122,6 +122,13 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   const register = (name: string, run: (...args: unknown[]) => unknown) =>
     context.subscriptions.push(vscode.commands.registerCommand(name, run));
 
+  // The file the reviewer is looking at starts the task in view, when it is in the folder
+  // the server serves: a small model that has read the file edits it instead of hunting.
+  const fileInView = (): string[] => {
+    const uri = vscode.window.activeTextEditor?.document.uri;
+    if (uri?.scheme !== "file" || vscode.workspace.getWorkspaceFolder(uri)?.index !== 0) return [];
+    return [uri.fsPath];
+  };
   register("continual.startTask", async (preset?: unknown) => {
     const text =
       typeof preset === "string"
@@ -136,7 +143,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     try {
       const result = await vscode.window.withProgress(
         { location: vscode.ProgressLocation.Notification, title: "Continual: thinking about the first step…" },
-        () => continual.startTask(text.trim()),
+        () => continual.startTask(text.trim(), fileInView()),
       );
       output.info(`Task ${result.taskId} started: ${text.trim()}`);
       status.poll();

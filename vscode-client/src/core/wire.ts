@@ -239,6 +239,10 @@ export interface RoutedNotification {
  */
 export interface StartTaskParams {
   text: string;
+  /**
+   * @maxItems 4
+   */
+  files?: [] | [string] | [string, string] | [string, string, string] | [string, string, string, string];
 }
 /**
  * This interface was referenced by `Wire`'s JSON-Schema
