@@ -51,6 +51,9 @@ BUG_LINE = "    return sum(values) // len(values)"
 # `allowed_tools` setting), so every turn the reviewer sees is a change to review (reads
 # are approved without asking, the default).
 DEMO_TOOLS = "read,edit_lines,edit,write"
+# The file the scripted reviewer "has open": the task starts with it in view, as it does
+# from an editor (`continual/startTask` files).
+IN_VIEW = "src/calc/ops.py"
 WRONG_CHANGE = (
     "That is not the bug. Change only line 7 of src/calc/ops.py, the return: use / instead of //."
 )
@@ -150,8 +153,12 @@ async def _demo(settings: Settings, task: str, workspace: Path, store: Path) -> 
         f"workspace: {workspace}\nstore:     {store}\ntask:      {task}\n"
         f"tools:     {DEMO_TOOLS.replace(',', ', ')} (the demo narrows the grammar to these)"
     )
+    if (workspace / IN_VIEW).is_file():
+        _say(f"in view:   {IN_VIEW} (the file the reviewer has open; read before the first turn)")
     started = time.monotonic()
-    result = _plain(await client.protocol.send_request_async(METHOD_START_TASK, {"text": task}))
+    files = [IN_VIEW] if (workspace / IN_VIEW).is_file() else []
+    params = {"text": task, "files": files} if files else {"text": task}
+    result = _plain(await client.protocol.send_request_async(METHOD_START_TASK, params))
     _say(f"task {result['taskId']} started")
 
     await _review(client, proposals, done)

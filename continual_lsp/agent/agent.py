@@ -52,7 +52,6 @@ from continual_lsp.text import unified_diff
 from continual_lsp.tools import hunks as hunk_spans
 from continual_lsp.tools.base import (
     FILE_CHANGING_TOOLS,
-    READ_ONLY_TOOLS,
     Preview,
     ToolCall,
     ToolError,
@@ -190,11 +189,6 @@ class _Choice:
 
 def _canonical(call: ToolCall) -> str:
     return json.dumps({"tool": call.tool, "arguments": call.arguments}, sort_keys=True)
-
-
-def _looks(key: str) -> bool:
-    """Whether a canonical call (`_canonical`) only looks (read, glob, grep)."""
-    return json.loads(key)["tool"] in READ_ONLY_TOOLS
 
 
 class Agent:
@@ -682,10 +676,6 @@ class Agent:
         # The preview pins what the reviewer saw, including "this file does not exist yet".
         preview = proposal.preview if call == proposal.call else None
         result = self._checkpointed(proposal.id, call, preview)
-        if not call.read_only:
-            # A change makes every earlier look stale: reading again is news, not the
-            # repeat that ends a task.
-            task.executed = {key for key in task.executed if not _looks(key)}
         task.executed.add(_canonical(call))
         task.history.append(call)
         task.conversation.add_call(call, result)

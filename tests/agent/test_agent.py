@@ -19,7 +19,6 @@ from continual_lsp.agent.agent import Agent, AgentError
 from continual_lsp.config import Settings
 from continual_lsp.store import Store
 from tests.agent.support import make_agent, record_jobs
-from tests.server.scripted import FIX_MEAN, ForcedCallPolicy
 
 pytestmark = pytest.mark.model
 
@@ -378,25 +377,4 @@ def test_a_file_that_cannot_be_read_fails_the_start_before_a_task_exists(
     with pytest.raises(AgentError, match=f"cannot start with {path} in view"):
         agent.start_task("Fix mean().", [path])
     assert agent.store.events(kind="task") == []
-    agent.close()
-
-
-def test_reading_again_after_a_change_is_not_a_repeat(
-    tmp_path: Path, workspace: Path, model_and_tokenizer: Any
-) -> None:
-    read = {"tool": "read", "arguments": {"path": "src/calc/ops.py"}}
-    settings = Settings(enable_training=False, store_path=str(tmp_path / "store.sqlite3"))
-    script = ForcedCallPolicy(settings, [read, FIX_MEAN, read, read], model_and_tokenizer)
-    agent = Agent(settings, workspace, policy=script)
-    task_id, proposal = agent.start_task("Fix mean() in src/calc/ops.py")
-    assert proposal is not None and proposal.call.tool == "edit_lines"
-    outcome = agent.decide(proposal.id, "approve")
-    # The read after the change ran (the file is new to the model); the one after it,
-    # with nothing changed in between, is the repeat that ends the task.
-    assert outcome.next_proposal is None
-    reads = [e for e in agent.store.events(kind="proposal") if e["payload"]["tool"] == "read"]
-    assert len(reads) == 2
-    (done,) = [e["payload"] for e in agent.store.events(kind="task_status")]
-    assert done["summary"] == "done: the agent repeated an executed call (read)"
-    assert agent.store.task(task_id) is not None
     agent.close()
