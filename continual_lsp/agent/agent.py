@@ -24,6 +24,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ValidationError
 
+from continual_lsp.agent import substitution
 from continual_lsp.agent.checkpoints import Checkpoints, UndoError
 from continual_lsp.agent.conversation import KEEP_CALLS, Conversation
 from continual_lsp.agent.lanes_facade import LanesFacade
@@ -31,6 +32,7 @@ from continual_lsp.agent.training_jobs import ProgressListener, TrainingJobs
 from continual_lsp.config import Settings, default_store_path
 from continual_lsp.policy.base import Completion, Policy, SampleParams
 from continual_lsp.policy.model_files import starter_name
+from continual_lsp.policy.render import call_text
 from continual_lsp.protocol import (
     AllowOffer,
     AllowResult,
@@ -60,6 +62,9 @@ from continual_lsp.tools.base import (
 from continual_lsp.tools.runner import ToolRunner
 
 log = logging.getLogger(__name__)
+
+# At most this many substituted candidates join a retry (each is one more scored row).
+MAX_SUBSTITUTED = 4
 
 
 class AgentError(Exception):
@@ -587,7 +592,7 @@ class Agent:
             if task.retries > self.settings.max_retries:
                 self._finish(task, f"stopped after {self.settings.max_retries} denied retries")
             else:
-                choice = self._choose_retry(task, proposal)
+                choice = self._choose_retry(task, proposal, correction)
             if routed is not None:
                 examples = self.lanes.cluster_demonstrations(routed.item_id, exclude=proposal.id)
         finally:
@@ -840,13 +845,15 @@ class Agent:
             adapter_version=self.training.current_version_name(),
         )
 
-    def _choose_retry(self, task: _Task, denied: Proposal) -> _Choice:
+    def _choose_retry(self, task: _Task, denied: Proposal, correction: str) -> _Choice:
         """The retry after a correction: chosen among candidates, not just sampled.
 
         `retry_candidates` calls are sampled in one batch from the conversation with the
         correction (the teacher's context): the greedy call and warmer samples. A candidate is dropped when it repeats a
         denied or executed call, a guard blocks it (rewrites apply, as for any
-        proposal), or its preview fails. The rest are ranked by the correction's lift:
+        proposal), or its preview fails. A correction that spells out a literal swap
+        ("use / instead of //") adds the sampled and denied calls with the swap applied
+        (`_substituted`). The rest are ranked by the correction's lift:
         the mean over the call's tokens of log π(call | with correction) − log π(call |
         the denied turn's prompt), ties by the former. With nothing left, the choice
         carries the one-line reason instead.
@@ -868,6 +875,8 @@ class Agent:
             forbid=self.lanes.decode_restrictions(),
         )
         completions = policy.sample_batch(prompt_tokens, params, n)
+        substituted = self._substituted(completions, denied, correction, prompt_tokens)
+        completions += substituted
         row = self.store.proposal(denied.id)
         student_prompt = row["prompt_tokens"] if row else prompt_tokens
         denied_keys = {_canonical(c) for c in self._denied_calls(task).values()}
@@ -894,6 +903,7 @@ class Agent:
             ranked.append((teacher - sum(student) / len(student), teacher, choice))
         summary = {
             "candidates": len(completions),
+            "substituted": len(substituted),
             "tokens": [len(c.tokens) for c in completions],
             "kept": len(ranked),
             "dropped": dict(drops),
@@ -914,6 +924,39 @@ class Agent:
             task.id,
         )
         return choice
+
+    def _substituted(
+        self,
+        completions: list[Completion],
+        denied: Proposal,
+        correction: str,
+        prompt_tokens: list[int],
+    ) -> list[Completion]:
+        """The correction's literal substitutions (substitution.py) applied to the denied
+        call and to every sampled one, each scored by the model in the correction's
+        context (one batched request) so that the lift ranks it like a sample."""
+        pairs = substitution.substitutions(correction)
+        if not pairs:
+            return []
+        renderer = self.policy.renderer
+        calls = [denied.call]
+        for completion in completions:
+            try:
+                calls.append(renderer.parse_call(completion.text))
+            except ValueError:
+                continue
+        variants: dict[str, ToolCall] = {}
+        for call in calls:
+            variant = substitution.apply(call, pairs)
+            if variant is not None:
+                variants.setdefault(_canonical(variant), variant)
+        chosen = list(variants.values())[:MAX_SUBSTITUTED]
+        tokens = [renderer.render_call(call) for call in chosen]
+        scores = self.policy.logprobs_batch(prompt_tokens, tokens) if tokens else []
+        return [
+            Completion(tokens=t, logprobs=lp, text=call_text(call))
+            for call, t, lp in zip(chosen, tokens, scores, strict=True)
+        ]
 
     def _screen_retry(
         self, task: _Task, completion: Completion, prompt_tokens: list[int], denied_keys: set[str]

@@ -126,6 +126,37 @@ def test_only_repeats_of_the_denied_call_offer_edit_with_the_reason(
     agent.close()
 
 
+def test_a_literal_swap_in_the_correction_is_applied_to_what_the_model_wrote(
+    tmp_path: Path, workspace: Path, model_and_tokenizer: tuple[Any, Any], monkeypatch: Any
+) -> None:
+    """The model can only repeat its call (scripted); the correction names the swap, so the
+    retry is that call with `//` made `/` — shown, and the step's demonstration."""
+    from tests.server.scripted import ForcedCallPolicy
+
+    floor = {
+        "tool": "edit_lines",
+        "arguments": {
+            "path": "src/calc/ops.py",
+            "start": 7,
+            "end": 7,
+            "content": "    return sum(values) // len(values)  # the mean",
+        },
+    }
+    forced = ForcedCallPolicy(Settings(enable_training=False), [floor], model_and_tokenizer)
+    agent = make_agent(tmp_path, workspace, forced)
+    jobs = record_jobs(agent, monkeypatch)
+    _, proposal = agent.start_task("Fix mean() in src/calc/ops.py")
+    assert proposal is not None
+    outcome = agent.decide(proposal.id, "deny", correction="Use / instead of //.")
+    retry = outcome.next_proposal
+    assert retry is not None and retry.note is None
+    assert retry.call.arguments["content"] == "    return sum(values) / len(values)  # the mean"
+    (chosen,) = [e["payload"] for e in agent.store.events(kind="retry_chosen")]
+    assert chosen["substituted"] == 1 and chosen["winner"] == retry.call.model_dump()
+    assert [j["demo"] for j in jobs] == [retry.call]
+    agent.close()
+
+
 def test_the_retry_is_shown_before_its_step_lands_and_the_next_turn_waits_for_it(
     tmp_path: Path, workspace: Path, policy: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

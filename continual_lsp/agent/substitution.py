@@ -1,0 +1,92 @@
+"""The literal substitutions a correction spells out, applied to retry candidates.
+
+"Use / instead of //", "replace print with logger.info", "change 60 to 5", "`pnpm`, not
+`npm`": the reviewer names the exact text to swap. The embedded 135M model reading such a
+correction usually finds the right line and then copies it unchanged (measured on the
+README demo: four of six candidates rewrote line 7 as it was). The agent applies the
+reviewer's own words to what the model wrote and offers the result as one more candidate;
+the model still ranks it beside its samples by the correction's lift, and the guards and
+the preview screen it like any other. Nothing here becomes a standing rule: a substitution
+serves the retry that answers its correction, and is learned only through that retry.
+"""
+
+from __future__ import annotations
+
+import re
+
+from continual_lsp.tools.base import ToolCall
+
+# A literal: a backticked span, or one run of non-space characters (trailing sentence
+# punctuation is not part of it).
+_LIT = r"(`[^`\n]{1,60}`|[^\s`]{1,60})"
+_PATTERNS = [
+    # (regex, group of the new text, group of the old text)
+    (re.compile(rf"\buse\s+{_LIT}\s+(?:instead of|rather than)\s+{_LIT}", re.I), 1, 2),
+    (re.compile(rf"\breplace\s+{_LIT}\s+(?:with|by)\s+{_LIT}", re.I), 2, 1),
+    (re.compile(rf"\bchange\s+{_LIT}\s+(?:to|into)\s+{_LIT}", re.I), 2, 1),
+    (re.compile(rf"{_LIT}\s*(?:->|→)\s*{_LIT}"), 2, 1),
+    # "`X`, not `Y`" only when both are quoted: unquoted, "line 7, not 6" would swap numbers.
+    (re.compile(r"(`[^`\n]{1,60}`),?\s+not\s+(`[^`\n]{1,60}`)"), 1, 2),
+]
+# Words that make a match prose, not a literal ("use it instead of that").
+_PROSE = frozenset(
+    [
+        "a",
+        "an",
+        "the",
+        "it",
+        "this",
+        "that",
+        "these",
+        "those",
+        "one",
+        "them",
+        "its",
+        "line",
+        "lines",
+        "file",
+        "files",
+        "here",
+        "there",
+        "something",
+        "anything",
+        "what",
+        "which",
+    ]
+)
+# The argument of each tool that carries the text the call writes or runs.
+NEW_TEXT = {"write": "content", "edit": "new", "edit_lines": "content", "bash": "cmd"}
+
+
+def _literal(raw: str) -> str | None:
+    quoted = raw.startswith("`") and raw.endswith("`") and len(raw) > 2
+    text = raw[1:-1] if quoted else raw.rstrip(".,;:!?")
+    if not text or (not quoted and text.lower() in _PROSE):
+        return None
+    return text
+
+
+def substitutions(correction: str) -> list[tuple[str, str]]:
+    """(old, new) pairs the correction names, in the order written, without repeats."""
+    found: list[tuple[str, str]] = []
+    for pattern, new_group, old_group in _PATTERNS:
+        for match in pattern.finditer(correction):
+            old, new = _literal(match.group(old_group)), _literal(match.group(new_group))
+            if old and new and old != new and (old, new) not in found:
+                found.append((old, new))
+    return found
+
+
+def apply(call: ToolCall, pairs: list[tuple[str, str]]) -> ToolCall | None:
+    """`call` with every pair applied to the text it writes or runs; None when no pair's
+    old text occurs there (nothing to offer)."""
+    key = NEW_TEXT.get(call.tool)
+    text = call.arguments.get(key) if key else None
+    if not isinstance(text, str):
+        return None
+    changed = text
+    for old, new in pairs:
+        changed = changed.replace(old, new)
+    if changed == text:
+        return None
+    return ToolCall(tool=call.tool, arguments={**call.arguments, key: changed})

@@ -1,0 +1,55 @@
+"""The literal swaps a correction spells out, and how they apply to a call."""
+
+from __future__ import annotations
+
+import pytest
+
+from continual_lsp.agent.substitution import apply, substitutions
+from continual_lsp.tools.base import ToolCall
+
+
+@pytest.mark.parametrize(
+    ("correction", "pairs"),
+    [
+        ("That is not the bug: use / instead of //.", [("//", "/")]),
+        ("Use logger.info instead of print here", [("print", "logger.info")]),
+        ("replace `== None` with `is None`", [("== None", "is None")]),
+        ("Please change 60 to 5.", [("60", "5")]),
+        ("npm -> pnpm", [("npm", "pnpm")]),
+        ("`const`, not `let`", [("let", "const")]),
+        ("Use pnpm rather than npm; and replace npm with pnpm", [("npm", "pnpm")]),
+    ],
+)
+def test_a_correction_names_its_swaps(correction: str, pairs: list[tuple[str, str]]) -> None:
+    assert substitutions(correction) == pairs
+
+
+@pytest.mark.parametrize(
+    "correction",
+    [
+        "Use it instead of that.",  # prose, not literals
+        "Change only line 7, not 6.",  # unquoted "X, not Y" would swap numbers
+        "Use the logger instead of print.",  # two words before "instead of"
+        "Don't touch the tests.",
+    ],
+)
+def test_prose_names_no_swap(correction: str) -> None:
+    assert substitutions(correction) == []
+
+
+def test_a_swap_changes_only_the_text_the_call_writes() -> None:
+    edit = ToolCall(tool="edit", arguments={"path": "a.py", "old": "x // 2", "new": "y = x // 2"})
+    swapped = apply(edit, [("//", "/")])
+    assert swapped is not None
+    assert swapped.arguments == {"path": "a.py", "old": "x // 2", "new": "y = x / 2"}
+    bash = ToolCall(tool="bash", arguments={"cmd": "npm install left-pad"})
+    assert apply(bash, [("npm", "pnpm")]) == ToolCall(
+        tool="bash", arguments={"cmd": "pnpm install left-pad"}
+    )
+
+
+def test_no_occurrence_no_variant() -> None:
+    write = ToolCall(tool="write", arguments={"path": "a.py", "content": "print(1)\n"})
+    assert apply(write, [("//", "/")]) is None
+    read = ToolCall(tool="read", arguments={"path": "a.py"})
+    assert apply(read, [("a", "b")]) is None
