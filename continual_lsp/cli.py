@@ -64,6 +64,13 @@ def build_parser() -> argparse.ArgumentParser:
     review.add_argument("--workspace", required=True)
     review.add_argument("--decisions", required=True, help="JSON lines file, or - for stdin")
     review.add_argument("--out", help="proposals as JSON lines (default: stdout)")
+    review.add_argument(
+        "--file",
+        action="append",
+        default=[],
+        dest="files",
+        help="a workspace file the task starts with in view (read first); repeatable",
+    )
 
     rules = sub.add_parser(
         "import-rules", help="route an AGENTS.md / CLAUDE.md / .cursorrules file"
@@ -117,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "review":
         from continual_lsp.server.review import run_review
 
-        return run_review(settings, args.task, Path(args.workspace), args.decisions, args.out)
+        return run_review(
+            settings, args.task, Path(args.workspace), args.decisions, args.out, files=args.files
+        )
     if args.command == "import-rules":
         from continual_lsp.lanes.rules_import import import_rules
         from continual_lsp.store import Store

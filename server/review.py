@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal
 
@@ -128,10 +128,10 @@ def _proposal_line(agent: Agent, proposal: Proposal) -> dict[str, Any]:
     return payload
 
 
-def _drive(agent: Agent, task: str, decisions: IO[str], out: _Out) -> int:
+def _drive(agent: Agent, task: str, files: Sequence[str], decisions: IO[str], out: _Out) -> int:
     from continual_lsp.agent.agent import AgentError
 
-    task_id, proposal = agent.start_task(task)
+    task_id, proposal = agent.start_task(task, files)
     out.emit("task", {"taskId": task_id})
     stream = read_decisions(decisions)
     while proposal is not None:
@@ -185,9 +185,11 @@ def run_review(
     decisions_file: str | Path,
     out: str | Path | None = None,
     *,
+    files: Sequence[str] = (),
     agent_factory: AgentFactory | None = None,
 ) -> int:
-    """Run one task headless; returns the exit code (messages go to stderr)."""
+    """Run one task headless, with `files` in view; returns the exit code (messages go to
+    stderr)."""
     root = Path(workspace)
     if not root.is_dir():
         print(f"continual-lsp review: workspace {root} is not a directory", file=sys.stderr)
@@ -223,7 +225,7 @@ def run_review(
         try:
             factory = agent_factory or default_agent_factory
             agent = factory(settings, root.resolve(), _Listener(writer))
-            return _drive(agent, task, decisions, writer)
+            return _drive(agent, task, files, decisions, writer)
         except ReviewInputError as exc:
             print(f"continual-lsp review: {exc}", file=sys.stderr)
             return 2

@@ -31,6 +31,7 @@ def main() -> None:
     parser.add_argument("--workspace")
     parser.add_argument("--decisions")
     parser.add_argument("--out")
+    parser.add_argument("--file", action="append", default=[], dest="files")
     args = parser.parse_args()
     settings = Settings.load(
         store_path=args.store,
@@ -61,7 +62,13 @@ def main() -> None:
         from continual_lsp.server.review import run_review
 
         code = run_review(
-            settings, args.task, args.workspace, args.decisions, args.out, agent_factory=factory
+            settings,
+            args.task,
+            args.workspace,
+            args.decisions,
+            args.out,
+            files=args.files,
+            agent_factory=factory,
         )
         raise SystemExit(code)
     raise SystemExit(serve(settings, args.tcp, args.token, agent_factory=factory))

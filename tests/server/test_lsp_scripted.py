@@ -22,7 +22,7 @@ from pygls.exceptions import JsonRpcException
 
 from continual_lsp.store import Store
 
-from .harness import REPO, Editor, decisions, start_tcp_server
+from .harness import REPO, Editor, decisions, in_view, start_tcp_server
 
 DENY_TEXT = "Never weaken a test; fix the code instead."
 
@@ -435,6 +435,17 @@ def test_review_with_a_decisions_file(workspace: Path, tmp_path: Path) -> None:
 
     bad, _ = _review(tmp_path, workspace, '{"decision": "maybe"}\n', "--script", "flow")
     assert bad.returncode == 2 and "decisions line 1" in bad.stderr
+
+
+def test_review_starts_with_the_files_in_view(workspace: Path, tmp_path: Path) -> None:
+    proc, lines = _review(tmp_path, workspace, "", "--script", "flow", "--file", "src/calc/ops.py")
+    assert proc.returncode == 0, proc.stderr
+    assert lines[0]["type"] == "task" and in_view(tmp_path / "review.sqlite3") == [
+        "src/calc/ops.py"
+    ]
+    missing, _ = _review(tmp_path, workspace, "", "--script", "flow", "--file", "nope.py")
+    assert missing.returncode == 1
+    assert "cannot start with nope.py in view: no such file: nope.py" in missing.stderr
 
 
 def test_review_reads_stdin_and_writes_stdout(workspace: Path, tmp_path: Path) -> None:
