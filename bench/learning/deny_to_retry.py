@@ -2,8 +2,8 @@
 
     python bench/learning/deny_to_retry.py --denials 10
 
-The demo's setting (`continual-lsp demo`): the sample workspace, its task and its tools,
-its correction. The agent is built as the server builds it when a client connects (the
+The demo's setting (`continual-lsp demo`): the sample workspace, its task, its file in
+view and its tools, its correction. The agent is built as the server builds it when a client connects (the
 policy loads and the training worker starts, warm, in the background); the first
 proposal is the reviewer reading, then every proposal is denied with the demo's
 correction (the project's way for a fix, else "that is not the bug") and `decide` is
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from continual_lsp.agent.agent import Agent
     from continual_lsp.config import Settings
-    from continual_lsp.demo import DEMO_TOOLS, PREFERENCE, WRONG_CHANGE, fixes_the_bug
+    from continual_lsp.demo import DEMO_TOOLS, IN_VIEW, PREFERENCE, WRONG_CHANGE, fixes_the_bug
 
     task_text = "Fix the bug in src/calc/ops.py: mean() must use true division."
     work = Path(tempfile.mkdtemp(prefix="deny-to-retry-"))
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     load = [os.getloadavg()[0]]
     try:
         agent.policy  # noqa: B018  (as the server does on connect: model + warm worker)
-        _, proposal = agent.start_task(task_text)
+        _, proposal = agent.start_task(task_text, [IN_VIEW])
         ready_at_first = agent.training.worker_ready
         empty_tasks = 0
         while len(waits) < args.denials:
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                 if empty_tasks > 3:
                     log.warning("%d tasks in a row showed nothing; stopping", empty_tasks)
                     break
-                _, proposal = agent.start_task(task_text)
+                _, proposal = agent.start_task(task_text, [IN_VIEW])
                 continue
             empty_tasks = 0
             row = agent.store.proposal(proposal.id)

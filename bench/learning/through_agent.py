@@ -18,6 +18,8 @@ and again after the lanes' guards: what the reviewer would be shown.
 
 What differs from `run.py` on purpose: the agent's prompts (its own history, the lanes'
 bullets when a cue matches), guard blocks if the allocator compiles one, and retries.
+Each task starts with the files its situation's history read in view (as a reviewer who
+starts it from that file's editor); the glob of package_manager's history is not replayed.
 """
 
 from __future__ import annotations
@@ -54,15 +56,24 @@ def review(
 ) -> dict[str, Any]:
     """Script one task's reviewer: a call that breaks the rule is denied with the
     correction (`deny`) or replaced by the situation's demonstration with the correction
-    as its comment (`edit`); a call that keeps the rule is approved. For every denial:
+    as its comment (`edit`); a call that keeps the rule is approved, and so is a call
+    with a tool the rule is not about (it runs; the task goes on). For every denial:
     whether the proposal right after it follows the correction, and how long the reviewer
     waited for it (deny → retry shown; the step lands after it)."""
-    counts: dict[str, Any] = {"denied": 0, "edited": 0, "approved": 0, "proposals": 0}
+    counts: dict[str, Any] = {
+        "denied": 0, "edited": 0, "approved": 0, "proposals": 0, "outside_rule": 0,
+    }  # fmt: skip
     follows: list[bool] = []
     waits: list[float] = []
-    while proposal is not None and counts["proposals"] < 4:
+    while proposal is not None and counts["proposals"] < 6:
         counts["proposals"] += 1
         call = {"tool": proposal.call.tool, "arguments": proposal.call.arguments}
+        if proposal.call.tool not in scenario.tools:
+            # The rule is silent on this call (running the tests under a file-tool rule):
+            # the reviewer lets it run and waits for the call the rule is about.
+            counts["outside_rule"] += 1
+            proposal = agent.decide(proposal.id, "approve").next_proposal
+            continue
         if scenario.check(judge_call(call)):
             agent.decide(proposal.id, "approve")
             counts["approved"] += 1
@@ -125,10 +136,9 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace) -> dict[str, Any]
     settings = Settings(
         store_path=str(work / "store.sqlite3"),
         adapters_dir=str(work / "adapters"),
-        # The scenario's decision only, as run.py's grammar does: with read and glob open
-        # the 135M model mostly re-reads files until the agent ends the task (measured:
-        # 2 of 3 tasks never reached a bash proposal).
-        allowed_tools=list(scenario.tools),
+        # All seven tools, as a user runs it: the starter was trained with all seven in
+        # its prompt, and narrowed to the scenario's tools it writes whole files instead
+        # (measured on tool_choice: `write` for every retry, `edit` once all were open).
         max_turns=6,
     )
     config = SuiteConfig(held_out=args.held_out)
@@ -148,7 +158,10 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace) -> dict[str, Any]
         log.info("%s base: compliance %.2f margin %+.2f", scenario.name, c, m)
         for i, situation in enumerate(scenario.train[: args.corrections]):
             t0 = time.perf_counter()
-            task_id, first = agent.start_task(situation.task)
+            # The files the situation's history read are in view, as when a reviewer
+            # starts the task from the file's editor (`continual/startTask` files).
+            in_view = [a["path"] for tool, a, _ in situation.history if tool == "read"]
+            task_id, first = agent.start_task(situation.task, in_view)
             counts = review(agent, scenario, situation, first, args.reviewer)
             ended = [
                 e["payload"]["summary"]
