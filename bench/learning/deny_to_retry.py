@@ -84,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
             if proposal is None:
                 # The task ended (say, on calls that cannot run): a new one, a few times.
                 empty_tasks += 1
+                status = agent.store.events(kind="task_status")
+                log.info("task ended: %s", status[-1]["payload"]["summary"] if status else "?")
                 if empty_tasks > 3:
                     log.warning("%d tasks in a row showed nothing; stopping", empty_tasks)
                     break

@@ -140,6 +140,7 @@ def run_scenario(scenario: Scenario, args: argparse.Namespace) -> dict[str, Any]
         # its prompt, and narrowed to the scenario's tools it writes whole files instead
         # (measured on tool_choice: `write` for every retry, `edit` once all were open).
         max_turns=6,
+        starter=not args.no_starter,
     )
     config = SuiteConfig(held_out=args.held_out)
     rows: list[dict[str, Any]] = []
@@ -273,6 +274,10 @@ def main(argv: list[str] | None = None) -> int:
         "--evidence", type=Path, default=None,
         help="write the headline numbers here (deny: bench/results/through_agent_deny.json)",
     )  # fmt: skip
+    ap.add_argument(
+        "--no-starter", action="store_true",
+        help="the bare base model; --evidence gets a without_starter column beside scenarios",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     chosen = SCENARIOS if "all" in args.scenarios else select(args.scenarios)
@@ -280,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     for scenario in chosen:
         name = scenario.name
         result = run_scenario(scenario, args)
-        out = REPO / f"bench/learning/results/through-agent-{name}-{args.reviewer}.json"
+        suffix = "-base" if args.no_starter else ""
+        out = REPO / f"bench/learning/results/through-agent-{name}-{args.reviewer}{suffix}.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=1))
         print_table(result)
@@ -288,7 +294,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: {headlines[name]}", flush=True)
         if args.evidence is not None:  # after every scenario: a long run keeps what it did
             args.evidence.parent.mkdir(parents=True, exist_ok=True)
-            args.evidence.write_text(json.dumps({"scenarios": headlines}, indent=1) + "\n")
+            before = json.loads(args.evidence.read_text()) if args.evidence.exists() else {}
+            key = "without_starter" if args.no_starter else "scenarios"
+            evidence = {**before, key: headlines}
+            args.evidence.write_text(json.dumps(evidence, indent=1) + "\n")
     return 0
 
 
