@@ -60,7 +60,7 @@ class LanesFacade:
     def cluster_demonstrations(self, item_id: str, exclude: str) -> list[ToolCall]:
         """Calls the reviewer accepted after earlier corrections routed with `item_id`'s
         cluster (not the proposal `exclude` itself)."""
-        from continual_lsp.lanes.weights import cluster_demonstrations
+        from continual_lsp.learning.situations import cluster_demonstrations
 
         item = self.store.lane_item(item_id)
         if item is None or not item.get("cluster_id"):

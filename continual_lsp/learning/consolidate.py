@@ -1,8 +1,7 @@
 """Consolidation: distil one WEIGHTS cluster's principle into the adapter, behind the gate.
 
-Run by the training worker for a `consolidate` job that the weights lane queued
-(`continual_lsp.lanes.weights`, which also owns the situations and the pure gate: the
-declared interface between the lanes and learning).
+Run by the training worker for a `consolidate` job that the weights lane queued; the
+situations and the pure gate are `continual_lsp.learning.situations`.
 
 `consolidate(policy, store, cluster_id, settings)`: situations = logged ones + simple
 synthesised variations of their task text; split into train / held-out; teacher = prompt
@@ -25,7 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from continual_lsp.config import Settings
-from continual_lsp.lanes.weights import EvalMetrics, Situation, gate, situations_for_cluster
+from continual_lsp.learning.situations import EvalMetrics, Situation, gate, situations_for_cluster
 from continual_lsp.policy.base import Datum, Message, Policy, SampleParams
 from continual_lsp.store.db import Store, new_id
 from continual_lsp.tools.base import ToolCall
