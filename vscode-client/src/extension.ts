@@ -127,7 +127,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   const fileInView = (): string[] => {
     const uri = vscode.window.activeTextEditor?.document.uri;
     if (uri?.scheme !== "file" || vscode.workspace.getWorkspaceFolder(uri)?.index !== 0) return [];
-    return [uri.fsPath];
+    return [vscode.workspace.asRelativePath(uri, false)]; // the server's root is that folder
   };
   register("continual.startTask", async (preset?: unknown) => {
     const text =
