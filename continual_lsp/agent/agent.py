@@ -196,6 +196,16 @@ def _canonical(call: ToolCall) -> str:
     return json.dumps({"tool": call.tool, "arguments": call.arguments}, sort_keys=True)
 
 
+def _repeats(task: _Task, call: ToolCall) -> bool:
+    """Whether `call` repeats one already run: the end of a task, once re-sampled. Looking
+    again right after a call that could not run is not a repeat: the model is checking
+    the text it got wrong (the starter ends tasks by re-reading a file it changed, never
+    after a failure)."""
+    if call.read_only and task.invalid_streak > 0:
+        return False
+    return _canonical(call) in task.executed
+
+
 class Agent:
     def __init__(
         self,
@@ -768,7 +778,7 @@ class Agent:
             if call is None:
                 self._finish(task, "the model could not produce a valid tool call")
                 break
-            finishing = _canonical(call) in task.executed
+            finishing = _repeats(task, call)
             note: str | None = None
             step = self.lanes.due_step(task.history, None if finishing else call)
             if step is not None:
@@ -1077,7 +1087,7 @@ class Agent:
                     "parse_error", {"text": completion.text, "error": str(exc)}, task_id=task.id
                 )
                 continue
-            if _canonical(call) in task.executed and attempt < 2:
+            if _repeats(task, call) and attempt < 2:
                 # Already ran: the model may be done, or stuck re-reading a file (a 135M
                 # model often is). Sample again, warmer, before `_advance` ends the task
                 # on a repeat.

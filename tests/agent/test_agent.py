@@ -378,3 +378,25 @@ def test_a_file_that_cannot_be_read_fails_the_start_before_a_task_exists(
         agent.start_task("Fix mean().", [path])
     assert agent.store.events(kind="task") == []
     agent.close()
+
+
+def test_reading_again_after_a_call_that_could_not_run_is_not_the_end(
+    tmp_path: Path, workspace: Path, model_and_tokenizer: Any
+) -> None:
+    from tests.server.scripted import FIX_MEAN, ForcedCallPolicy
+
+    read = {"tool": "read", "arguments": {"path": "src/calc/ops.py"}}
+    wrong = {"tool": "edit", "arguments": {"path": "src/calc/ops.py", "old": "nope", "new": "x"}}
+    settings = Settings(enable_training=False, store_path=str(tmp_path / "store.sqlite3"))
+    script = ForcedCallPolicy(settings, [read, wrong, read, FIX_MEAN], model_and_tokenizer)
+    agent = Agent(settings, workspace, policy=script)
+    _, proposal = agent.start_task("Fix mean() in src/calc/ops.py")
+    # The edit could not run (its old text is not in the file); the read after it ran
+    # again instead of ending the task, and the fix that followed is shown.
+    statuses = [
+        (e["payload"]["tool"], e["payload"]["status"]) for e in agent.store.events(kind="proposal")
+    ]
+    assert statuses[:3] == [("read", "pending"), ("edit", "invalid"), ("read", "pending")]
+    assert proposal is not None and proposal.call.tool == "edit_lines"
+    assert agent.store.events(kind="repeat_of_executed") == []
+    agent.close()
