@@ -302,7 +302,7 @@ def test_a_denials_step_is_committed_before_its_retry_is_chosen(
     assert proposal is not None
     held: list[int] = []
 
-    def crash(task: Any, denied: Any) -> None:
+    def crash(task: Any, denied: Any, correction: str) -> None:
         held.extend(agent.store.held_jobs())
         raise RuntimeError("the sampler died mid-choice")
 
