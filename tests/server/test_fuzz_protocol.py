@@ -345,7 +345,7 @@ FIELD_VALUE = st.one_of(JSON, WEIRD_STR)
 
 # Near misses: the right keys with wrong types, so validation is reached field by field.
 FIELDS: dict[str, list[str]] = {
-    "continual/startTask": ["text"],
+    "continual/startTask": ["text", "files"],
     "continual/decide": ["proposalId", "decision", "correction", "editedArguments"],
     "continual/note": ["text"],
     "continual/ledger": ["lane", "active"],
