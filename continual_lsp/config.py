@@ -148,10 +148,11 @@ class Settings(BaseModel):
     # least recently used is dropped and that user's next turn prefills in full.
     max_prompt_caches: int = Field(default=4, ge=1)
     # … and their bytes together (the user whose turn runs keeps theirs whatever its size:
-    # it is that turn's working memory). A cache is ~18 MB for a first proposal and
-    # grows with the conversation; 48 MB keeps a 20-user server within one base model
-    # + 20 adapters + 500 MB with room to spare (bench/team.py).
-    max_prompt_cache_mb: float = Field(default=48.0, gt=0)
+    # it is that turn's working memory). A cache is ~12 MB for a first proposal (one
+    # entry of ~280 tokens) and grows with the conversation. 24 MB: the running turn's
+    # and one other; at 48 MB the caches held ~37 MB of a 20-user server that was over
+    # one base model + 20 adapters + 500 MB (bench/team.py, docs/deploy.md).
+    max_prompt_cache_mb: float = Field(default=24.0, gt=0)
     # Training jobs of one user that may wait; past it a correction is still committed and
     # its job queued, but the retry no longer waits for its step (the editor is told).
     max_queued_jobs: int = Field(default=4, ge=1)
