@@ -305,15 +305,26 @@ class _Decoder:
         self.device = next(model.parameters()).device
         self.cache: Any = None
         self.cache_keyword = cache_keyword(model)
+        self.prompt = (prompt_cache, prompt_tokens, weights_key)
         reused = 0
         if prompt_cache is not None:
             reused, self.cache = prompt_cache.lookup(prompt_tokens, weights_key)
         logits = self._forward(prompt_tokens[reused:] + opening, keep=len(opening) + 1)
         self.opening_logits = logits[:-1]
         self.next_logits = logits[-1]
+
+    def keep_prompt(self) -> None:
+        """Store the prompt's K/V in the prompt cache (one call's: once decoding is done).
+
+        Taken from the cache as decoding left it, not right after the prefill: every step
+        copies the K/V into longer tensors (`DynamicCache.update` concatenates), so an
+        entry stored at the prefill was a second copy of the prompt's K/V held for the
+        whole decode (~12 MB for a first proposal; the team server's peaks were such
+        decodes). The stored tensors run past the prompt (the opening, the sampled
+        tokens); lookups never use more positions than the stored prompt tokens.
+        """
+        prompt_cache, prompt_tokens, weights_key = self.prompt
         if prompt_cache is not None:
-            # The stored K/V run past the prompt (the opening); lookups never use more
-            # positions than the stored prompt tokens, so that tail is simply ignored.
             prompt_cache.store(prompt_tokens, self.cache, weights_key)
 
     def _forward(self, tokens: list[int], keep: int) -> torch.Tensor:
@@ -430,6 +441,7 @@ def constrained_decode(
             forced += more
             if not pending:
                 break
+        decoder.keep_prompt()
 
     return Completion(
         tokens=tokens,
@@ -545,6 +557,9 @@ def constrained_decode_batch(
 
     with torch.inference_mode():
         decoder = _Decoder(model, prompt_tokens, opening, prompt_cache, weights_key)
+        # Kept now, not after the steps as one call's is: by then the cache also holds
+        # `n` candidates' K/V, which a stored entry would keep alive.
+        decoder.keep_prompt()
         if opening:
             opening_lps = _opening_logprobs(decoder, opening)
             for row in logprobs:
