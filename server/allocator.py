@@ -19,9 +19,10 @@ before any agent thread exists: two arenas, the mmap threshold fixed at 1 MB (`m
 changes the live allocator; `MALLOC_ARENA_MAX` is read only when a process starts), and
 MKL's cache off unless the environment already chose. At glibc's default 128 KB every
 per-layer K/V tensor a decode step grows (~230 KB) was a fresh mmap: one call took
-~1.9-2.3 s instead of ~1.3-1.6 s. Together, the bench's load peaked at 1149 MB where
-it had peaked at 1236 MB with the arena and threshold settings alone. Elsewhere than
-glibc the `mallopt` part does nothing.
+~1.9-2.3 s instead of ~1.3-1.6 s. In bench/team.py's load phase (one run each):
+two arenas and a 128 KB threshold, peak 1196 MB; MKL's cache off too, 1110 MB; with the
+threshold at 1 MB instead, 1149 MB. Elsewhere than glibc
+the `mallopt` part does nothing.
 """
 
 from __future__ import annotations
