@@ -21,8 +21,8 @@ MKL's cache off unless the environment already chose. At glibc's default 128 KB 
 per-layer K/V tensor a decode step grows (~230 KB) was a fresh mmap: one call took
 ~1.9-2.3 s instead of ~1.3-1.6 s. In bench/team.py's load phase (one run each):
 two arenas and a 128 KB threshold, peak 1196 MB; MKL's cache off too, 1110 MB; with the
-threshold at 1 MB instead, 1149 MB. Elsewhere than glibc
-the `mallopt` part does nothing.
+threshold at 1 MB instead, 1149 MB. Elsewhere than glibc the `mallopt` part does
+nothing.
 """
 
 from __future__ import annotations
