@@ -139,19 +139,22 @@ class Settings(BaseModel):
     # Users with an open connection at once; one more is refused at initialize, with a
     # message saying so, before anything of theirs is touched.
     max_users: int = Field(default=32, ge=1)
-    # Users' adapters kept in memory (~7 MB each at rank 16); past it the least recently
-    # used are written to a temporary file and read back on their next proposal: ~22 ms
-    # a swap (bench/team.py's `adapter_swap_ms`) against 0.6 s or more a proposal, so
-    # few stay in memory; 20 users round-robin miss whatever the number.
-    max_resident_adapters: int = Field(default=4, ge=1)
+    # Users' adapters kept in memory (~7 MB each at rank 16, the live one's included);
+    # past it the least recently used are written to a temporary file and read back on
+    # their next proposal: ~22 ms a swap against 0.6 s or more a proposal, so few stay
+    # in memory; 20 users round-robin miss whatever the number. 2: the live user's and
+    # the one before (at 4, the bench's 20-user server was 7 MB over its budget).
+    max_resident_adapters: int = Field(default=2, ge=1)
     # Users' prompt K/V caches kept (~45 KB a token on the embedded model); past it the
     # least recently used is dropped and that user's next turn prefills in full.
     max_prompt_caches: int = Field(default=4, ge=1)
     # … and their bytes together (the user whose turn runs keeps theirs whatever its size:
-    # it is that turn's working memory). A cache is ~18 MB for a first proposal and
-    # grows with the conversation; 48 MB keeps a 20-user server within one base model
-    # + 20 adapters + 500 MB with room to spare (bench/team.py).
-    max_prompt_cache_mb: float = Field(default=48.0, gt=0)
+    # it is that turn's working memory). A cache is ~13 MB for a first proposal (one
+    # entry: ~280 prompt tokens and the call sampled after them) and grows with the
+    # conversation. 16 MB: the running turn's, and others' only while they are short; at
+    # 48 MB the caches held ~37 MB of a 20-user server that was over one base model + 20
+    # adapters + 500 MB (bench/team.py, docs/deploy.md).
+    max_prompt_cache_mb: float = Field(default=16.0, gt=0)
     # Training jobs of one user that may wait; past it a correction is still committed and
     # its job queued, but the retry no longer waits for its step (the editor is told).
     max_queued_jobs: int = Field(default=4, ge=1)

@@ -39,6 +39,7 @@ from pygls.io_ import StdinAsyncReader
 from continual_lsp.config import Settings, default_store_path
 
 from .agents import AgentFactory, AgentPool, default_agent_factory
+from .allocator import tune_allocators
 from .app import ContinualServer, build_server
 from .delivery import deliver
 from .session import Session
@@ -336,6 +337,7 @@ def serve(
     # The model samples in a thread of this process; a shorter GIL switch interval (5 ms
     # by default) lets the event loop answer between the sampler's Python steps.
     sys.setswitchinterval(0.001)
+    tune_allocators()  # before the agent threads exist and torch loads (allocator.py)
     server = Server(settings, agent_factory)
     code = 0
     try:

@@ -205,6 +205,16 @@ def cache_keyword(model: Any) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """How many tokens `a` and `b` share from the start."""
+    shared = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        shared += 1
+    return shared
+
+
 class PromptCache:
     """The KV caches of the last prompts, reused for the longest prefix the next one shares.
 
@@ -218,6 +228,11 @@ class PromptCache:
     `LocalPolicy.weights_key`) must match, and entries of other weights are dropped.
     Only plain `DynamicCache` layers are reused (sliding-window or recurrent layers
     cannot be cut at an arbitrary prefix); other models simply prefill in full.
+
+    An older entry that shares most of its tokens with the newer one is dropped: the
+    newer covers that prefix, and the older would hold a second copy of its K/V to save
+    the prefill of a short tail. Two different tasks of one user share the system prompt
+    (~250 of ~300 tokens): both kept, a user's cache held ~24 MB where one entry is ~12.
     """
 
     CAPACITY = 2
@@ -237,11 +252,7 @@ class PromptCache:
         for tokens, entry_layers, entry_key in self.entries:
             if entry_key != key:
                 continue
-            shared = 0
-            for a, b in zip(tokens, prompt_tokens, strict=False):
-                if a != b:
-                    break
-                shared += 1
+            shared = common_prefix(tokens, prompt_tokens)
             if shared > best:
                 best, layers = shared, entry_layers
         # At least one prompt token must still be fed: its logits predict the first token.
@@ -264,7 +275,11 @@ class PromptCache:
         if not layers or any(type(layer) is not DynamicLayer for layer in layers):
             self.clear()
             return
-        kept = [e for e in self.entries if e[2] == key and e[0] != prompt_tokens]
+        kept = [
+            e
+            for e in self.entries
+            if e[2] == key and 2 * common_prefix(e[0], prompt_tokens) <= len(e[0])
+        ]
         entry = (list(prompt_tokens), [(layer.keys, layer.values) for layer in layers], key)
         self.entries = [entry, *kept][: self.CAPACITY]
 
@@ -290,15 +305,26 @@ class _Decoder:
         self.device = next(model.parameters()).device
         self.cache: Any = None
         self.cache_keyword = cache_keyword(model)
+        self.prompt = (prompt_cache, prompt_tokens, weights_key)
         reused = 0
         if prompt_cache is not None:
             reused, self.cache = prompt_cache.lookup(prompt_tokens, weights_key)
         logits = self._forward(prompt_tokens[reused:] + opening, keep=len(opening) + 1)
         self.opening_logits = logits[:-1]
         self.next_logits = logits[-1]
+
+    def keep_prompt(self) -> None:
+        """Store the prompt's K/V in the prompt cache (one call's: once decoding is done).
+
+        Taken from the cache as decoding left it, not right after the prefill: every step
+        copies the K/V into longer tensors (`DynamicCache.update` concatenates), so an
+        entry stored at the prefill was a second copy of the prompt's K/V held for the
+        whole decode (~12 MB for a first proposal; the team server's peaks were such
+        decodes). The stored tensors run past the prompt (the opening, the sampled
+        tokens); lookups never use more positions than the stored prompt tokens.
+        """
+        prompt_cache, prompt_tokens, weights_key = self.prompt
         if prompt_cache is not None:
-            # The stored K/V run past the prompt (the opening); lookups never use more
-            # positions than the stored prompt tokens, so that tail is simply ignored.
             prompt_cache.store(prompt_tokens, self.cache, weights_key)
 
     def _forward(self, tokens: list[int], keep: int) -> torch.Tensor:
@@ -415,6 +441,7 @@ def constrained_decode(
             forced += more
             if not pending:
                 break
+        decoder.keep_prompt()
 
     return Completion(
         tokens=tokens,
@@ -530,6 +557,9 @@ def constrained_decode_batch(
 
     with torch.inference_mode():
         decoder = _Decoder(model, prompt_tokens, opening, prompt_cache, weights_key)
+        # Kept now, not after the steps as one call's is: by then the cache also holds
+        # `n` candidates' K/V, which a stored entry would keep alive.
+        decoder.keep_prompt()
         if opening:
             opening_lps = _opening_logprobs(decoder, opening)
             for row in logprobs:

@@ -185,6 +185,25 @@ def test_prompt_cache_reuses_the_shared_prefix_exactly(policy: LocalPolicy) -> N
     assert max(abs(a - b) for a, b in zip(scored, following.logprobs, strict=True)) < 1e-4
 
 
+def test_one_call_stores_its_prompt_once_decoding_is_done(policy: LocalPolicy) -> None:
+    """An entry stored at the prefill is a second copy of the prompt's K/V, held beside
+    the decode's growing cache for the whole call: the entry comes after the last step."""
+    policy.prompt_cache.clear()
+    prompt = policy.renderer.render_prompt([Message(role="user", content="Task: show me a.py")])
+    entries_at_forward: list[int] = []
+    hook = policy.model.register_forward_pre_hook(
+        lambda *_: entries_at_forward.append(len(policy.prompt_cache.entries))
+    )
+    try:
+        cold = policy.sample(prompt, SampleParams(max_tokens=60))
+    finally:
+        hook.remove()
+    assert len(entries_at_forward) > 2 and set(entries_at_forward) == {0}
+    assert len(policy.prompt_cache.entries) == 1
+    warm = policy.sample(prompt, SampleParams(max_tokens=60))  # from the stored entry
+    assert policy.prompt_cache.hits and warm.tokens == cold.tokens
+
+
 def test_allowed_tools_restrict_the_call(policy: LocalPolicy) -> None:
     prompt = policy.renderer.render_prompt([Message(role="user", content="Task: run pytest")])
     for tools in (["grep"], ["read", "glob"]):

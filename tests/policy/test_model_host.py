@@ -170,3 +170,45 @@ def test_prompt_caches_are_bounded_by_bytes_least_recently_used_first(
     assert bob.prompt_cache.entries
     assert not alice.prompt_cache.entries and not carol.prompt_cache.entries
     assert host.prompt_cache_bytes == size
+
+
+class _CheckedLock:
+    """The host's lock, recording at each outermost release which users' prompt caches
+    hold entries: what another thread finds when it takes the model next."""
+
+    def __init__(self, users: list[LocalPolicy]) -> None:
+        self._lock = threading.RLock()
+        self._depth = 0
+        self.users = users
+        self.seen: list[list[str]] = []
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+        self._depth += 1
+
+    def __exit__(self, *_: object) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            self.seen.append([u.settings.user for u in self.users if u.prompt_cache.entries])
+        self._lock.release()
+
+
+@pytest.mark.parametrize("call", ["sample", "logprobs"])
+def test_prompt_caches_are_bounded_before_the_model_is_released(
+    model_and_tokenizer: tuple[Any, Any], call: str
+) -> None:
+    """With eight users waiting on one model, a cache noted after the release stays past
+    the bound while the others' turns run: the bound must hold at every release."""
+    host = _host(model_and_tokenizer, max_prompt_caches=1)
+    alice, bob = _user(host, "alice", seed=None), _user(host, "bob", seed=None)
+    lock = _CheckedLock([alice, bob])
+    host.lock = lock  # type: ignore[assignment]
+    prompt = _prompt(alice)
+    probe = alice.renderer.tokenize('{"tool": "read"')
+    for user in (alice, bob, alice):
+        if call == "sample":
+            user.sample(prompt, GREEDY)
+        else:
+            user.logprobs(prompt, probe)
+    assert lock.seen[-1] == ["alice"]
+    assert all(len(holding) <= 1 for holding in lock.seen), lock.seen
