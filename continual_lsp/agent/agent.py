@@ -54,6 +54,8 @@ from continual_lsp.text import unified_diff
 from continual_lsp.tools import hunks as hunk_spans
 from continual_lsp.tools.base import (
     FILE_CHANGING_TOOLS,
+    READ_ONLY_TOOLS,
+    TOOL_NAMES,
     Preview,
     ToolCall,
     ToolError,
@@ -1071,12 +1073,19 @@ class Agent:
         prompt_tokens = self._fit_prompt(task, bullets)
         completion = Completion(tokens=[], logprobs=[], text="")
         forbid = self.lanes.decode_restrictions()
+        repeated = False
         for attempt in range(3):
+            tools = self.settings.allowed_tools
+            if attempt == 2 and repeated and all(c.read_only for c in task.history):
+                # Nothing done yet and the model keeps asking to look again: the last try
+                # may only act, so a task never ends on its first look with nothing shown.
+                acting = [t for t in tools or TOOL_NAMES if t not in READ_ONLY_TOOLS]
+                tools = acting or tools
             params = SampleParams(
                 temperature=self.settings.temperature if attempt == 0 else 0.8,
                 max_tokens=self.settings.max_new_tokens,
                 seed=self.settings.seed + attempt + 31 * task.turn + 7 * task.retries,
-                tools=self.settings.allowed_tools,
+                tools=tools,
                 forbid=forbid,
             )
             completion = policy.sample(prompt_tokens, params)
@@ -1092,6 +1101,7 @@ class Agent:
                 # model often is). Sample again, warmer, before `_advance` ends the task
                 # on a repeat.
                 self.store.append_event("repeat_of_executed", {"call": call.model_dump()}, task.id)
+                repeated = True
                 continue
             return call, completion, prompt_tokens
         return None, completion, prompt_tokens

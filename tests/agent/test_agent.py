@@ -400,3 +400,30 @@ def test_reading_again_after_a_call_that_could_not_run_is_not_the_end(
     assert proposal is not None and proposal.call.tool == "edit_lines"
     assert agent.store.events(kind="repeat_of_executed") == []
     agent.close()
+
+
+def test_a_task_that_only_looked_is_not_ended_by_its_first_repeat(
+    tmp_path: Path, workspace: Path, model_and_tokenizer: Any
+) -> None:
+    """The model asks for the file it already read, three times: the third try may only
+    act (the grammar drops read, glob and grep), so the reviewer is shown a change."""
+    from tests.server.scripted import FIX_MEAN, ForcedCallPolicy
+
+    read = {"tool": "read", "arguments": {"path": "src/calc/ops.py"}}
+    settings = Settings(enable_training=False, store_path=str(tmp_path / "store.sqlite3"))
+    script = ForcedCallPolicy(settings, [read, read, read, FIX_MEAN], model_and_tokenizer)
+    offered: list[list[str] | None] = []
+    scripted = script.sample
+
+    def sample(prompt_tokens: list[int], params: Any) -> Any:
+        offered.append(params.tools)
+        return scripted(prompt_tokens, params)
+
+    script.sample = sample  # type: ignore[method-assign]
+    agent = Agent(settings, workspace, policy=script)
+    _, proposal = agent.start_task("Fix mean() in src/calc/ops.py")
+    assert proposal is not None and proposal.call.tool == "edit_lines"
+    assert offered[:3] == [None, None, None]
+    assert offered[3] is not None and not {"read", "glob", "grep"} & set(offered[3])
+    assert "edit_lines" in offered[3]
+    agent.close()
