@@ -153,11 +153,11 @@ async def _demo(settings: Settings, task: str, workspace: Path, store: Path) -> 
         f"workspace: {workspace}\nstore:     {store}\ntask:      {task}\n"
         f"tools:     {DEMO_TOOLS.replace(',', ', ')} (the demo narrows the grammar to these)"
     )
-    if (workspace / IN_VIEW).is_file():
+    files = [IN_VIEW] if (workspace / IN_VIEW).is_file() else []
+    if files:
         _say(f"in view:   {IN_VIEW} (the file the reviewer has open; read before the first turn)")
     started = time.monotonic()
-    files = [IN_VIEW] if (workspace / IN_VIEW).is_file() else []
-    params = {"text": task, "files": files} if files else {"text": task}
+    params = {"text": task, "files": files}
     result = _plain(await client.protocol.send_request_async(METHOD_START_TASK, params))
     _say(f"task {result['taskId']} started")
 

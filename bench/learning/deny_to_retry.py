@@ -3,19 +3,19 @@
     python bench/learning/deny_to_retry.py --denials 10
 
 The demo's setting (`continual-lsp demo`): the sample workspace, its task, its file in
-view and its tools, its correction. The agent is built as the server builds it when a client connects (the
-policy loads and the training worker starts, warm, in the background); the first
-proposal is the reviewer reading, then every proposal is denied with the demo's
-correction (the project's way for a fix, else "that is not the bug") and `decide` is
-timed until the retry is there: the choice among the N candidates. The SDPO step that
-takes the winner as its demonstration runs after the retry is shown (the editor hears of
-it by `continual/learned`); the next denial comes at once, so a step may still run while
-the next retry is chosen. The first denial is the session's first correction. Also
-printed: when the agent handed the retry to its listener, the SDPO steps' times, the
-choice's own cost from the agent's `retry_chosen` events (wall time and this thread's
-CPU time, which is what it costs on a core of its own however busy the machine is), the
-candidates' lengths, the prompt size, and the machine's load average. Writes
-`bench/results/deny_to_retry.json`.
+view and its tools, its correction. The agent is built as the server builds it when a
+client connects (the policy loads and the training worker starts, warm, in the
+background); the first proposal is the reviewer reading, then every proposal is denied
+with the demo's correction (the project's way for a fix, else "that is not the bug") and
+`decide` is timed until the retry is there: the choice among the N candidates. The SDPO
+step that takes the winner as its demonstration runs after the retry is shown (the
+editor hears of it by `continual/learned`); the next denial comes at once, so a step may
+still run while the next retry is chosen. The first denial is the session's first
+correction. Also printed: when the agent handed the retry to its listener, the SDPO
+steps' times, the choice's own cost from the agent's `retry_chosen` events (wall time
+and this thread's CPU time, which is what it costs on a core of its own however busy the
+machine is), the candidates' lengths, the prompt size, and the machine's load average.
+Writes `bench/results/deny_to_retry.json`.
 """
 
 from __future__ import annotations

@@ -201,8 +201,7 @@ export class ContinualClient implements vscode.Disposable {
 
   /** `files`: paths the task starts with in view (read into the conversation first). */
   async startTask(text: string, files: string[] = []): Promise<StartTaskResult> {
-    const params = files.length ? { text, files } : { text };
-    const result = parseStartTaskResult(await this.request(METHOD_START_TASK, params));
+    const result = parseStartTaskResult(await this.request(METHOD_START_TASK, { text, files }));
     this.offer(result.proposal);
     return result;
   }
