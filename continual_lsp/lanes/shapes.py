@@ -645,17 +645,29 @@ def naming_shapes(text: str) -> list[Shaped]:
 # -- paths -----------------------------------------------------------------------------------
 
 
+PATH_PROHIBITION = re.compile(
+    r"\b(do not|don'?t|never)\s+(hand[- ]?)?(edit|modify|write|touch)\b|\bhand[- ]?(edit|writ)\w*\b",
+    re.I,
+)
+
+
+def _path_globs(text: str) -> list[str]:
+    globs = [g for g in _globs(text) if not g.startswith(("http", "npx"))]
+    return globs + [g for g in _backticked(text) if g.startswith("*.") and g not in globs]
+
+
 def path_shapes(text: str) -> list[Shaped]:
-    """ "`src/ui/` is generated, do not hand-edit", "Avoid: `*.Designer.cs` (auto-generated)"."""
-    t = text
-    if not (
-        re.search(r"\b(do not|don'?t|never)\s+(hand[- ]?)?(edit|modify|write|touch)\b", t, re.I)
-        or re.search(r"\bhand[- ]?(edit|writ)\w*\b", t, re.I)
-        or (re.search(r"\bavoid\b", t, re.I) and re.search(r"\bgenerated\b", t, re.I))
-    ):
+    """ "`src/ui/` is generated, do not hand-edit", "Avoid: `*.Designer.cs` (auto-generated)".
+
+    The paths are read from the clause that holds the prohibition: "never edit vendor/;
+    make the change under src/" forbids vendor/ only. A clause that names no path ("Generated
+    code lives in `gen/`. Never hand-edit it.") takes the whole text's."""
+    avoid = re.search(r"\bavoid\b", text, re.I) and re.search(r"\bgenerated\b", text, re.I)
+    if not (PATH_PROHIBITION.search(text) or avoid):
         return []
-    globs = [g for g in _globs(t) if not g.startswith(("http", "npx"))]
-    globs += [g for g in _backticked(t) if g.startswith("*.") and g not in globs]
+    clauses = [] if avoid else re.split(r";|\.\s+(?=[A-Z`])", text)
+    t = next((c for c in clauses if PATH_PROHIBITION.search(c) and _path_globs(c)), text)
+    globs = _path_globs(t)
     if not globs:
         return []
     # With several paths, the one the prohibition governs comes last ("`src/components/`

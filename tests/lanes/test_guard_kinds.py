@@ -97,6 +97,27 @@ def test_path_scope_from_text() -> None:
     assert guard.check(write("src/components/nav.tsx"), None).action == "allow"
 
 
+@pytest.mark.parametrize(
+    ("text", "forbidden", "allowed"),
+    [
+        (
+            "Never edit files under third_party/; make the change in our own code under lib/.",
+            "third_party/x/core.py",
+            "lib/app/core.py",
+        ),
+        ("Do not modify `dist/`; it is built from `web/`.", "dist/app.js", "web/app.js"),
+    ],
+)
+def test_the_path_a_prohibition_names_is_the_one_forbidden(
+    text: str, forbidden: str, allowed: str
+) -> None:
+    """The other clause names where the change belongs: blocking it too would stop every
+    compliant change (it did: the last path of the text was taken)."""
+    guard = guard_from(text)
+    assert guard.check(write(forbidden), None).action == "block"
+    assert guard.check(write(allowed), None).action == "allow"
+
+
 def test_path_allow_mode_and_bash_writes() -> None:
     only = Guard(
         "g", GuardSpec(message="only docs", rules=[PathRule(globs=["docs/**"], mode="allow")])
