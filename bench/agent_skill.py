@@ -147,14 +147,20 @@ def run_task(policy: Any, s: Situation, work: Path) -> dict[str, Any]:
         max_turns=8,
     )
     sampled = {"tokens": 0}
-    original = policy.sample
+    original, original_batch = policy.sample, policy.sample_batch
 
     def counting(prompt: list[int], params: Any) -> Any:
         completion = original(prompt, params)
         sampled["tokens"] += len(completion.tokens)
         return completion
 
-    policy.sample = counting
+    def counting_batch(prompt: list[int], params: Any, n: int) -> Any:
+        # The candidates for a call that could not run, or a retry: every row decoded.
+        completions = original_batch(prompt, params, n)
+        sampled["tokens"] += sum(len(c.tokens) for c in completions)
+        return completions
+
+    policy.sample, policy.sample_batch = counting, counting_batch
     start = time.perf_counter()
     approved: list[ToolCall] = []
     first: ToolCall | None = None
@@ -171,7 +177,7 @@ def run_task(policy: Any, s: Situation, work: Path) -> dict[str, Any]:
         events = [e for e in agent.store.events(kind="proposal") if e["task_id"] == task_id]
         agent.close()
     finally:
-        del policy.sample  # the bound method again
+        del policy.sample, policy.sample_batch  # the bound methods again
     statuses = [e["payload"].get("status") for e in events]
     return {
         "kind": s.kind,

@@ -805,16 +805,24 @@ class Agent:
                 preview, error = self._preview(call)
             if error is not None:
                 # A call that cannot run (no such file, a range past the end) is not worth
-                # the reviewer's time: it fails like an executed call, and the model sees why.
-                self._record_invalid(task, call, completion, prompt_tokens, str(error))
-                task.invalid_streak += 1
-                if task.invalid_streak > self.settings.max_retries:
-                    self._finish(
-                        task,
-                        f"stopped: {task.invalid_streak} calls in a row could not run ({error})",
-                    )
-                    break
-                continue
+                # the reviewer's time: the likeliest runnable sample takes its place, or it
+                # fails like an executed call and the model sees why.
+                runnable = self._runnable_instead(task, call, completion, prompt_tokens, error)
+                if runnable is None:
+                    self._record_invalid(task, call, completion, prompt_tokens, str(error))
+                    task.invalid_streak += 1
+                    if task.invalid_streak > self.settings.max_retries:
+                        self._finish(
+                            task,
+                            f"stopped: {task.invalid_streak} calls in a row could not run "
+                            f"({error})",
+                        )
+                        break
+                    continue
+                call, preview, note = runnable.call, runnable.preview, runnable.note
+                assert runnable.completion is not None
+                completion = runnable.completion
+                verdict = self.lanes.check_guards(call, preview, task.history)
             task.invalid_streak = 0
             proposal = self._add_proposal(task, call, completion, prompt_tokens, preview, note)
             if verdict.action == "block":
@@ -891,19 +899,8 @@ class Agent:
         completions += substituted
         row = self.store.proposal(denied.id)
         student_prompt = row["prompt_tokens"] if row else prompt_tokens
-        denied_keys = {_canonical(c) for c in self._denied_calls(task).values()}
-        drops: Counter[str] = Counter()
-        kept: dict[str, _Choice] = {}
-        for completion in completions:
-            screened = self._screen_retry(task, completion, prompt_tokens, denied_keys)
-            if isinstance(screened, str):
-                drops[screened] += 1
-                continue
-            key, choice = screened
-            if key in kept or not completion.tokens:
-                continue  # the same call sampled twice is one candidate
-            kept[key] = choice
-        ranked = self._ranked(list(kept.values()), student_prompt)
+        kept, drops = self._screened(task, completions, prompt_tokens)
+        ranked = self._ranked(kept, student_prompt)
         summary = {
             "candidates": len(completions),
             "substituted": len(substituted),
@@ -979,6 +976,70 @@ class Agent:
             Completion(tokens=t, logprobs=lp, text=call_text(call))
             for call, t, lp in zip(chosen, tokens, scores, strict=True)
         ]
+
+    def _runnable_instead(
+        self,
+        task: _Task,
+        failed: ToolCall,
+        completion: Completion,
+        prompt_tokens: list[int],
+        error: ToolError,
+    ) -> _Choice | None:
+        """The likeliest runnable call among `retry_candidates` samples from the prompt that
+        gave `failed`, a call that cannot run (a range past the end, `old` text not in the
+        file). Told of the failure instead, a small model mostly gives up the change (it
+        runs the tests and ends), so the reviewer never sees the change it meant; among
+        its own samples one usually can run. Screened like a retry (guards, preview, not
+        a denied or executed call), ranked by the model's mean log-prob. The failed call
+        is kept in the store as `invalid`, not in the conversation. None when no sample
+        can run either."""
+        params = SampleParams(
+            temperature=self.settings.retry_temperature,
+            max_tokens=self.settings.max_new_tokens,
+            seed=self.settings.seed + 13 + 31 * task.turn + 7 * task.retries,
+            tools=self.settings.allowed_tools,
+            forbid=self.lanes.decode_restrictions(),
+        )
+        samples = self.policy.sample_batch(prompt_tokens, params, self.settings.retry_candidates)
+        kept, drops = self._screened(task, samples, prompt_tokens)
+        best = max(
+            kept,
+            key=lambda c: sum(c.completion.logprobs) / len(c.completion.logprobs),  # type: ignore[union-attr]
+            default=None,
+        )
+        self.store.append_event(
+            "invalid_replaced",
+            {
+                "call": failed.model_dump(),
+                "error": str(error),
+                "candidates": len(samples),
+                "kept": len(kept),
+                "dropped": dict(drops),
+                "winner": best.call.model_dump() if best else None,
+            },
+            task.id,
+        )
+        if best is not None:
+            self._store_proposal(task, failed, completion, prompt_tokens, None, status="invalid")
+        return best
+
+    def _screened(
+        self, task: _Task, completions: list[Completion], prompt_tokens: list[int]
+    ) -> tuple[list[_Choice], Counter[str]]:
+        """The distinct candidates that may be shown, and why the others were dropped."""
+        denied_keys = {_canonical(c) for c in self._denied_calls(task).values()}
+        drops: Counter[str] = Counter()
+        kept: dict[str, _Choice] = {}
+        for completion in completions:
+            screened = self._screen_retry(task, completion, prompt_tokens, denied_keys)
+            if isinstance(screened, str):
+                drops[screened] += 1
+                continue
+            key, choice = screened
+            if key in kept or not completion.tokens:
+                continue  # the same call sampled twice is one candidate
+            kept[key] = choice
+        return list(kept.values()), drops
 
     def _screen_retry(
         self, task: _Task, completion: Completion, prompt_tokens: list[int], denied_keys: set[str]

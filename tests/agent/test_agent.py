@@ -388,7 +388,8 @@ def test_reading_again_after_a_call_that_could_not_run_is_not_the_end(
     read = {"tool": "read", "arguments": {"path": "src/calc/ops.py"}}
     wrong = {"tool": "edit", "arguments": {"path": "src/calc/ops.py", "old": "nope", "new": "x"}}
     settings = Settings(enable_training=False, store_path=str(tmp_path / "store.sqlite3"))
-    script = ForcedCallPolicy(settings, [read, wrong, read, FIX_MEAN], model_and_tokenizer)
+    # The failed edit's replacement samples (one batch) are reads again: not runnable anew.
+    script = ForcedCallPolicy(settings, [read, wrong, read, read, FIX_MEAN], model_and_tokenizer)
     agent = Agent(settings, workspace, policy=script)
     _, proposal = agent.start_task("Fix mean() in src/calc/ops.py")
     # The edit could not run (its old text is not in the file); the read after it ran
@@ -399,6 +400,31 @@ def test_reading_again_after_a_call_that_could_not_run_is_not_the_end(
     assert statuses[:3] == [("read", "pending"), ("edit", "invalid"), ("read", "pending")]
     assert proposal is not None and proposal.call.tool == "edit_lines"
     assert agent.store.events(kind="repeat_of_executed") == []
+    agent.close()
+
+
+def test_a_call_that_cannot_run_gives_way_to_a_runnable_sample(
+    tmp_path: Path, workspace: Path, model_and_tokenizer: Any
+) -> None:
+    """The model's call cannot run (a range past the end): the likeliest runnable sample
+    from the same prompt is shown instead, and the failure stays out of the conversation."""
+    from tests.server.scripted import FIX_MEAN, ForcedCallPolicy
+
+    past_end = {
+        "tool": "edit_lines",
+        "arguments": {"path": "src/calc/ops.py", "start": 90, "end": 90, "content": "x"},
+    }
+    settings = Settings(enable_training=False, store_path=str(tmp_path / "store.sqlite3"))
+    script = ForcedCallPolicy(settings, [past_end, FIX_MEAN], model_and_tokenizer)
+    agent = Agent(settings, workspace, policy=script)
+    _, proposal = agent.start_task("Fix mean() in src/calc/ops.py")
+    assert proposal is not None and proposal.call.arguments == FIX_MEAN["arguments"]
+    statuses = [e["payload"]["status"] for e in agent.store.events(kind="proposal")]
+    assert statuses == ["invalid", "pending"]
+    (replaced,) = [e["payload"] for e in agent.store.events(kind="invalid_replaced")]
+    assert "past the end" in replaced["error"] and replaced["winner"]["tool"] == "edit_lines"
+    row = agent.store.proposal(proposal.id)
+    assert row is not None and "past the end" not in script.renderer.decode(row["prompt_tokens"])
     agent.close()
 
 
