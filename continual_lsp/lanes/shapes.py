@@ -60,6 +60,11 @@ def _bash(cmd: str, history: list[ToolCall] | None = None) -> Situation:
     return Situation(ToolCall(tool="bash", arguments={"cmd": cmd}), history or [])
 
 
+def _write_pair(rule: Rule, path: str, violating: str, compliant: str) -> Shaped:
+    """The most common self-check: one file written against the rule, then within it."""
+    return Shaped(rule, _write(path, violating), _write(path, compliant))
+
+
 NEG = r"\b(?:never|no|not|don'?t|do not|avoid|must not|mustn'?t|should not|without)\b"
 JS = ["*.js", "*.jsx", "*.ts", "*.tsx", "*.mjs", "*.cjs", "*.vue", "*.svelte"]
 MARKUP = ["*.html", "*.jsx", "*.tsx", "*.vue", "*.svelte", "*.twig", "*.erb", "*.php"]
@@ -149,7 +154,7 @@ def _deny(
     out: list[Shaped], pattern: str, globs: list[str], bad: str, good: str, path: str
 ) -> None:
     rule = ContentRule(pattern=pattern, path_globs=globs)
-    out.append(Shaped(rule, _write(path, bad), _write(path, good)))
+    out.append(_write_pair(rule, path, bad, good))
 
 
 def _style_content_shapes(t: str) -> list[Shaped]:
@@ -174,11 +179,7 @@ def _style_content_shapes(t: str) -> list[Shaped]:
     )
     if re.search(NEG + r"[^.]*\b(emojis?|emoji)\b", t, re.I) and not commits_only:
         out.append(
-            Shaped(
-                ContentRule(pattern=EMOJI),
-                _write("src/a.py", "x = 1  # \u2705\n"),
-                _write("src/a.py", "x = 1\n"),
-            )
+            _write_pair(ContentRule(pattern=EMOJI), "src/a.py", "x = 1  # \u2705\n", "x = 1\n")
         )
     if re.search(NEG + r"[^.]*\b(emojis?|emoji)\b", t, re.I) and re.search(r"\bcommit", t, re.I):
         out.append(
@@ -282,7 +283,7 @@ def _required_text(t: str) -> list[Shaped]:
         return []
     needle = m.group(1).strip()
     rule = ContentRule(pattern=re.escape(needle), required=True)
-    return [Shaped(rule, _write("src/a.py", "x = 1\n"), _write("src/a.py", f"# {needle}\nx = 1\n"))]
+    return [_write_pair(rule, "src/a.py", "x = 1\n", f"# {needle}\nx = 1\n")]
 
 
 def _import_re(module: str) -> str:
@@ -328,10 +329,8 @@ def _import_boundaries(t: str) -> list[Shaped]:
         rule = ContentRule(pattern=_import_re(dst), path_globs=globs)
         path = src.rstrip("/") + "/a.ts"
         out.append(
-            Shaped(
-                rule,
-                _write(path, f"import {{ x }} from '../{dst}/x';\n"),
-                _write(path, "import { x } from './x';\n"),
+            _write_pair(
+                rule, path, f"import {{ x }} from '../{dst}/x';\n", "import { x } from './x';\n"
             )
         )
     for m in re.finditer(
@@ -362,11 +361,7 @@ def _import_boundaries(t: str) -> list[Shaped]:
         rule = ContentRule(pattern=pattern, path_globs=globs, exclude_globs=owner)
         path = f"src/{where.strip('/')}/a.py" if globs else "src/a.py"
         out.append(
-            Shaped(
-                rule,
-                _write(path, f"import {mods[0].replace('/', '.')}\n"),
-                _write(path, "import json\n"),
-            )
+            _write_pair(rule, path, f"import {mods[0].replace('/', '.')}\n", "import json\n")
         )
     return out
 
@@ -399,10 +394,11 @@ def allowed_import_shapes(t: str) -> list[Shaped]:
     rule = ContentRule(pattern=pattern, path_globs=[f"**/{src}/**"])
     path = f"src/{src}/a.ts"
     return [
-        Shaped(
+        _write_pair(
             rule,
-            _write(path, "import { x } from '../somewhere_else/x';\n"),
-            _write(path, f"import {{ x }} from '../{allowed[0]}/x';\n"),
+            path,
+            "import { x } from '../somewhere_else/x';\n",
+            f"import {{ x }} from '../{allowed[0]}/x';\n",
         )
     ]
 
@@ -870,11 +866,7 @@ def _licence_header(t: str) -> list[Shaped]:
             required=True,
         )
         out.append(
-            Shaped(
-                rule,
-                _write("src/a.py", "x = 1\n"),
-                _write("src/a.py", "# SPDX-License-Identifier: MIT\nx = 1\n"),
-            )
+            _write_pair(rule, "src/a.py", "x = 1\n", "# SPDX-License-Identifier: MIT\nx = 1\n")
         )
     return out
 
@@ -896,13 +888,7 @@ def _hardcoded(t: str) -> list[Shaped]:
             (r"\.(?:text|title)\s*=\s*\"[^\"\n]*[A-Za-z]", ["*.swift"],
              'label.text = "Welcome back"\n', "label.text = L10n.welcome\n", "Sources/Home.swift"),
         ):  # fmt: skip
-            out.append(
-                Shaped(
-                    ContentRule(pattern=pattern, path_globs=globs),
-                    _write(path, bad),
-                    _write(path, good),
-                )
-            )
+            out.append(_write_pair(ContentRule(pattern=pattern, path_globs=globs), path, bad, good))
     if re.search(r"\b(colou?rs?|theme)\b", t, re.I):
         rule = ContentRule(
             pattern=r"(?<=['\":\s])#(?:[0-9a-fA-F]{3}){1,2}(?:[0-9a-fA-F]{2})?\b|\brgba?\(",
@@ -910,10 +896,11 @@ def _hardcoded(t: str) -> list[Shaped]:
             exclude_globs=["*theme*", "*tokens*", "*colors*"],
         )
         out.append(
-            Shaped(
+            _write_pair(
                 rule,
-                _write("src/Card.tsx", "const s = { color: '#ff0000' };\n"),
-                _write("src/Card.tsx", "const s = { color: theme.colors.error };\n"),
+                "src/Card.tsx",
+                "const s = { color: '#ff0000' };\n",
+                "const s = { color: theme.colors.error };\n",
             )
         )
     return out
@@ -931,10 +918,11 @@ def _logger_instead(t: str) -> list[Shaped]:
             call = name + "('x')"
             path = _example_path(globs, "src/example.js")
             out.append(
-                Shaped(
+                _write_pair(
                     ContentRule(pattern=pattern, path_globs=globs),
-                    _write(path, call + "\n"),
-                    _write(path, "log.info('x')\n"),
+                    path,
+                    call + "\n",
+                    "log.info('x')\n",
                 )
             )
     return out
@@ -960,7 +948,7 @@ def _artefact_language(t: str) -> list[Shaped]:
     else:
         return []
     rule = ContentRule(pattern=pattern, path_globs=CODE_FILES)
-    return [Shaped(rule, _write("src/a.py", bad), _write("src/a.py", 'x = 1  # "count"\n'))]
+    return [_write_pair(rule, "src/a.py", bad, 'x = 1  # "count"\n')]
 
 
 def dependency_shapes(text: str) -> list[Shaped]:
@@ -981,20 +969,22 @@ def dependency_shapes(text: str) -> list[Shaped]:
             continue
         module = bad.replace("-", "_")
         out.append(
-            Shaped(
+            _write_pair(
                 ContentRule(pattern=_import_re(module)),
-                _write("src/a.py", f"import {module}\n"),
-                _write("src/a.py", f"import {good.replace('-', '_')}\n"),
+                "src/a.py",
+                f"import {module}\n",
+                f"import {good.replace('-', '_')}\n",
             )
         )
         out.append(
-            Shaped(
+            _write_pair(
                 ContentRule(
                     pattern=rf"^\s*[\"']?{re.escape(bad)}[\"']?(?:\s*[=:<>~^\[]|\s*$)",
                     path_globs=MANIFESTS,
                 ),
-                _write("Cargo.toml", f'[dependencies]\n{bad} = "1"\n'),
-                _write("Cargo.toml", f'[dependencies]\n{good} = "1"\n'),
+                "Cargo.toml",
+                f'[dependencies]\n{bad} = "1"\n',
+                f'[dependencies]\n{good} = "1"\n',
             )
         )
     return out
@@ -1185,11 +1175,9 @@ def synthesise(rule: Rule) -> Shaped | None:
         if not literal or re.search(r"[\[\](){}|^$+?]", literal.replace("()", "")):
             return None
         path = _example_path(rule.path_globs, "src/example.py")
-        return Shaped(rule, _write(path, f"x = {literal}\n"), _write(path, "x = 1\n"))
+        return _write_pair(rule, path, f"x = {literal}\n", "x = 1\n")
     if isinstance(rule, SizeRule) and rule.max_lines is not None:
-        return Shaped(
-            rule, _write("src/a.py", "x\n" * (rule.max_lines + 1)), _write("src/a.py", "x\n")
-        )
+        return _write_pair(rule, "src/a.py", "x\n" * (rule.max_lines + 1), "x\n")
     if isinstance(rule, ToolRule) and rule.deny and not rule.existing_files_only:
         tool = rule.deny[0]
         args = {"cmd": "echo x"} if tool == "bash" else {"path": "a.txt", "content": "x"}
