@@ -530,15 +530,14 @@ def sequence_shapes(text: str) -> list[Shaped]:
     """ "after changing X run `Y`", "run `Y` before every commit", "use `fmt` for formatting"."""
     t = text
     out: list[Shaped] = []
-    commit_trigger = re.search(
+    # When the step is due: before a commit, after a change, or before finishing.
+    trigger = re.search(
         r"\b(before|prior to)\s+(?:you\s+)?(?:every\s+|each\s+|any\s+)?(?:git\s+)?commit|\bon every commit"
-        r"|\bpre-?commit\b",
-        t,
-        re.I,
-    )
-    change_trigger = re.search(
-        r"\b(after|whenever|when you|every time|each time|once)\b[^.]*\b(chang|edit|modif|writ|touch|complet|implement)\w*"
-        r"|\bon (?:any|every|each) (?:\w+ )?(?:file )?(?:you )?(?:change|edit)|\bany \w+ files? you edit\b",
+        r"|\bpre-?commit\b"
+        r"|\b(after|whenever|when you|every time|each time|once)\b[^.]*\b(chang|edit|modif|writ|touch|complet|implement)\w*"
+        r"|\bon (?:any|every|each) (?:\w+ )?(?:file )?(?:you )?(?:change|edit)|\bany \w+ files? you edit\b"
+        r"|\bbefore (?:you )?(?:finish\w*|complet\w+|submit\w*|mark\w* [^.]*\bdone|hand\w* off)"
+        r"|\b(?:when|once|after) (?:you(?:'re| are|'ve| have) )?(?:done|finished)\b",
         t,
         re.I,
     )
@@ -549,36 +548,22 @@ def sequence_shapes(text: str) -> list[Shaped]:
         re.sub(r"`[^`]*`", "`cmd`", t),  # `ruff check .`: a dot in a command ends nothing
         re.I,
     )
-    finish_trigger = re.search(
-        r"\bbefore (?:you )?(?:finish\w*|complet\w+|submit\w*|mark\w* [^.]*\bdone|hand\w* off)"
-        r"|\b(?:when|once|after) (?:you(?:'re| are|'ve| have) )?(?:done|finished)\b",
-        t,
-        re.I,
-    )
     # "run `X`", "regenerate the stubs with `X`".
     runs = re.search(r"\b(run|execute|use|verify with|check with|invoke)\b|\bwith\s+`", t, re.I)
-    change_trigger = change_trigger or finish_trigger
     # "`npm run build` — verify the build succeeds" is a glossary line, not a rule.
     glossary = re.match(r"^\s*`[^`]+`\s*[:\u2014\u2013-]\s", t)
     steps = [s for s in (_step_command(b) for b in _backticked(t)) if s]
     if re.search(r"\bpre-commit\b", t, re.I) and re.search(r"\brun\b", t, re.I) and not steps:
         steps = ["pre-commit run"]
-    if (
-        not steps
-        and re.search(r"\b(unit )?tests?\b", t, re.I)
-        and runs
-        and (commit_trigger or change_trigger)
-    ):
-        steps = ["test"]
-        if commit_trigger or change_trigger:
-            out.append(_test_suite_shape())
-            return out
+    if not steps and re.search(r"\b(unit )?tests?\b", t, re.I) and runs and trigger:
+        out.append(_test_suite_shape())
+        return out
     pushes = re.search(r"\bbefore\s+(?:you\s+)?(?:every\s+|each\s+)?push", t, re.I)
     if (
         not steps
         and re.search(r"\b(?:the\s+)?(?:linters?|lint)\b", t, re.I)
         and runs
-        and (commit_trigger or change_trigger or pushes)
+        and (trigger or pushes)
     ):
         # Checked at the commit, which comes before any push.
         out.append(_test_suite_shape("lint"))
@@ -586,7 +571,7 @@ def sequence_shapes(text: str) -> list[Shaped]:
     if steps and verify and not glossary:
         out.append(_sequence_shape(steps[0], "commit", _languages(t)))
         return out
-    if steps and runs and (commit_trigger or change_trigger):
+    if steps and runs and trigger:
         out.append(_sequence_shape(steps[0], "commit", _languages(t)))
         return out
     # "Use `rustfmt` for code formatting", "run `gofmt` on any Go file you edit".
