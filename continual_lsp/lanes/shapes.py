@@ -150,6 +150,36 @@ def content_shapes(text: str) -> list[Shaped]:
     ]
 
 
+PY_DEF = r"^[ \t]*(?:async\s+)?def\s+"
+PY_DOCSTRING_MISSING = (
+    PY_DEF + r"(?!_)\w+\([^\n]*\)(?:\s*->[^\n]*)?:[ \t]*\n(?![ \t]*[rRbBuU]?(?:\"\"\"|'''))"
+)
+# The fixed content rules the shapes read, by name: (pattern, files, a file with the
+# pattern, one without, their path). One table, so every such self-check reads alike.
+DENIALS: dict[str, tuple[str, list[str], str, str, str]] = {
+    "default_export": (r"^\s*export\s+default\b", JS, "export default function f() {}\n", "export function f() {}\n", "src/example.ts"),
+    "tabs": (r"^\t+", [], "def f():\n\treturn 1\n", "def f():\n    return 1\n", "src/a.py"),
+    "inline_style": (r"\bstyle\s*=\s*[\"'{]", MARKUP, '<div style="color: red">x</div>\n', '<div class="warn">x</div>\n', "src/example.html"),
+    "var": (r"^\s*var\s", JS, "var x = 1;\n", "const x = 1;\n", "src/example.js"),
+    "debugger": (r"^\s*debugger;?\s*$", JS, "debugger;\n", "const x = 1;\n", "src/example.js"),
+    "stdlib_logging": (r"^\s*(import logging\b|from logging import)", ["*.py"], "import logging\n", "import structlog\n", "src/example.py"),
+    "template_placeholder": (r"\{\{\s*[A-Za-z_]\w*\s*\}\}", [], "Hello {{NAME}}\n", "Hello Ada\n", "docs/a.md"),
+    "star_import": (r"^\s*from\s+\S+\s+import\s+\*", ["*.py"], "from os import *\n", "from os import path\n", "src/example.py"),
+    "then_chain": (r"\.then\(", JS, "f().then(g);\n", "await f();\n", "src/example.ts"),
+    "single_quoted_attribute": (r"\s[\w:-]+='", MARKUP, "<a href='/x'>x</a>\n", '<a href="/x">x</a>\n', "a.html"),
+    "missing_docstring": (PY_DOCSTRING_MISSING, ["*.py"], "def mean(xs):\n    return sum(xs) / len(xs)\n", 'def mean(xs):\n    """The arithmetic mean."""\n    return sum(xs) / len(xs)\n', "src/example.py"),
+    "missing_jsdoc": (r"(?<!\*/\n)^[ \t]*(?:export\s+)?(?:default\s+)?(?:async\s+)?function\b", JS, "export function f(a) {\n  return a;\n}\n", "/** Returns a. */\nexport function f(a) {\n  return a;\n}\n", "src/example.js"),
+    "missing_type_hints": (PY_DEF + r"\w+\([^\n]*\)\s*:", ["*.py"], "def mean(xs):\n    return 0.0\n", "def mean(xs: list[float]) -> float:\n    return 0.0\n", "src/example.py"),
+    "class_component": (r"\bclass\s+\w+\s+extends\s+(?:React\.)?(?:Pure)?Component\b", JS, "class App extends React.Component {}\n", "function App() {\n  return null;\n}\n", "src/App.jsx"),
+    "arrow_parens": (r"(?<![\w$.])\(\s*[A-Za-z_$][\w$]*\s*\)\s*=>", JS, "const f = (x) => x;\n", "const f = x => x;\n", "src/example.js"),
+    "arrow_bare_parameter": (r"(?:^|[=(,:?]\s*)(?:async\s+)?[A-Za-z_$][\w$]*\s*=>", JS, "const f = x => x;\n", "const f = (x) => x;\n", "src/example.js"),
+    "force_unwrap": (r"[\w)\]]!(?=[.\s),;\]]|$)", ["*.swift"], "let n = name!.count\n", "let n = name?.count ?? 0\n", "Sources/Example.swift"),
+    "private_without_underscore": (r"\bprivate\s+(?:(?:readonly|static|final)\s+)*(?:[\w<>\[\],?]+\s+)?(?!_)[A-Za-z]\w*\s*[;=:]", ["*.ts", "*.tsx", "*.java", "*.cs", "*.kt"], "class A {\n  private count: number = 0;\n}\n", "class A {\n  private _count: number = 0;\n}\n", "src/example.ts"),
+    "interface": (r"^\s*(?:export\s+)?interface\s+\w+", ["*.ts", "*.tsx"], "interface A {\n  x: number;\n}\n", "type A = {\n  x: number;\n};\n", "src/example.ts"),
+    "type_alias": (r"^\s*(?:export\s+)?type\s+\w+(?:<[^>\n]*>)?\s*=\s*\{", ["*.ts", "*.tsx"], "type A = {\n  x: number;\n};\n", "interface A {\n  x: number;\n}\n", "src/example.ts"),
+}  # fmt: skip
+
+
 def _deny(
     out: list[Shaped], pattern: str, globs: list[str], bad: str, good: str, path: str
 ) -> None:
@@ -163,14 +193,7 @@ def _style_content_shapes(t: str) -> list[Shaped]:
     if re.search(r"\bnamed exports?\b", t, re.I) or re.search(
         NEG + r"[^.]*\bdefault exports?", t, re.I
     ):
-        _deny(
-            out,
-            r"^\s*export\s+default\b",
-            JS,
-            "export default function f() {}\n",
-            "export function f() {}\n",
-            "src/example.ts",
-        )
+        _deny(out, *DENIALS["default_export"])
     commits_only = re.search(r"\bcommit", t, re.I) and not re.search(
         r"\b(code|comments?|files?|docs?|documentation|source|strings?|anywhere|everywhere|"
         r"output|ui|logs?|readme|markdown)\b",
@@ -192,18 +215,11 @@ def _style_content_shapes(t: str) -> list[Shaped]:
     if re.search(
         NEG + r"[^.]*\btabs?\b|\bspaces?,? (?:not|no|never) tabs?\b|\b\d[- ]space indent", t, re.I
     ):
-        _deny(out, r"^\t+", [], "def f():\n\treturn 1\n", "def f():\n    return 1\n", "src/a.py")
+        _deny(out, *DENIALS["tabs"])
     if re.search(NEG + r"[^.]*\binline[- ]styles?\b", t, re.I):
-        _deny(
-            out,
-            r"\bstyle\s*=\s*[\"'{]",
-            MARKUP,
-            '<div style="color: red">x</div>\n',
-            '<div class="warn">x</div>\n',
-            "src/example.html",
-        )
+        _deny(out, *DENIALS["inline_style"])
     if re.search(NEG + r"[^.]*\bvar\b", t, re.I) and re.search(r"\b(const|let|var)\b", t):
-        _deny(out, r"^\s*var\s", JS, "var x = 1;\n", "const x = 1;\n", "src/example.js")
+        _deny(out, *DENIALS["var"])
     return out
 
 
@@ -223,33 +239,17 @@ def _code_content_shapes(t: str) -> list[Shaped]:
             _example_path(langs, "src/example.py"),
         )
     if re.search(NEG + r"[^.]*\bdebugger\b", t, re.I):
-        _deny(out, r"^\s*debugger;?\s*$", JS, "debugger;\n", "const x = 1;\n", "src/example.js")
+        _deny(out, *DENIALS["debugger"])
     if re.search(r"\bimport\s+logging\b|\bstdlib\s+`?logging", t, re.I) and re.search(
         r"\bNOT\b|\bnot\b|never", t
     ):
-        _deny(
-            out,
-            r"^\s*(import logging\b|from logging import)",
-            ["*.py"],
-            "import logging\n",
-            "import structlog\n",
-            "src/example.py",
-        )
+        _deny(out, *DENIALS["stdlib_logging"])
     if re.search(r"\bunresolved placeholders?\b", t, re.I):
-        _deny(
-            out, r"\{\{\s*[A-Za-z_]\w*\s*\}\}", [], "Hello {{NAME}}\n", "Hello Ada\n", "docs/a.md"
-        )
+        _deny(out, *DENIALS["template_placeholder"])
     if re.search(r"\bwildcard imports?\b|\bstar imports?\b|\bexplicit imports?\b", t, re.I):
-        _deny(
-            out,
-            r"^\s*from\s+\S+\s+import\s+\*",
-            ["*.py"],
-            "from os import *\n",
-            "from os import path\n",
-            "src/example.py",
-        )
+        _deny(out, *DENIALS["star_import"])
     if re.search(r"`\.then\(\)`|\braw\s+`?\.then\b", t, re.I) and re.search(NEG, t, re.I):
-        _deny(out, r"\.then\(", JS, "f().then(g);\n", "await f();\n", "src/example.ts")
+        _deny(out, *DENIALS["then_chain"])
     return out
 
 
@@ -267,7 +267,7 @@ def _markup_content_shapes(t: str) -> list[Shaped]:
         path = named[0] if named else "src/example.html"
         _deny(out, rf"<{tag}\b{inline}", globs, f"<{tag}>x</{tag}>\n", "<div>x</div>\n", path)
     if re.search(r"\bdouble quotes? for (?:html )?attributes\b", t, re.I):
-        _deny(out, r"\s[\w:-]+='", MARKUP, "<a href='/x'>x</a>\n", '<a href="/x">x</a>\n', "a.html")
+        _deny(out, *DENIALS["single_quoted_attribute"])
     return out
 
 
@@ -658,10 +658,6 @@ CODE_FILES = [
     "*.dart", "*.c", "*.cc", "*.cpp", "*.h", "*.hpp", "*.lua", "*.sh",
 ]  # fmt: skip
 UI_FILES = ["*.jsx", "*.tsx", "*.vue", "*.svelte"]
-PY_DEF = r"^[ \t]*(?:async\s+)?def\s+"
-PY_DOCSTRING_MISSING = (
-    PY_DEF + r"(?!_)\w+\([^\n]*\)(?:\s*->[^\n]*)?:[ \t]*\n(?![ \t]*[rRbBuU]?(?:\"\"\"|'''))"
-)
 # Writing to stdout where a logger is wanted, per language.
 OUTPUT_CALLS = {
     "console.log": (r"\bconsole\.(?:log|debug|info)\(", JS),
@@ -717,36 +713,15 @@ def _annotation_shapes(t: str) -> list[Shaped]:
         and not _negated(t, "docstring")
         and python
     ):
-        _deny(
-            out,
-            PY_DOCSTRING_MISSING,
-            ["*.py"],
-            "def mean(xs):\n    return sum(xs) / len(xs)\n",
-            'def mean(xs):\n    """The arithmetic mean."""\n    return sum(xs) / len(xs)\n',
-            "src/example.py",
-        )
+        _deny(out, *DENIALS["missing_docstring"])
     if re.search(r"\bjs ?doc\b", t, re.I) and not _negated(t, "jsdoc"):
-        _deny(
-            out,
-            r"(?<!\*/\n)^[ \t]*(?:export\s+)?(?:default\s+)?(?:async\s+)?function\b",
-            JS,
-            "export function f(a) {\n  return a;\n}\n",
-            "/** Returns a. */\nexport function f(a) {\n  return a;\n}\n",
-            "src/example.js",
-        )
+        _deny(out, *DENIALS["missing_jsdoc"])
     if (
         re.search(r"\btype (?:hints?|annotations?)\b", t, re.I)
         and not _negated(t, "type")
         and python
     ):
-        _deny(
-            out,
-            PY_DEF + r"\w+\([^\n]*\)\s*:",
-            ["*.py"],
-            "def mean(xs):\n    return 0.0\n",
-            "def mean(xs: list[float]) -> float:\n    return 0.0\n",
-            "src/example.py",
-        )
+        _deny(out, *DENIALS["missing_type_hints"])
     return out
 
 
@@ -761,82 +736,40 @@ def _function_style_shapes(t: str) -> list[Shaped]:
         )
         and not _negated(t, "function")
     ) or re.search(NEG + r"\s+(?:\w+\s+)?class components?\b", t, re.I):
-        _deny(
-            out,
-            r"\bclass\s+\w+\s+extends\s+(?:React\.)?(?:Pure)?Component\b",
-            JS,
-            "class App extends React.Component {}\n",
-            "function App() {\n  return null;\n}\n",
-            "src/App.jsx",
-        )
+        _deny(out, *DENIALS["class_component"])
     if re.search(r"\barrow functions?\b", t, re.I) and re.search(r"\bparen", t, re.I):
         if re.search(r"\b(without|omit\w*|no|avoid|drop)\b[^.]*\bparen", t, re.I):
-            _deny(
-                out,
-                r"(?<![\w$.])\(\s*[A-Za-z_$][\w$]*\s*\)\s*=>",
-                JS,
-                "const f = (x) => x;\n",
-                "const f = x => x;\n",
-                "src/example.js",
-            )
+            _deny(out, *DENIALS["arrow_parens"])
         elif re.search(r"\b(always|with|require\w*|include)\b[^.]*\bparen", t, re.I):
-            _deny(
-                out,
-                r"(?:^|[=(,:?]\s*)(?:async\s+)?[A-Za-z_$][\w$]*\s*=>",
-                JS,
-                "const f = x => x;\n",
-                "const f = (x) => x;\n",
-                "src/example.js",
-            )
+            _deny(out, *DENIALS["arrow_bare_parameter"])
     return out
 
 
 def _declaration_shapes(t: str) -> list[Shaped]:
     """Types over interfaces (or back), force unwraps, `_private` fields."""
     out: list[Shaped] = []
-    ts = ["*.ts", "*.tsx"]
-    type_alias = (
-        "type A = {\n  x: number;\n};\n",
-        r"^\s*(?:export\s+)?type\s+\w+(?:<[^>\n]*>)?\s*=\s*\{",
-    )
-    interface = ("interface A {\n  x: number;\n}\n", r"^\s*(?:export\s+)?interface\s+\w+")
     if re.search(
         r"\btypes?\b`?[^.]*\b(?:over|instead of|rather than|not)\s+`?interfaces?\b", t, re.I
     ):
-        _deny(out, interface[1], ts, interface[0], type_alias[0], "src/example.ts")
+        _deny(out, *DENIALS["interface"])
     elif re.search(
         r"\binterfaces?`?\s+(?:for\s+(?:all\s+)?(?:object|props|data)|over|instead of|rather than)\b",
         t,
         re.I,
     ) and re.search(r"\b(use|prefer|always)\b", t, re.I):
-        _deny(out, type_alias[1], ts, type_alias[0], interface[0], "src/example.ts")
+        _deny(out, *DENIALS["type_alias"])
     if re.search(r"\bforce[- ]?unwrap", t, re.I) and re.search(NEG, t, re.I):
-        _deny(
-            out,
-            r"[\w)\]]!(?=[.\s),;\]]|$)",
-            ["*.swift"],
-            "let n = name!.count\n",
-            "let n = name?.count ?? 0\n",
-            "Sources/Example.swift",
-        )
+        _deny(out, *DENIALS["force_unwrap"])
     if re.search(r"\bprivate (?:fields?|members?|properties|variables?)\b", t, re.I) and re.search(
         r"\bprefix\w*\s+(?:with\s+)?(?:an?\s+)?(?:`_`|underscores?)|\bunderscore prefix", t, re.I
     ):
-        _deny(
-            out,
-            r"\bprivate\s+(?:(?:readonly|static|final)\s+)*(?:[\w<>\[\],?]+\s+)?(?!_)[A-Za-z]\w*\s*[;=:]",
-            ["*.ts", "*.tsx", "*.java", "*.cs", "*.kt"],
-            "class A {\n  private count: number = 0;\n}\n",
-            "class A {\n  private _count: number = 0;\n}\n",
-            "src/example.ts",
-        )
+        _deny(out, *DENIALS["private_without_underscore"])
     return out
 
 
 def _licence_header(t: str) -> list[Shaped]:
     """A licence header in every code file."""
-    out: list[Shaped] = []
-    if (
+    if not (
         re.search(
             r"\b(licen[cs]e|copyright)\s+(?:headers?|notices?|comments?|banners?|lines?)\b|\bspdx\b",
             t,
@@ -845,15 +778,13 @@ def _licence_header(t: str) -> list[Shaped]:
         and re.search(r"\b(every|all|each|new|must|should|always|include|add|start)\b", t, re.I)
         and not _negated(t, "licen")
     ):
-        rule = ContentRule(
-            pattern=r"SPDX-License-Identifier|[Cc]opyright|Licensed under",
-            path_globs=CODE_FILES,
-            required=True,
-        )
-        out.append(
-            _write_pair(rule, "src/a.py", "x = 1\n", "# SPDX-License-Identifier: MIT\nx = 1\n")
-        )
-    return out
+        return []
+    rule = ContentRule(
+        pattern=r"SPDX-License-Identifier|[Cc]opyright|Licensed under",
+        path_globs=CODE_FILES,
+        required=True,
+    )
+    return [_write_pair(rule, "src/a.py", "x = 1\n", "# SPDX-License-Identifier: MIT\nx = 1\n")]
 
 
 def _hardcoded(t: str) -> list[Shaped]:
