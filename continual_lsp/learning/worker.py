@@ -53,6 +53,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -433,7 +434,7 @@ class WorkerProcess:
         """Start `self._process` (called with `_lock` held, the signals cleared)."""
         raise NotImplementedError
 
-    def _launch(self, target: Any, name: str, *args: Any) -> None:
+    def _launch(self, target: Callable[..., None], name: str, *args: Any) -> None:
         """Start `target(settings, link, *args)` as `self._process`, in a daemon process."""
         link = WorkerLink(os.getpid(), self._wake, self._stop, self._ready, self.poll_s, self.nice)
         self._process = self._ctx.Process(
