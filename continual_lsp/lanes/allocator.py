@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 import time
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -201,14 +202,41 @@ def _features(
     }
 
 
+@dataclass(frozen=True)
+class _Reading:
+    """What `allocate` read from one correction; every decision it makes carries it."""
+
+    text: str
+    behavioural: bool
+    cue: Cue
+    recurrence: int
+    features: dict[str, float]
+
+    def decision(
+        self,
+        lane: LaneName,
+        reason: str,
+        confidence: float,
+        kind: Kind,
+        checkable: bool,
+        spec: GuardSpec | None = None,
+    ) -> LaneDecision:
+        return LaneDecision(
+            lane=lane,
+            reason=reason,
+            confidence=confidence,
+            kind=kind,
+            checkable=checkable,
+            behavioural=self.behavioural,
+            spec=spec.model_dump() if spec is not None else {},
+            cue=self.cue,
+            recurrence=self.recurrence,
+            features=self.features,
+        )
+
+
 def _code_decision(
-    text: str,
-    spec: GuardSpec,
-    generated_for: list[str] | None,
-    behavioural: bool,
-    cue: Cue,
-    recurrence: int,
-    features: dict[str, float],
+    reading: _Reading, spec: GuardSpec, generated_for: list[str] | None
 ) -> LaneDecision:
     """CODE with a compiled `spec`, or (`generated_for`: the cues) one the LLM wrote."""
     if generated_for is None:
@@ -222,18 +250,9 @@ def _code_decision(
             f"A deterministic check can guarantee this{what}; a generated guard "
             "runs on every proposal in a sandboxed subprocess."
         )
-    return LaneDecision(
-        lane="CODE",
-        reason=reason,
-        confidence=0.9 if generated_for is None else 0.7,
-        kind=classify_kind(text, spec if generated_for is None else None, behavioural),
-        checkable=True,
-        behavioural=behavioural,
-        spec=spec.model_dump(),
-        cue=cue,
-        recurrence=recurrence,
-        features=features,
-    )
+    compiled = generated_for is None
+    kind = classify_kind(reading.text, spec if compiled else None, reading.behavioural)
+    return reading.decision("CODE", reason, 0.9 if compiled else 0.7, kind, True, spec)
 
 
 def _weights_reason(
@@ -295,16 +314,16 @@ def allocate(
     behavioural = behav_p >= 0.5
     met = recurrence >= settings.weights_recurrence if recurrence_met is None else recurrence_met
     features = _features(spec, p_check, behav_p, recurrence)
-    cue = make_cue(text, context)
+    reading = _Reading(text, behavioural, make_cue(text, context), recurrence, features)
     if spec is not None:
-        return _code_decision(text, spec, None, behavioural, cue, recurrence, features)
+        return _code_decision(reading, spec, None)
     proposed = bool(cues) or (p_check is not None and p_check >= CHECKABLE_THRESHOLD)
     if proposed:
         # The classifier proposes, the compiler disposes: CODE only with a guard that
         # exists. The optional LLM guard writer is the last try.
         generated = llm_guard_spec(text, settings) if use_llm is not False else None
         if generated is not None:
-            return _code_decision(text, generated, cues, behavioural, cue, recurrence, features)
+            return _code_decision(reading, generated, cues)
     kind = classify_kind(text, None, behavioural)
     conf = round(float(abs(behav_p - 0.5) * 2 * 0.5 + 0.5), 3)
     no_guard = (
@@ -315,21 +334,13 @@ def allocate(
     )
     # A behavioural judgement that recurs goes to WEIGHTS; the rest is cued CONTEXT.
     weights = behavioural and met
-    return LaneDecision(
-        lane="WEIGHTS" if weights else "CONTEXT",
-        reason=(
-            _weights_reason(kind, recurrence, settings, recurrence_met)
-            if weights
-            else _context_reason(behavioural, recurrence, settings)
-        )
-        + no_guard,
-        confidence=conf,
-        kind=kind,
-        checkable=proposed,
-        behavioural=behavioural,
-        cue=cue,
-        recurrence=recurrence,
-        features=features,
+    reason = (
+        _weights_reason(kind, recurrence, settings, recurrence_met)
+        if weights
+        else _context_reason(behavioural, recurrence, settings)
+    )
+    return reading.decision(
+        "WEIGHTS" if weights else "CONTEXT", reason + no_guard, conf, kind, proposed
     )
 
 

@@ -30,7 +30,7 @@ from continual_lsp.lanes.shapes import (
     _import_re,
     _languages,
     _negated,
-    _write,
+    _write_pair,
 )
 from continual_lsp.text import unified_diff
 from continual_lsp.tools.base import Preview, ToolCall
@@ -110,9 +110,7 @@ def co_requirement_shapes(text: str) -> list[Shaped]:
         pattern = rf"^(?=.*{re.escape(user)})(?!.*{re.escape(need)}).*$"
         rule = ContentRule(pattern=pattern)
         path = "src/example.tsx"
-        out.append(
-            Shaped(rule, _write(path, f'"{user} x"\n'), _write(path, f'"{need} {user} x"\n'))
-        )
+        out.append(_write_pair(rule, path, f'"{user} x"\n', f'"{need} {user} x"\n'))
     return out
 
 
@@ -229,11 +227,7 @@ def _declaration_shapes(kind: str, case: str, langs: list[str]) -> list[Shaped]:
         rule = ContentRule(pattern=prefix + name, path_globs=files)
         path = "src/example" + files[0][1:]
         out.append(
-            Shaped(
-                rule,
-                _write(path, template.format(name=bad_name)),
-                _write(path, template.format(name=good_name)),
-            )
+            _write_pair(rule, path, template.format(name=bad_name), template.format(name=good_name))
         )
     return out
 
@@ -261,7 +255,7 @@ def boolean_prefix_shapes(text: str) -> list[Shaped]:
     pattern = BOOL_DECL.format(prefix=rf"(?:{alt})[A-Z0-9]", prefix_py=rf"(?:{alt})_")
     rule = ContentRule(pattern=pattern, path_globs=CODE_FILES)
     good = f"const {prefixes[0]}Loading = false;\n"
-    return [Shaped(rule, _write("src/a.ts", "const loading = false;\n"), _write("src/a.ts", good))]
+    return [_write_pair(rule, "src/a.ts", "const loading = false;\n", good)]
 
 
 # -- formatting of lines ------------------------------------------------------------------------
@@ -286,12 +280,12 @@ def line_format_shapes(text: str) -> list[Shaped]:
     ):
         n = int(m.group(1) or m.group(2))
         rule = ContentRule(pattern=rf"^[^\n]{{{n + 1},}}$", path_globs=langs)
-        out.append(Shaped(rule, _write(path, "x" * (n + 1) + "\n"), _write(path, "x\n")))
+        out.append(_write_pair(rule, path, "x" * (n + 1) + "\n", "x\n"))
     if re.search(NEG + r"[^.]*\btrailing (?:white ?space|spaces)\b", t, re.I) or re.search(
         r"\b(?:strip|remove|trim)\s+(?:all\s+)?trailing (?:white ?space|spaces)\b", t, re.I
     ):
         rule = ContentRule(pattern=r"[ \t]+$")
-        out.append(Shaped(rule, _write(path, "x = 1  \n"), _write(path, "x = 1\n")))
+        out.append(_write_pair(rule, path, "x = 1  \n", "x = 1\n"))
     if re.search(
         r"\bfiles?\b[^.]*\b(?:end|ends|ending)\s+with\s+(?:a\s+|one\s+)?(?:single\s+)?(?:newline|new line|line break)"
         r"|\b(?:final|trailing)\s+newline\b",
@@ -299,22 +293,16 @@ def line_format_shapes(text: str) -> list[Shaped]:
         re.I,
     ) and not re.search(NEG + r"\s+(?:\w+\s+)?(?:final|trailing)\s+newline", t, re.I):
         rule = ContentRule(pattern=r"\n\Z", required=True)
-        out.append(Shaped(rule, _write(path, "x = 1"), _write(path, "x = 1\n")))
+        out.append(_write_pair(rule, path, "x = 1", "x = 1\n"))
     todo = re.search(r"\b(TODO|FIXME|XXX|HACK)s?\b", t)
     if todo and re.search(NEG, t, re.I) and not re.search(r"\b(without|unless|except)\b", t, re.I):
         rule = ContentRule(pattern=rf"\b{todo.group(1)}\b")
-        out.append(
-            Shaped(
-                rule, _write(path, f"x = 1  # {todo.group(1)}: later\n"), _write(path, "x = 1\n")
-            )
-        )
+        out.append(_write_pair(rule, path, f"x = 1  # {todo.group(1)}: later\n", "x = 1\n"))
     if re.search(
         NEG + r"\s+(?:use\s+|add\s+)?(?:any\s+)?semicolons\b|\bomit\s+semicolons\b", t, re.I
     ):
         rule = ContentRule(pattern=r";[ \t]*$", path_globs=JS)
-        out.append(
-            Shaped(rule, _write("src/a.js", "const a = 1;\n"), _write("src/a.js", "const a = 1\n"))
-        )
+        out.append(_write_pair(rule, "src/a.js", "const a = 1;\n", "const a = 1\n"))
     return out
 
 
@@ -347,7 +335,7 @@ def global_shapes(text: str) -> list[Shaped]:
             continue
         path = "src/example" + files[0][1:]
         rule = ContentRule(pattern=pattern, path_globs=files)
-        out.append(Shaped(rule, _write(path, bad), _write(path, good)))
+        out.append(_write_pair(rule, path, bad, good))
     return out
 
 
@@ -371,7 +359,7 @@ def operator_shapes(text: str) -> list[Shaped]:
     langs = [g for g in _languages(text) if g.startswith("*.")]
     rule = ContentRule(pattern=PLAIN_ASSIGNMENT, path_globs=langs)
     path = "src/example" + (langs[0][1:] if langs else ".txt")
-    return [Shaped(rule, _write(path, "total = 1\n"), _write(path, f"total {op} 1\n"))]
+    return [_write_pair(rule, path, "total = 1\n", f"total {op} 1\n")]
 
 
 # A getter whose body is one `return` ("get x { return _x; }"): an expression body says it
@@ -391,10 +379,8 @@ def expression_body_shapes(text: str) -> list[Shaped]:
     rule = ContentRule(pattern=GETTER_BLOCK, path_globs=langs or ["*.dart", "*.cs", "*.kt"])
     path = "lib/example" + (langs[0][1:] if langs else ".dart")
     return [
-        Shaped(
-            rule,
-            _write(path, "int get count {\n  return _count;\n}\n"),
-            _write(path, "int get count => _count;\n"),
+        _write_pair(
+            rule, path, "int get count {\n  return _count;\n}\n", "int get count => _count;\n"
         )
     ]
 
@@ -438,18 +424,17 @@ def relative_import_shapes(text: str) -> list[Shaped]:
     if deep:
         rule = ContentRule(pattern=DEEP_RELATIVE_IMPORT, path_globs=JS)
         return [
-            Shaped(
+            _write_pair(
                 rule,
-                _write("src/a/b.ts", "import { x } from '../../lib/x';\n"),
-                _write("src/a/b.ts", "import { x } from '@/lib/x';\n"),
+                "src/a/b.ts",
+                "import { x } from '../../lib/x';\n",
+                "import { x } from '@/lib/x';\n",
             )
         ]
     rule = ContentRule(pattern=RELATIVE_IMPORT, path_globs=[*JS, "*.py"])
     return [
-        Shaped(
-            rule,
-            _write("src/a/b.ts", "import { x } from '../lib/x';\n"),
-            _write("src/a/b.ts", "import { x } from '@/lib/x';\n"),
+        _write_pair(
+            rule, "src/a/b.ts", "import { x } from '../lib/x';\n", "import { x } from '@/lib/x';\n"
         )
     ]
 
@@ -476,10 +461,11 @@ def folder_access_shapes(text: str) -> list[Shaped]:
         rule = ContentRule(pattern=pattern, path_globs=globs)
         path = f"src/{where}/a.ts"
         out.append(
-            Shaped(
+            _write_pair(
                 rule,
-                _write(path, f"import {{ db }} from '{mods[0]}';\n"),
-                _write(path, "import { useThing } from '../hooks/useThing';\n"),
+                path,
+                f"import {{ db }} from '{mods[0]}';\n",
+                "import { useThing } from '../hooks/useThing';\n",
             )
         )
     return out

@@ -18,7 +18,7 @@ from continual_lsp.lanes.guards import (
     ContentRule,
     PathRule,
 )
-from continual_lsp.lanes.shapes import EMOJI, NEG, Shaped, _bash, _negated, _write
+from continual_lsp.lanes.shapes import EMOJI, NEG, Shaped, _bash, _negated, _write, _write_pair
 
 # -- dependencies ---------------------------------------------------------------------------------
 
@@ -82,7 +82,7 @@ def _manifest_shape(manifest: str) -> Shaped:
     pattern, dep, other = DEPENDENCY_LINES[manifest]
     path = manifest.replace("*", "App")
     rule = ContentRule(pattern=pattern, path_globs=[manifest])
-    return Shaped(rule, _write(path, dep), _write(path, other))
+    return _write_pair(rule, path, dep, other)
 
 
 def dependency_policy_shapes(text: str) -> list[Shaped]:

@@ -22,8 +22,7 @@ class AdapterRevertNeeded(LedgerError):
 
     def __init__(self, version: int, name: str) -> None:
         super().__init__(f"{name!r} is adapter version {version}: revert it through the agent")
-        self.version = version
-        self.name = name
+        self.version = version  # the caller needs only the version to revert
 
 
 def build_ledger(store: Store) -> LedgerResult:

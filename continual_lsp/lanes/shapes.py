@@ -60,6 +60,11 @@ def _bash(cmd: str, history: list[ToolCall] | None = None) -> Situation:
     return Situation(ToolCall(tool="bash", arguments={"cmd": cmd}), history or [])
 
 
+def _write_pair(rule: Rule, path: str, violating: str, compliant: str) -> Shaped:
+    """The most common self-check: one file written against the rule, then within it."""
+    return Shaped(rule, _write(path, violating), _write(path, compliant))
+
+
 NEG = r"\b(?:never|no|not|don'?t|do not|avoid|must not|mustn'?t|should not|without)\b"
 JS = ["*.js", "*.jsx", "*.ts", "*.tsx", "*.mjs", "*.cjs", "*.vue", "*.svelte"]
 MARKUP = ["*.html", "*.jsx", "*.tsx", "*.vue", "*.svelte", "*.twig", "*.erb", "*.php"]
@@ -145,11 +150,41 @@ def content_shapes(text: str) -> list[Shaped]:
     ]
 
 
+PY_DEF = r"^[ \t]*(?:async\s+)?def\s+"
+PY_DOCSTRING_MISSING = (
+    PY_DEF + r"(?!_)\w+\([^\n]*\)(?:\s*->[^\n]*)?:[ \t]*\n(?![ \t]*[rRbBuU]?(?:\"\"\"|'''))"
+)
+# The fixed content rules the shapes read, by name: (pattern, files, a file with the
+# pattern, one without, their path). One table, so every such self-check reads alike.
+DENIALS: dict[str, tuple[str, list[str], str, str, str]] = {
+    "default_export": (r"^\s*export\s+default\b", JS, "export default function f() {}\n", "export function f() {}\n", "src/example.ts"),
+    "tabs": (r"^\t+", [], "def f():\n\treturn 1\n", "def f():\n    return 1\n", "src/a.py"),
+    "inline_style": (r"\bstyle\s*=\s*[\"'{]", MARKUP, '<div style="color: red">x</div>\n', '<div class="warn">x</div>\n', "src/example.html"),
+    "var": (r"^\s*var\s", JS, "var x = 1;\n", "const x = 1;\n", "src/example.js"),
+    "debugger": (r"^\s*debugger;?\s*$", JS, "debugger;\n", "const x = 1;\n", "src/example.js"),
+    "stdlib_logging": (r"^\s*(import logging\b|from logging import)", ["*.py"], "import logging\n", "import structlog\n", "src/example.py"),
+    "template_placeholder": (r"\{\{\s*[A-Za-z_]\w*\s*\}\}", [], "Hello {{NAME}}\n", "Hello Ada\n", "docs/a.md"),
+    "star_import": (r"^\s*from\s+\S+\s+import\s+\*", ["*.py"], "from os import *\n", "from os import path\n", "src/example.py"),
+    "then_chain": (r"\.then\(", JS, "f().then(g);\n", "await f();\n", "src/example.ts"),
+    "single_quoted_attribute": (r"\s[\w:-]+='", MARKUP, "<a href='/x'>x</a>\n", '<a href="/x">x</a>\n', "a.html"),
+    "missing_docstring": (PY_DOCSTRING_MISSING, ["*.py"], "def mean(xs):\n    return sum(xs) / len(xs)\n", 'def mean(xs):\n    """The arithmetic mean."""\n    return sum(xs) / len(xs)\n', "src/example.py"),
+    "missing_jsdoc": (r"(?<!\*/\n)^[ \t]*(?:export\s+)?(?:default\s+)?(?:async\s+)?function\b", JS, "export function f(a) {\n  return a;\n}\n", "/** Returns a. */\nexport function f(a) {\n  return a;\n}\n", "src/example.js"),
+    "missing_type_hints": (PY_DEF + r"\w+\([^\n]*\)\s*:", ["*.py"], "def mean(xs):\n    return 0.0\n", "def mean(xs: list[float]) -> float:\n    return 0.0\n", "src/example.py"),
+    "class_component": (r"\bclass\s+\w+\s+extends\s+(?:React\.)?(?:Pure)?Component\b", JS, "class App extends React.Component {}\n", "function App() {\n  return null;\n}\n", "src/App.jsx"),
+    "arrow_parens": (r"(?<![\w$.])\(\s*[A-Za-z_$][\w$]*\s*\)\s*=>", JS, "const f = (x) => x;\n", "const f = x => x;\n", "src/example.js"),
+    "arrow_bare_parameter": (r"(?:^|[=(,:?]\s*)(?:async\s+)?[A-Za-z_$][\w$]*\s*=>", JS, "const f = x => x;\n", "const f = (x) => x;\n", "src/example.js"),
+    "force_unwrap": (r"[\w)\]]!(?=[.\s),;\]]|$)", ["*.swift"], "let n = name!.count\n", "let n = name?.count ?? 0\n", "Sources/Example.swift"),
+    "private_without_underscore": (r"\bprivate\s+(?:(?:readonly|static|final)\s+)*(?:[\w<>\[\],?]+\s+)?(?!_)[A-Za-z]\w*\s*[;=:]", ["*.ts", "*.tsx", "*.java", "*.cs", "*.kt"], "class A {\n  private count: number = 0;\n}\n", "class A {\n  private _count: number = 0;\n}\n", "src/example.ts"),
+    "interface": (r"^\s*(?:export\s+)?interface\s+\w+", ["*.ts", "*.tsx"], "interface A {\n  x: number;\n}\n", "type A = {\n  x: number;\n};\n", "src/example.ts"),
+    "type_alias": (r"^\s*(?:export\s+)?type\s+\w+(?:<[^>\n]*>)?\s*=\s*\{", ["*.ts", "*.tsx"], "type A = {\n  x: number;\n};\n", "interface A {\n  x: number;\n}\n", "src/example.ts"),
+}  # fmt: skip
+
+
 def _deny(
     out: list[Shaped], pattern: str, globs: list[str], bad: str, good: str, path: str
 ) -> None:
     rule = ContentRule(pattern=pattern, path_globs=globs)
-    out.append(Shaped(rule, _write(path, bad), _write(path, good)))
+    out.append(_write_pair(rule, path, bad, good))
 
 
 def _style_content_shapes(t: str) -> list[Shaped]:
@@ -158,14 +193,7 @@ def _style_content_shapes(t: str) -> list[Shaped]:
     if re.search(r"\bnamed exports?\b", t, re.I) or re.search(
         NEG + r"[^.]*\bdefault exports?", t, re.I
     ):
-        _deny(
-            out,
-            r"^\s*export\s+default\b",
-            JS,
-            "export default function f() {}\n",
-            "export function f() {}\n",
-            "src/example.ts",
-        )
+        _deny(out, *DENIALS["default_export"])
     commits_only = re.search(r"\bcommit", t, re.I) and not re.search(
         r"\b(code|comments?|files?|docs?|documentation|source|strings?|anywhere|everywhere|"
         r"output|ui|logs?|readme|markdown)\b",
@@ -174,11 +202,7 @@ def _style_content_shapes(t: str) -> list[Shaped]:
     )
     if re.search(NEG + r"[^.]*\b(emojis?|emoji)\b", t, re.I) and not commits_only:
         out.append(
-            Shaped(
-                ContentRule(pattern=EMOJI),
-                _write("src/a.py", "x = 1  # \u2705\n"),
-                _write("src/a.py", "x = 1\n"),
-            )
+            _write_pair(ContentRule(pattern=EMOJI), "src/a.py", "x = 1  # \u2705\n", "x = 1\n")
         )
     if re.search(NEG + r"[^.]*\b(emojis?|emoji)\b", t, re.I) and re.search(r"\bcommit", t, re.I):
         out.append(
@@ -191,18 +215,11 @@ def _style_content_shapes(t: str) -> list[Shaped]:
     if re.search(
         NEG + r"[^.]*\btabs?\b|\bspaces?,? (?:not|no|never) tabs?\b|\b\d[- ]space indent", t, re.I
     ):
-        _deny(out, r"^\t+", [], "def f():\n\treturn 1\n", "def f():\n    return 1\n", "src/a.py")
+        _deny(out, *DENIALS["tabs"])
     if re.search(NEG + r"[^.]*\binline[- ]styles?\b", t, re.I):
-        _deny(
-            out,
-            r"\bstyle\s*=\s*[\"'{]",
-            MARKUP,
-            '<div style="color: red">x</div>\n',
-            '<div class="warn">x</div>\n',
-            "src/example.html",
-        )
+        _deny(out, *DENIALS["inline_style"])
     if re.search(NEG + r"[^.]*\bvar\b", t, re.I) and re.search(r"\b(const|let|var)\b", t):
-        _deny(out, r"^\s*var\s", JS, "var x = 1;\n", "const x = 1;\n", "src/example.js")
+        _deny(out, *DENIALS["var"])
     return out
 
 
@@ -222,33 +239,17 @@ def _code_content_shapes(t: str) -> list[Shaped]:
             _example_path(langs, "src/example.py"),
         )
     if re.search(NEG + r"[^.]*\bdebugger\b", t, re.I):
-        _deny(out, r"^\s*debugger;?\s*$", JS, "debugger;\n", "const x = 1;\n", "src/example.js")
+        _deny(out, *DENIALS["debugger"])
     if re.search(r"\bimport\s+logging\b|\bstdlib\s+`?logging", t, re.I) and re.search(
         r"\bNOT\b|\bnot\b|never", t
     ):
-        _deny(
-            out,
-            r"^\s*(import logging\b|from logging import)",
-            ["*.py"],
-            "import logging\n",
-            "import structlog\n",
-            "src/example.py",
-        )
+        _deny(out, *DENIALS["stdlib_logging"])
     if re.search(r"\bunresolved placeholders?\b", t, re.I):
-        _deny(
-            out, r"\{\{\s*[A-Za-z_]\w*\s*\}\}", [], "Hello {{NAME}}\n", "Hello Ada\n", "docs/a.md"
-        )
+        _deny(out, *DENIALS["template_placeholder"])
     if re.search(r"\bwildcard imports?\b|\bstar imports?\b|\bexplicit imports?\b", t, re.I):
-        _deny(
-            out,
-            r"^\s*from\s+\S+\s+import\s+\*",
-            ["*.py"],
-            "from os import *\n",
-            "from os import path\n",
-            "src/example.py",
-        )
+        _deny(out, *DENIALS["star_import"])
     if re.search(r"`\.then\(\)`|\braw\s+`?\.then\b", t, re.I) and re.search(NEG, t, re.I):
-        _deny(out, r"\.then\(", JS, "f().then(g);\n", "await f();\n", "src/example.ts")
+        _deny(out, *DENIALS["then_chain"])
     return out
 
 
@@ -266,7 +267,7 @@ def _markup_content_shapes(t: str) -> list[Shaped]:
         path = named[0] if named else "src/example.html"
         _deny(out, rf"<{tag}\b{inline}", globs, f"<{tag}>x</{tag}>\n", "<div>x</div>\n", path)
     if re.search(r"\bdouble quotes? for (?:html )?attributes\b", t, re.I):
-        _deny(out, r"\s[\w:-]+='", MARKUP, "<a href='/x'>x</a>\n", '<a href="/x">x</a>\n', "a.html")
+        _deny(out, *DENIALS["single_quoted_attribute"])
     return out
 
 
@@ -282,7 +283,7 @@ def _required_text(t: str) -> list[Shaped]:
         return []
     needle = m.group(1).strip()
     rule = ContentRule(pattern=re.escape(needle), required=True)
-    return [Shaped(rule, _write("src/a.py", "x = 1\n"), _write("src/a.py", f"# {needle}\nx = 1\n"))]
+    return [_write_pair(rule, "src/a.py", "x = 1\n", f"# {needle}\nx = 1\n")]
 
 
 def _import_re(module: str) -> str:
@@ -328,10 +329,8 @@ def _import_boundaries(t: str) -> list[Shaped]:
         rule = ContentRule(pattern=_import_re(dst), path_globs=globs)
         path = src.rstrip("/") + "/a.ts"
         out.append(
-            Shaped(
-                rule,
-                _write(path, f"import {{ x }} from '../{dst}/x';\n"),
-                _write(path, "import { x } from './x';\n"),
+            _write_pair(
+                rule, path, f"import {{ x }} from '../{dst}/x';\n", "import { x } from './x';\n"
             )
         )
     for m in re.finditer(
@@ -362,11 +361,7 @@ def _import_boundaries(t: str) -> list[Shaped]:
         rule = ContentRule(pattern=pattern, path_globs=globs, exclude_globs=owner)
         path = f"src/{where.strip('/')}/a.py" if globs else "src/a.py"
         out.append(
-            Shaped(
-                rule,
-                _write(path, f"import {mods[0].replace('/', '.')}\n"),
-                _write(path, "import json\n"),
-            )
+            _write_pair(rule, path, f"import {mods[0].replace('/', '.')}\n", "import json\n")
         )
     return out
 
@@ -399,10 +394,11 @@ def allowed_import_shapes(t: str) -> list[Shaped]:
     rule = ContentRule(pattern=pattern, path_globs=[f"**/{src}/**"])
     path = f"src/{src}/a.ts"
     return [
-        Shaped(
+        _write_pair(
             rule,
-            _write(path, "import { x } from '../somewhere_else/x';\n"),
-            _write(path, f"import {{ x }} from '../{allowed[0]}/x';\n"),
+            path,
+            "import { x } from '../somewhere_else/x';\n",
+            f"import {{ x }} from '../{allowed[0]}/x';\n",
         )
     ]
 
@@ -534,15 +530,14 @@ def sequence_shapes(text: str) -> list[Shaped]:
     """ "after changing X run `Y`", "run `Y` before every commit", "use `fmt` for formatting"."""
     t = text
     out: list[Shaped] = []
-    commit_trigger = re.search(
+    # When the step is due: before a commit, after a change, or before finishing.
+    trigger = re.search(
         r"\b(before|prior to)\s+(?:you\s+)?(?:every\s+|each\s+|any\s+)?(?:git\s+)?commit|\bon every commit"
-        r"|\bpre-?commit\b",
-        t,
-        re.I,
-    )
-    change_trigger = re.search(
-        r"\b(after|whenever|when you|every time|each time|once)\b[^.]*\b(chang|edit|modif|writ|touch|complet|implement)\w*"
-        r"|\bon (?:any|every|each) (?:\w+ )?(?:file )?(?:you )?(?:change|edit)|\bany \w+ files? you edit\b",
+        r"|\bpre-?commit\b"
+        r"|\b(after|whenever|when you|every time|each time|once)\b[^.]*\b(chang|edit|modif|writ|touch|complet|implement)\w*"
+        r"|\bon (?:any|every|each) (?:\w+ )?(?:file )?(?:you )?(?:change|edit)|\bany \w+ files? you edit\b"
+        r"|\bbefore (?:you )?(?:finish\w*|complet\w+|submit\w*|mark\w* [^.]*\bdone|hand\w* off)"
+        r"|\b(?:when|once|after) (?:you(?:'re| are|'ve| have) )?(?:done|finished)\b",
         t,
         re.I,
     )
@@ -553,36 +548,22 @@ def sequence_shapes(text: str) -> list[Shaped]:
         re.sub(r"`[^`]*`", "`cmd`", t),  # `ruff check .`: a dot in a command ends nothing
         re.I,
     )
-    finish_trigger = re.search(
-        r"\bbefore (?:you )?(?:finish\w*|complet\w+|submit\w*|mark\w* [^.]*\bdone|hand\w* off)"
-        r"|\b(?:when|once|after) (?:you(?:'re| are|'ve| have) )?(?:done|finished)\b",
-        t,
-        re.I,
-    )
     # "run `X`", "regenerate the stubs with `X`".
     runs = re.search(r"\b(run|execute|use|verify with|check with|invoke)\b|\bwith\s+`", t, re.I)
-    change_trigger = change_trigger or finish_trigger
     # "`npm run build` — verify the build succeeds" is a glossary line, not a rule.
     glossary = re.match(r"^\s*`[^`]+`\s*[:\u2014\u2013-]\s", t)
     steps = [s for s in (_step_command(b) for b in _backticked(t)) if s]
     if re.search(r"\bpre-commit\b", t, re.I) and re.search(r"\brun\b", t, re.I) and not steps:
         steps = ["pre-commit run"]
-    if (
-        not steps
-        and re.search(r"\b(unit )?tests?\b", t, re.I)
-        and runs
-        and (commit_trigger or change_trigger)
-    ):
-        steps = ["test"]
-        if commit_trigger or change_trigger:
-            out.append(_test_suite_shape())
-            return out
+    if not steps and re.search(r"\b(unit )?tests?\b", t, re.I) and runs and trigger:
+        out.append(_test_suite_shape())
+        return out
     pushes = re.search(r"\bbefore\s+(?:you\s+)?(?:every\s+|each\s+)?push", t, re.I)
     if (
         not steps
         and re.search(r"\b(?:the\s+)?(?:linters?|lint)\b", t, re.I)
         and runs
-        and (commit_trigger or change_trigger or pushes)
+        and (trigger or pushes)
     ):
         # Checked at the commit, which comes before any push.
         out.append(_test_suite_shape("lint"))
@@ -590,7 +571,7 @@ def sequence_shapes(text: str) -> list[Shaped]:
     if steps and verify and not glossary:
         out.append(_sequence_shape(steps[0], "commit", _languages(t)))
         return out
-    if steps and runs and (commit_trigger or change_trigger):
+    if steps and runs and trigger:
         out.append(_sequence_shape(steps[0], "commit", _languages(t)))
         return out
     # "Use `rustfmt` for code formatting", "run `gofmt` on any Go file you edit".
@@ -689,10 +670,6 @@ CODE_FILES = [
     "*.dart", "*.c", "*.cc", "*.cpp", "*.h", "*.hpp", "*.lua", "*.sh",
 ]  # fmt: skip
 UI_FILES = ["*.jsx", "*.tsx", "*.vue", "*.svelte"]
-PY_DEF = r"^[ \t]*(?:async\s+)?def\s+"
-PY_DOCSTRING_MISSING = (
-    PY_DEF + r"(?!_)\w+\([^\n]*\)(?:\s*->[^\n]*)?:[ \t]*\n(?![ \t]*[rRbBuU]?(?:\"\"\"|'''))"
-)
 # Writing to stdout where a logger is wanted, per language.
 OUTPUT_CALLS = {
     "console.log": (r"\bconsole\.(?:log|debug|info)\(", JS),
@@ -748,36 +725,15 @@ def _annotation_shapes(t: str) -> list[Shaped]:
         and not _negated(t, "docstring")
         and python
     ):
-        _deny(
-            out,
-            PY_DOCSTRING_MISSING,
-            ["*.py"],
-            "def mean(xs):\n    return sum(xs) / len(xs)\n",
-            'def mean(xs):\n    """The arithmetic mean."""\n    return sum(xs) / len(xs)\n',
-            "src/example.py",
-        )
+        _deny(out, *DENIALS["missing_docstring"])
     if re.search(r"\bjs ?doc\b", t, re.I) and not _negated(t, "jsdoc"):
-        _deny(
-            out,
-            r"(?<!\*/\n)^[ \t]*(?:export\s+)?(?:default\s+)?(?:async\s+)?function\b",
-            JS,
-            "export function f(a) {\n  return a;\n}\n",
-            "/** Returns a. */\nexport function f(a) {\n  return a;\n}\n",
-            "src/example.js",
-        )
+        _deny(out, *DENIALS["missing_jsdoc"])
     if (
         re.search(r"\btype (?:hints?|annotations?)\b", t, re.I)
         and not _negated(t, "type")
         and python
     ):
-        _deny(
-            out,
-            PY_DEF + r"\w+\([^\n]*\)\s*:",
-            ["*.py"],
-            "def mean(xs):\n    return 0.0\n",
-            "def mean(xs: list[float]) -> float:\n    return 0.0\n",
-            "src/example.py",
-        )
+        _deny(out, *DENIALS["missing_type_hints"])
     return out
 
 
@@ -792,82 +748,40 @@ def _function_style_shapes(t: str) -> list[Shaped]:
         )
         and not _negated(t, "function")
     ) or re.search(NEG + r"\s+(?:\w+\s+)?class components?\b", t, re.I):
-        _deny(
-            out,
-            r"\bclass\s+\w+\s+extends\s+(?:React\.)?(?:Pure)?Component\b",
-            JS,
-            "class App extends React.Component {}\n",
-            "function App() {\n  return null;\n}\n",
-            "src/App.jsx",
-        )
+        _deny(out, *DENIALS["class_component"])
     if re.search(r"\barrow functions?\b", t, re.I) and re.search(r"\bparen", t, re.I):
         if re.search(r"\b(without|omit\w*|no|avoid|drop)\b[^.]*\bparen", t, re.I):
-            _deny(
-                out,
-                r"(?<![\w$.])\(\s*[A-Za-z_$][\w$]*\s*\)\s*=>",
-                JS,
-                "const f = (x) => x;\n",
-                "const f = x => x;\n",
-                "src/example.js",
-            )
+            _deny(out, *DENIALS["arrow_parens"])
         elif re.search(r"\b(always|with|require\w*|include)\b[^.]*\bparen", t, re.I):
-            _deny(
-                out,
-                r"(?:^|[=(,:?]\s*)(?:async\s+)?[A-Za-z_$][\w$]*\s*=>",
-                JS,
-                "const f = x => x;\n",
-                "const f = (x) => x;\n",
-                "src/example.js",
-            )
+            _deny(out, *DENIALS["arrow_bare_parameter"])
     return out
 
 
 def _declaration_shapes(t: str) -> list[Shaped]:
     """Types over interfaces (or back), force unwraps, `_private` fields."""
     out: list[Shaped] = []
-    ts = ["*.ts", "*.tsx"]
-    type_alias = (
-        "type A = {\n  x: number;\n};\n",
-        r"^\s*(?:export\s+)?type\s+\w+(?:<[^>\n]*>)?\s*=\s*\{",
-    )
-    interface = ("interface A {\n  x: number;\n}\n", r"^\s*(?:export\s+)?interface\s+\w+")
     if re.search(
         r"\btypes?\b`?[^.]*\b(?:over|instead of|rather than|not)\s+`?interfaces?\b", t, re.I
     ):
-        _deny(out, interface[1], ts, interface[0], type_alias[0], "src/example.ts")
+        _deny(out, *DENIALS["interface"])
     elif re.search(
         r"\binterfaces?`?\s+(?:for\s+(?:all\s+)?(?:object|props|data)|over|instead of|rather than)\b",
         t,
         re.I,
     ) and re.search(r"\b(use|prefer|always)\b", t, re.I):
-        _deny(out, type_alias[1], ts, type_alias[0], interface[0], "src/example.ts")
+        _deny(out, *DENIALS["type_alias"])
     if re.search(r"\bforce[- ]?unwrap", t, re.I) and re.search(NEG, t, re.I):
-        _deny(
-            out,
-            r"[\w)\]]!(?=[.\s),;\]]|$)",
-            ["*.swift"],
-            "let n = name!.count\n",
-            "let n = name?.count ?? 0\n",
-            "Sources/Example.swift",
-        )
+        _deny(out, *DENIALS["force_unwrap"])
     if re.search(r"\bprivate (?:fields?|members?|properties|variables?)\b", t, re.I) and re.search(
         r"\bprefix\w*\s+(?:with\s+)?(?:an?\s+)?(?:`_`|underscores?)|\bunderscore prefix", t, re.I
     ):
-        _deny(
-            out,
-            r"\bprivate\s+(?:(?:readonly|static|final)\s+)*(?:[\w<>\[\],?]+\s+)?(?!_)[A-Za-z]\w*\s*[;=:]",
-            ["*.ts", "*.tsx", "*.java", "*.cs", "*.kt"],
-            "class A {\n  private count: number = 0;\n}\n",
-            "class A {\n  private _count: number = 0;\n}\n",
-            "src/example.ts",
-        )
+        _deny(out, *DENIALS["private_without_underscore"])
     return out
 
 
 def _licence_header(t: str) -> list[Shaped]:
     """A licence header in every code file."""
-    out: list[Shaped] = []
-    if (
+    if not (
         re.search(
             r"\b(licen[cs]e|copyright)\s+(?:headers?|notices?|comments?|banners?|lines?)\b|\bspdx\b",
             t,
@@ -876,19 +790,13 @@ def _licence_header(t: str) -> list[Shaped]:
         and re.search(r"\b(every|all|each|new|must|should|always|include|add|start)\b", t, re.I)
         and not _negated(t, "licen")
     ):
-        rule = ContentRule(
-            pattern=r"SPDX-License-Identifier|[Cc]opyright|Licensed under",
-            path_globs=CODE_FILES,
-            required=True,
-        )
-        out.append(
-            Shaped(
-                rule,
-                _write("src/a.py", "x = 1\n"),
-                _write("src/a.py", "# SPDX-License-Identifier: MIT\nx = 1\n"),
-            )
-        )
-    return out
+        return []
+    rule = ContentRule(
+        pattern=r"SPDX-License-Identifier|[Cc]opyright|Licensed under",
+        path_globs=CODE_FILES,
+        required=True,
+    )
+    return [_write_pair(rule, "src/a.py", "x = 1\n", "# SPDX-License-Identifier: MIT\nx = 1\n")]
 
 
 def _hardcoded(t: str) -> list[Shaped]:
@@ -908,13 +816,7 @@ def _hardcoded(t: str) -> list[Shaped]:
             (r"\.(?:text|title)\s*=\s*\"[^\"\n]*[A-Za-z]", ["*.swift"],
              'label.text = "Welcome back"\n', "label.text = L10n.welcome\n", "Sources/Home.swift"),
         ):  # fmt: skip
-            out.append(
-                Shaped(
-                    ContentRule(pattern=pattern, path_globs=globs),
-                    _write(path, bad),
-                    _write(path, good),
-                )
-            )
+            out.append(_write_pair(ContentRule(pattern=pattern, path_globs=globs), path, bad, good))
     if re.search(r"\b(colou?rs?|theme)\b", t, re.I):
         rule = ContentRule(
             pattern=r"(?<=['\":\s])#(?:[0-9a-fA-F]{3}){1,2}(?:[0-9a-fA-F]{2})?\b|\brgba?\(",
@@ -922,10 +824,11 @@ def _hardcoded(t: str) -> list[Shaped]:
             exclude_globs=["*theme*", "*tokens*", "*colors*"],
         )
         out.append(
-            Shaped(
+            _write_pair(
                 rule,
-                _write("src/Card.tsx", "const s = { color: '#ff0000' };\n"),
-                _write("src/Card.tsx", "const s = { color: theme.colors.error };\n"),
+                "src/Card.tsx",
+                "const s = { color: '#ff0000' };\n",
+                "const s = { color: theme.colors.error };\n",
             )
         )
     return out
@@ -943,10 +846,11 @@ def _logger_instead(t: str) -> list[Shaped]:
             call = name + "('x')"
             path = _example_path(globs, "src/example.js")
             out.append(
-                Shaped(
+                _write_pair(
                     ContentRule(pattern=pattern, path_globs=globs),
-                    _write(path, call + "\n"),
-                    _write(path, "log.info('x')\n"),
+                    path,
+                    call + "\n",
+                    "log.info('x')\n",
                 )
             )
     return out
@@ -972,7 +876,7 @@ def _artefact_language(t: str) -> list[Shaped]:
     else:
         return []
     rule = ContentRule(pattern=pattern, path_globs=CODE_FILES)
-    return [Shaped(rule, _write("src/a.py", bad), _write("src/a.py", 'x = 1  # "count"\n'))]
+    return [_write_pair(rule, "src/a.py", bad, 'x = 1  # "count"\n')]
 
 
 def dependency_shapes(text: str) -> list[Shaped]:
@@ -993,20 +897,22 @@ def dependency_shapes(text: str) -> list[Shaped]:
             continue
         module = bad.replace("-", "_")
         out.append(
-            Shaped(
+            _write_pair(
                 ContentRule(pattern=_import_re(module)),
-                _write("src/a.py", f"import {module}\n"),
-                _write("src/a.py", f"import {good.replace('-', '_')}\n"),
+                "src/a.py",
+                f"import {module}\n",
+                f"import {good.replace('-', '_')}\n",
             )
         )
         out.append(
-            Shaped(
+            _write_pair(
                 ContentRule(
                     pattern=rf"^\s*[\"']?{re.escape(bad)}[\"']?(?:\s*[=:<>~^\[]|\s*$)",
                     path_globs=MANIFESTS,
                 ),
-                _write("Cargo.toml", f'[dependencies]\n{bad} = "1"\n'),
-                _write("Cargo.toml", f'[dependencies]\n{good} = "1"\n'),
+                "Cargo.toml",
+                f'[dependencies]\n{bad} = "1"\n',
+                f'[dependencies]\n{good} = "1"\n',
             )
         )
     return out
@@ -1197,11 +1103,9 @@ def synthesise(rule: Rule) -> Shaped | None:
         if not literal or re.search(r"[\[\](){}|^$+?]", literal.replace("()", "")):
             return None
         path = _example_path(rule.path_globs, "src/example.py")
-        return Shaped(rule, _write(path, f"x = {literal}\n"), _write(path, "x = 1\n"))
+        return _write_pair(rule, path, f"x = {literal}\n", "x = 1\n")
     if isinstance(rule, SizeRule) and rule.max_lines is not None:
-        return Shaped(
-            rule, _write("src/a.py", "x\n" * (rule.max_lines + 1)), _write("src/a.py", "x\n")
-        )
+        return _write_pair(rule, "src/a.py", "x\n" * (rule.max_lines + 1), "x\n")
     if isinstance(rule, ToolRule) and rule.deny and not rule.existing_files_only:
         tool = rule.deny[0]
         args = {"cmd": "echo x"} if tool == "bash" else {"path": "a.txt", "content": "x"}

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import queue
 import threading
 from collections.abc import Callable, Sequence
@@ -35,6 +34,7 @@ from continual_lsp.config import Settings
 from continual_lsp.learning.worker import (
     Signal,
     TrainingWorker,
+    WorkerLink,
     WorkerProcess,
     become_worker,
     handle_job,
@@ -95,22 +95,13 @@ def _join(members: list[Member], settings_data: dict[str, Any], store_path: str)
     log.info("user %s joined the team worker (%d users)", settings.user, len(members))
 
 
-def team_worker_main(
-    settings_data: dict[str, Any],
-    parent_pid: int,
-    joins: Any,
-    wake: Signal,
-    stop: Signal,
-    ready: Signal,
-    poll_s: float = 1.0,
-    nice: int = 10,
-) -> None:
+def team_worker_main(settings_data: dict[str, Any], link: WorkerLink, joins: Any) -> None:
     """Entry point of the spawned team worker (see the module docstring)."""
-    become_worker(parent_pid, stop, nice, "team worker")
+    become_worker(link, "team worker")
     from continual_lsp.policy.model_host import shared_host
 
     shared_host(Settings.model_validate(settings_data))  # the model, before the first job
-    ready.set()
+    link.ready.set()
     members: list[Member] = []
 
     def admit() -> None:
@@ -121,11 +112,11 @@ def team_worker_main(
     def run(member: Member, job: dict[str, Any]) -> None:
         with member.policy.exclusive():
             handle_job(
-                member.policy, member.store, member.directory, member.settings, job, stop.wait
+                member.policy, member.store, member.directory, member.settings, job, link.stop.wait
             )
 
     try:
-        take_turns(members, admit, run, wake, stop, poll_s)
+        take_turns(members, admit, run, link.wake, link.stop, link.poll_s)
     finally:
         for member in members:
             member.store.close()
@@ -185,22 +176,7 @@ class TeamTrainer(WorkerProcess):
         self._joins = self._ctx.Queue()
         for store_path, data in self._members.items():
             self._joins.put((data, store_path))
-        self._process = self._ctx.Process(
-            target=team_worker_main,
-            args=(
-                self.settings.model_dump(),
-                os.getpid(),
-                self._joins,
-                self._wake,
-                self._stop,
-                self._ready,
-                self.poll_s,
-                self.nice,
-            ),
-            name="continual-lsp-team-trainer",
-            daemon=True,
-        )
-        self._process.start()
+        self._launch(team_worker_main, "continual-lsp-team-trainer", self._joins)
 
     def seat(self, settings: Settings, store_path: str | Path) -> TeamSeat:
         return TeamSeat(self, settings, store_path)

@@ -53,6 +53,8 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +106,19 @@ class Signal:
         if self._bell.acquire(True, timeout) and self.is_set():
             self._bell.release()  # the next waiter wakes too; `clear` takes it back
         return self.is_set()
+
+
+@dataclass(frozen=True)
+class WorkerLink:
+    """What a spawned worker gets from its parent besides its job source: the parent's pid
+    (the worker dies with it), the three signals, and its poll interval and niceness."""
+
+    parent_pid: int
+    wake: Signal
+    stop: Signal
+    ready: Signal
+    poll_s: float
+    nice: int
 
 
 # -- child side -------------------------------------------------------------------------------
@@ -334,14 +349,14 @@ def warm_for_next_job(policy: Policy, job: dict[str, Any]) -> None:
         log.warning("could not warm the prompt cache for the next step: %s", exc)
 
 
-def become_worker(parent_pid: int, stop: Signal, nice: int, name: str) -> None:
+def become_worker(link: WorkerLink, name: str) -> None:
     """What every spawned training worker does first: its own stdio, death with the
     parent, logs tagged `[name]` on stderr, a lower priority than the editor's server."""
     _isolate_stdio()
-    _watch_parent(parent_pid, stop)
+    _watch_parent(link.parent_pid, link.stop)
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format=f"[{name}] %(message)s")
     with contextlib.suppress(OSError):
-        os.nice(nice)
+        os.nice(link.nice)
 
 
 def open_adapters_dir(settings: Settings, store_path: str) -> Path:
@@ -355,31 +370,22 @@ def open_adapters_dir(settings: Settings, store_path: str) -> Path:
     return directory
 
 
-def worker_main(
-    settings_data: dict[str, Any],
-    store_path: str,
-    parent_pid: int,
-    wake: Signal,
-    stop: Signal,
-    ready: Signal,
-    poll_s: float = 1.0,
-    nice: int = 10,
-) -> None:
+def worker_main(settings_data: dict[str, Any], link: WorkerLink, store_path: str) -> None:
     """Entry point of the spawned worker process (see the module docstring)."""
-    become_worker(parent_pid, stop, nice, "worker")
+    become_worker(link, "worker")
     settings = Settings.model_validate(settings_data)
     store = Store(store_path)
     directory = open_adapters_dir(settings, store_path)
     policy = _load_policy(settings, store)
-    ready.set()
+    link.ready.set()
     try:
-        while not stop.is_set():
+        while not link.stop.is_set():
             job = store.claim_job(JOB_KINDS)
             if job is None:
-                wake.wait(poll_s)
-                wake.clear()
+                link.wake.wait(link.poll_s)
+                link.wake.clear()
                 continue
-            handle_job(policy, store, directory, settings, job, stop.wait)
+            handle_job(policy, store, directory, settings, job, link.stop.wait)
             if job["kind"] == "sdpo" and store.queue_depth(JOB_KINDS) == 0:
                 warm_for_next_job(policy, job)
     finally:
@@ -427,6 +433,17 @@ class WorkerProcess:
     def _spawn(self) -> None:
         """Start `self._process` (called with `_lock` held, the signals cleared)."""
         raise NotImplementedError
+
+    def _launch(self, target: Callable[..., None], name: str, *args: Any) -> None:
+        """Start `target(settings, link, *args)` as `self._process`, in a daemon process."""
+        link = WorkerLink(os.getpid(), self._wake, self._stop, self._ready, self.poll_s, self.nice)
+        self._process = self._ctx.Process(
+            target=target,
+            args=(self.settings.model_dump(), link, *args),
+            name=name,
+            daemon=True,
+        )
+        self._process.start()
 
     def start(self) -> None:
         """Spawn the worker (no-op if it runs). Returns at once; the model loads in the child."""
@@ -493,22 +510,7 @@ class TrainingWorker(WorkerProcess):
         return adapters_dir(self.settings, self.store_path)
 
     def _spawn(self) -> None:
-        self._process = self._ctx.Process(
-            target=worker_main,
-            args=(
-                self.settings.model_dump(),
-                self.store_path,
-                os.getpid(),
-                self._wake,
-                self._stop,
-                self._ready,
-                self.poll_s,
-                self.nice,
-            ),
-            name="continual-lsp-trainer",
-            daemon=True,
-        )
-        self._process.start()
+        self._launch(worker_main, "continual-lsp-trainer", self.store_path)
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Block until the worker has loaded its model (or `timeout`, or it died)."""

@@ -104,16 +104,7 @@ class AdapterSlot:
 
 
 class ModelHost:
-    def __init__(
-        self,
-        base: Any,
-        tokenizer: Any,
-        settings: Settings,
-        *,
-        max_resident: int | None = None,
-        max_prompt_caches: int | None = None,
-        max_prompt_cache_mb: float | None = None,
-    ) -> None:
+    def __init__(self, base: Any, tokenizer: Any, settings: Settings) -> None:
         self.tokenizer = tokenizer
         config = LoraConfig(
             r=settings.lora_rank,
@@ -129,11 +120,9 @@ class ModelHost:
         self.model.eval()
         self.grammar = ToolCallGrammar(tokenizer)  # all seven tools; shared by every policy
         self.grammars: dict[tuple[tuple[str, ...], str], ToolCallGrammar] = {}
-        self.max_resident = max_resident or settings.max_resident_adapters
-        self.max_prompt_caches = max_prompt_caches or settings.max_prompt_caches
-        self.max_prompt_cache_bytes = int(
-            (max_prompt_cache_mb or settings.max_prompt_cache_mb) * MB
-        )
+        self.max_resident = settings.max_resident_adapters
+        self.max_prompt_caches = settings.max_prompt_caches
+        self.max_prompt_cache_bytes = int(settings.max_prompt_cache_mb * MB)
         self.prompt_cache_bytes = 0  # held by the caches after the last `note_cache`
         self.lock = threading.RLock()
         self._initial = self._snapshot()
@@ -156,14 +145,12 @@ class ModelHost:
         return host
 
     @classmethod
-    def private(
-        cls, settings: Settings, model_and_tokenizer: tuple[Any, Any], **limits: float
-    ) -> ModelHost:
+    def private(cls, settings: Settings, model_and_tokenizer: tuple[Any, Any]) -> ModelHost:
         """A host for one caller-supplied model (the tests' session fixture). Copied first:
         get_peft_model injects LoRA layers into the module in place, which would change it
         for every other user of that object; 135M parameters copy in well under a second."""
         base, tokenizer = model_and_tokenizer
-        return cls(copy.deepcopy(base).to(settings.device), tokenizer, settings, **limits)
+        return cls(copy.deepcopy(base).to(settings.device), tokenizer, settings)
 
     # -- slots ------------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ GREEDY = SampleParams(temperature=0.0, max_tokens=40)
 
 
 def _host(model_and_tokenizer: tuple[Any, Any], **limits: float) -> ModelHost:
-    return ModelHost.private(Settings(), model_and_tokenizer, **limits)
+    return ModelHost.private(Settings.model_validate(limits), model_and_tokenizer)
 
 
 def _user(host: ModelHost, name: str, seed: int | None) -> LocalPolicy:
@@ -102,7 +102,7 @@ def test_concurrent_users_never_see_each_others_adapter(
 def test_adapters_past_the_limit_go_to_disk_and_come_back_exact(
     model_and_tokenizer: tuple[Any, Any],
 ) -> None:
-    host = _host(model_and_tokenizer, max_resident=1)
+    host = _host(model_and_tokenizer, max_resident_adapters=1)
     users = [_user(host, f"user{i}", seed=10 + i) for i in range(3)]
     prompt = _prompt(users[0])
     probe = users[0].renderer.tokenize('{"tool": "bash"')
