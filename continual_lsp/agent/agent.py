@@ -18,7 +18,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -182,16 +182,18 @@ class _Task:
 
 
 @dataclass
-class _Choice:
-    """The retry chosen after a correction, or (`reason` set) why there is none: then
-    `call` and `preview` are the denied call's, offered for editing."""
+class _Candidate:
+    """A call the model sampled, with the prompt it came from: recorded as a proposal once
+    screened. As the retry chosen after a correction, `reason` set says why there is none:
+    then `call` and `preview` are the denied call's, offered for editing, and there is no
+    completion."""
 
     call: ToolCall
     completion: Completion | None
     prompt_tokens: list[int]
-    preview: Preview | None
-    note: str | None
-    reason: str | None
+    preview: Preview | None = None
+    note: str | None = None
+    reason: str | None = None
 
 
 def _canonical(call: ToolCall) -> str:
@@ -807,9 +809,10 @@ class Agent:
                 # A call that cannot run (no such file, a range past the end) is not worth
                 # the reviewer's time: the likeliest runnable sample takes its place, or it
                 # fails like an executed call and the model sees why.
-                runnable = self._runnable_instead(task, call, completion, prompt_tokens, error)
+                failed = _Candidate(call, completion, prompt_tokens)
+                runnable = self._runnable_instead(task, failed, error)
                 if runnable is None:
-                    self._record_invalid(task, call, completion, prompt_tokens, str(error))
+                    self._record_invalid(task, failed, str(error))
                     task.invalid_streak += 1
                     if task.invalid_streak > self.settings.max_retries:
                         self._finish(
@@ -824,7 +827,9 @@ class Agent:
                 completion = runnable.completion
                 verdict = self.lanes.check_guards(call, preview, task.history)
             task.invalid_streak = 0
-            proposal = self._add_proposal(task, call, completion, prompt_tokens, preview, note)
+            proposal = self._add_proposal(
+                task, _Candidate(call, completion, prompt_tokens, preview, note)
+            )
             if verdict.action == "block":
                 # A guard block is an automatic denial: same record, same learning step,
                 # and a chosen retry.
@@ -841,31 +846,23 @@ class Agent:
             return proposal
         return None
 
-    def _add_proposal(
-        self,
-        task: _Task,
-        call: ToolCall,
-        completion: Completion,
-        prompt_tokens: list[int],
-        preview: Preview | None,
-        note: str | None,
-    ) -> Proposal:
+    def _add_proposal(self, task: _Task, candidate: _Candidate) -> Proposal:
         """Record a proposal as the task's pending one (not yet shown)."""
+        call = candidate.call
         sandbox_note = self.tools.sandbox_note(call)
-        note = "; ".join(n for n in (note, sandbox_note) if n) or None
-        proposal_id = self._store_proposal(task, call, completion, prompt_tokens, preview)
+        proposal_id = self._store_proposal(task, candidate)
         task.pending = proposal_id
         return Proposal(
             id=proposal_id,
             task_id=task.id,
             call=call,
             read_only=call.read_only,
-            preview=preview,
-            note=note,
+            preview=candidate.preview,
+            note="; ".join(n for n in (candidate.note, sandbox_note) if n) or None,
             adapter_version=self.training.current_version_name(),
         )
 
-    def _choose_retry(self, task: _Task, denied: Proposal, correction: str) -> _Choice:
+    def _choose_retry(self, task: _Task, denied: Proposal, correction: str) -> _Candidate:
         """The retry after a correction: chosen among candidates, not just sampled.
 
         `retry_candidates` calls are sampled in one batch from the conversation with the
@@ -916,7 +913,7 @@ class Agent:
             reasons = ", ".join(f"{count} {why}" for why, count in drops.most_common())
             reason = f"No compliant retry among {len(completions)} candidates: {reasons}."
             self.store.append_event("retry_chosen", {**summary, "winner": None}, task.id)
-            return _Choice(denied.call, None, prompt_tokens, denied.preview, None, reason)
+            return _Candidate(denied.call, None, prompt_tokens, denied.preview, None, reason)
         lift, teacher, choice = max(ranked, key=lambda entry: (entry[0] or 0.0, entry[1]))
         self.store.append_event(
             "retry_chosen",
@@ -926,8 +923,8 @@ class Agent:
         return choice
 
     def _ranked(
-        self, choices: list[_Choice], student_prompt: list[int]
-    ) -> list[tuple[float | None, float, _Choice]]:
+        self, choices: list[_Candidate], student_prompt: list[int]
+    ) -> list[tuple[float | None, float, _Candidate]]:
         """(lift, teacher log-prob, choice) of each surviving candidate. The lift needs
         each under the denied turn's prompt: one batched request, and none for a lone
         survivor (nothing to rank: ~0.3-0.6 s saved on 2 cores)."""
@@ -936,7 +933,7 @@ class Agent:
         students = (
             self.policy.logprobs_batch(student_prompt, tokens) if many else [[]] * len(tokens)
         )
-        ranked: list[tuple[float | None, float, _Choice]] = []
+        ranked: list[tuple[float | None, float, _Candidate]] = []
         for choice, student in zip(choices, students, strict=True):
             assert choice.completion is not None
             teacher = sum(choice.completion.logprobs) / len(choice.completion.logprobs)
@@ -978,13 +975,8 @@ class Agent:
         ]
 
     def _runnable_instead(
-        self,
-        task: _Task,
-        failed: ToolCall,
-        completion: Completion,
-        prompt_tokens: list[int],
-        error: ToolError,
-    ) -> _Choice | None:
+        self, task: _Task, failed: _Candidate, error: ToolError
+    ) -> _Candidate | None:
         """The likeliest runnable call among `retry_candidates` samples from the prompt that
         gave `failed`, a call that cannot run (a range past the end, `old` text not in the
         file). Told of the failure instead, a small model mostly gives up the change (it
@@ -1000,6 +992,7 @@ class Agent:
             tools=self.settings.allowed_tools,
             forbid=self.lanes.decode_restrictions(),
         )
+        prompt_tokens = failed.prompt_tokens
         samples = self.policy.sample_batch(prompt_tokens, params, self.settings.retry_candidates)
         kept, drops = self._screened(task, samples, prompt_tokens)
         best = max(
@@ -1010,7 +1003,7 @@ class Agent:
         self.store.append_event(
             "invalid_replaced",
             {
-                "call": failed.model_dump(),
+                "call": failed.call.model_dump(),
                 "error": str(error),
                 "candidates": len(samples),
                 "kept": len(kept),
@@ -1020,16 +1013,16 @@ class Agent:
             task.id,
         )
         if best is not None:
-            self._store_proposal(task, failed, completion, prompt_tokens, None, status="invalid")
+            self._store_proposal(task, failed, status="invalid")
         return best
 
     def _screened(
         self, task: _Task, completions: list[Completion], prompt_tokens: list[int]
-    ) -> tuple[list[_Choice], Counter[str]]:
+    ) -> tuple[list[_Candidate], Counter[str]]:
         """The distinct candidates that may be shown, and why the others were dropped."""
         denied_keys = {_canonical(c) for c in self._denied_calls(task).values()}
         drops: Counter[str] = Counter()
-        kept: dict[str, _Choice] = {}
+        kept: dict[str, _Candidate] = {}
         for completion in completions:
             screened = self._screen_retry(task, completion, prompt_tokens, denied_keys)
             if isinstance(screened, str):
@@ -1043,7 +1036,7 @@ class Agent:
 
     def _screen_retry(
         self, task: _Task, completion: Completion, prompt_tokens: list[int], denied_keys: set[str]
-    ) -> tuple[str, _Choice] | str:
+    ) -> tuple[str, _Candidate] | str:
         """One retry candidate as (its canonical key, the choice), or why it is dropped."""
         try:
             sampled = self.policy.renderer.parse_call(completion.text)
@@ -1064,52 +1057,38 @@ class Agent:
             return "repeated a call already run"
         if error is not None:
             return f"could not run ({error})"
-        return key, _Choice(call, completion, prompt_tokens, preview, note, None)
+        return key, _Candidate(call, completion, prompt_tokens, preview, note, None)
 
-    def _show_retry(self, task: _Task, choice: _Choice) -> Proposal:
+    def _show_retry(self, task: _Task, choice: _Candidate) -> Proposal:
         """Show the chosen retry; when there is none, the denied call again with the reason
         and the Edit offer, so a correction never ends a task silently. The chosen retry
         is shown even when read-only: it answers the correction."""
-        completion = choice.completion
-        note = choice.note
-        if completion is None:
+        if choice.completion is None:
             tokens = self.policy.renderer.render_call(choice.call)
             logprobs = self.policy.logprobs(choice.prompt_tokens, tokens)
-            completion = Completion(tokens=tokens, logprobs=logprobs, text="")
-            note = f"{choice.reason} Edit this call to show what you want, or deny it again."
-        proposal = self._add_proposal(
-            task, choice.call, completion, choice.prompt_tokens, choice.preview, note
-        )
+            choice = replace(
+                choice,
+                completion=Completion(tokens=tokens, logprobs=logprobs, text=""),
+                note=f"{choice.reason} Edit this call to show what you want, or deny it again.",
+            )
+        proposal = self._add_proposal(task, choice)
         self.listener.on_proposal(proposal)
         return proposal
 
-    def _record_invalid(
-        self,
-        task: _Task,
-        call: ToolCall,
-        completion: Completion,
-        prompt_tokens: list[int],
-        error: str,
-    ) -> None:
-        self._store_proposal(task, call, completion, prompt_tokens, None, status="invalid")
-        task.conversation.add_call(call, ToolResult(ok=False, output=f"error: {error}"))
+    def _record_invalid(self, task: _Task, failed: _Candidate, error: str) -> None:
+        self._store_proposal(task, failed, status="invalid")
+        task.conversation.add_call(failed.call, ToolResult(ok=False, output=f"error: {error}"))
         task.turn += 1
 
-    def _store_proposal(
-        self,
-        task: _Task,
-        call: ToolCall,
-        completion: Completion,
-        prompt_tokens: list[int],
-        preview: Preview | None,
-        status: str = "pending",
-    ) -> str:
+    def _store_proposal(self, task: _Task, candidate: _Candidate, status: str = "pending") -> str:
+        call, completion, preview = candidate.call, candidate.completion, candidate.preview
+        assert completion is not None  # a retry without one is given one before it is shown
         return self.store.add_proposal(
             task.id,
             task.turn,
             call.tool,
             call.arguments,
-            prompt_tokens,
+            candidate.prompt_tokens,
             completion.tokens,
             completion.logprobs,
             preview.model_dump() if preview else None,

@@ -31,6 +31,7 @@ from continual_lsp.lanes.shapes import (
     _languages,
     _negated,
     _write_pair,
+    forbids,
 )
 from continual_lsp.text import unified_diff
 from continual_lsp.tools.base import Preview, ToolCall
@@ -281,7 +282,7 @@ def line_format_shapes(text: str) -> list[Shaped]:
         n = int(m.group(1) or m.group(2))
         rule = ContentRule(pattern=rf"^[^\n]{{{n + 1},}}$", path_globs=langs)
         out.append(_write_pair(rule, path, "x" * (n + 1) + "\n", "x\n"))
-    if re.search(NEG + r"[^.]*\btrailing (?:white ?space|spaces)\b", t, re.I) or re.search(
+    if forbids(t, r"[^.]*\btrailing (?:white ?space|spaces)\b") or re.search(
         r"\b(?:strip|remove|trim)\s+(?:all\s+)?trailing (?:white ?space|spaces)\b", t, re.I
     ):
         rule = ContentRule(pattern=r"[ \t]+$")
@@ -291,7 +292,7 @@ def line_format_shapes(text: str) -> list[Shaped]:
         r"|\b(?:final|trailing)\s+newline\b",
         t,
         re.I,
-    ) and not re.search(NEG + r"\s+(?:\w+\s+)?(?:final|trailing)\s+newline", t, re.I):
+    ) and not forbids(t, r"\s+(?:\w+\s+)?(?:final|trailing)\s+newline"):
         rule = ContentRule(pattern=r"\n\Z", required=True)
         out.append(_write_pair(rule, path, "x = 1", "x = 1\n"))
     todo = re.search(r"\b(TODO|FIXME|XXX|HACK)s?\b", t)
@@ -321,12 +322,8 @@ GLOBAL_WRITES = [
 
 def global_shapes(text: str) -> list[Shaped]:
     """ "No new globals", "never use global variables": no code declares or assigns one."""
-    if not re.search(
-        NEG + r"\s+(?:(?:use|add|introduce|create|define)\s+)?(?:any\s+)?(?:new\s+|mutable\s+)?"
-        r"(?:globals|global variables?)\b",
-        text,
-        re.I,
-    ):
+    what = r"\s+(?:(?:use|add|introduce|create|define)\s+)?(?:any\s+)?(?:new\s+|mutable\s+)?"
+    if not forbids(text, what + r"(?:globals|global variables?)\b"):
         return []
     langs = [g for g in _languages(text) if g.startswith("*.")]
     out = []
@@ -411,10 +408,10 @@ def relative_import_shapes(text: str) -> list[Shaped]:
         re.I,
     )
     # "Never import from `../../`": the relative path itself named.
-    named_parent = re.search(NEG + r"\s+import\s+(?:from\s+)?`(?:\.\./)+`", t, re.I)
+    named_parent = forbids(t, r"\s+import\s+(?:from\s+)?`(?:\.\./)+`")
     no_relative = (
         named_parent
-        or re.search(NEG + r"\s+(?:use\s+)?(?:any\s+)?(?:deep\s+)?relative imports?\b", t, re.I)
+        or forbids(t, r"\s+(?:use\s+)?(?:any\s+)?(?:deep\s+)?relative imports?\b")
         or re.search(
             r"\brelative imports?\b[^.]*\b(?:are\s+)?(?:not allowed|forbidden|banned)", t, re.I
         )

@@ -18,7 +18,16 @@ from continual_lsp.lanes.guards import (
     ContentRule,
     PathRule,
 )
-from continual_lsp.lanes.shapes import EMOJI, NEG, Shaped, _bash, _negated, _write, _write_pair
+from continual_lsp.lanes.shapes import (
+    EMOJI,
+    NEG,
+    Shaped,
+    _bash,
+    _negated,
+    _write,
+    _write_pair,
+    forbids,
+)
 
 # -- dependencies ---------------------------------------------------------------------------------
 
@@ -109,19 +118,19 @@ def dependency_policy_shapes(text: str) -> list[Shaped]:
         t,
         re.I,
     )
-    forbids = re.search(
+    banned = re.search(
         NEG + r"\s+(?:add|install|introduce|pull in)\w*\s+(?:a\s+)?" + DEPENDENCY_WORDS, t, re.I
     )
     # "… unless they pull their weight" leaves a judgement; "… without asking" is the gate.
-    if forbids and re.search(r"\b(unless|except|if|where)\b", t[forbids.end() :], re.I):
-        forbids = None
-    if asks or forbids:
+    if banned and re.search(r"\b(unless|except|if|where)\b", t[banned.end() :], re.I):
+        banned = None
+    if asks or banned:
         rule = CommandRule(pattern=ADD_DEPENDENCY)
         out.append(Shaped(rule, _bash("cd web && npm install left-pad"), _bash("npm install")))
         out.append(Shaped(rule, _bash("pip install requests"), _bash("pip install -r req.txt")))
         for manifest in DEPENDENCY_LINES:
             out.append(_manifest_shape(manifest))
-    if re.search(NEG + r"[^.]*\binstall\w*\b[^.]*\bglobal(?:ly)?\b", t, re.I) or re.search(
+    if forbids(t, r"[^.]*\binstall\w*\b[^.]*\bglobal(?:ly)?\b") or re.search(
         NEG + r"[^.]*\bglobal\s+(?:installs?|packages?)\b", t, re.I
     ):
         rule = CommandRule(
@@ -143,7 +152,7 @@ def build_mode_shapes(text: str) -> list[Shaped]:
     prefers_debug = re.search(r"\bdebug builds?\b", t, re.I) and re.search(
         r"\b(?:use|prefer|stick to|stay on|always)\b", t, re.I
     )
-    no_release = re.search(NEG + r"\s+(?:\w+\s+){0,2}release (?:builds?|mode)\b", t, re.I)
+    no_release = forbids(t, r"\s+(?:\w+\s+){0,2}release (?:builds?|mode)\b")
     if not (prefers_debug or no_release):
         return []
     rule = CommandRule(pattern=RELEASE_BUILD)
@@ -228,12 +237,8 @@ LOCKFILES = [
 
 def lockfile_shapes(text: str) -> list[Shaped]:
     """ "Never edit the lockfile by hand": the lockfiles are written by their tools only."""
-    if not re.search(
-        NEG + r"\s+(?:\w+\s+){0,2}(?:edit|modify|touch|change|write|update|hand[- ]edit)\w*\s+"
-        r"(?:the\s+|any\s+)?(?:\w+\s+)?lock ?files?\b",
-        text,
-        re.I,
-    ):
+    edits = r"\s+(?:\w+\s+){0,2}(?:edit|modify|touch|change|write|update|hand[- ]edit)\w*\s+"
+    if not forbids(text, edits + r"(?:the\s+|any\s+)?(?:\w+\s+)?lock ?files?\b"):
         return []
     rule = PathRule(globs=LOCKFILES)
     return [Shaped(rule, _write("package-lock.json", "{}\n"), _write("src/a.ts", "x\n"))]

@@ -66,6 +66,13 @@ def _write_pair(rule: Rule, path: str, violating: str, compliant: str) -> Shaped
 
 
 NEG = r"\b(?:never|no|not|don'?t|do not|avoid|must not|mustn'?t|should not|without)\b"
+
+
+def forbids(text: str, what: str) -> bool:
+    """`what` (a regex) comes right after a negation: "never …", "don't …", "no …"."""
+    return bool(re.search(NEG + what, text, re.I))
+
+
 JS = ["*.js", "*.jsx", "*.ts", "*.tsx", "*.mjs", "*.cjs", "*.vue", "*.svelte"]
 MARKUP = ["*.html", "*.jsx", "*.tsx", "*.vue", "*.svelte", "*.twig", "*.erb", "*.php"]
 LANG_GLOBS = {
@@ -200,11 +207,11 @@ def _style_content_shapes(t: str) -> list[Shaped]:
         t,
         re.I,
     )
-    if re.search(NEG + r"[^.]*\b(emojis?|emoji)\b", t, re.I) and not commits_only:
+    if forbids(t, r"[^.]*\b(emojis?|emoji)\b") and not commits_only:
         out.append(
             _write_pair(ContentRule(pattern=EMOJI), "src/a.py", "x = 1  # \u2705\n", "x = 1\n")
         )
-    if re.search(NEG + r"[^.]*\b(emojis?|emoji)\b", t, re.I) and re.search(r"\bcommit", t, re.I):
+    if forbids(t, r"[^.]*\b(emojis?|emoji)\b") and re.search(r"\bcommit", t, re.I):
         out.append(
             Shaped(
                 CommitMessageRule(pattern=EMOJI),
@@ -216,9 +223,9 @@ def _style_content_shapes(t: str) -> list[Shaped]:
         NEG + r"[^.]*\btabs?\b|\bspaces?,? (?:not|no|never) tabs?\b|\b\d[- ]space indent", t, re.I
     ):
         _deny(out, *DENIALS["tabs"])
-    if re.search(NEG + r"[^.]*\binline[- ]styles?\b", t, re.I):
+    if forbids(t, r"[^.]*\binline[- ]styles?\b"):
         _deny(out, *DENIALS["inline_style"])
-    if re.search(NEG + r"[^.]*\bvar\b", t, re.I) and re.search(r"\b(const|let|var)\b", t):
+    if forbids(t, r"[^.]*\bvar\b") and re.search(r"\b(const|let|var)\b", t):
         _deny(out, *DENIALS["var"])
     return out
 
@@ -238,7 +245,7 @@ def _code_content_shapes(t: str) -> list[Shaped]:
             "log.info('debug')\n",
             _example_path(langs, "src/example.py"),
         )
-    if re.search(NEG + r"[^.]*\bdebugger\b", t, re.I):
+    if forbids(t, r"[^.]*\bdebugger\b"):
         _deny(out, *DENIALS["debugger"])
     if re.search(r"\bimport\s+logging\b|\bstdlib\s+`?logging", t, re.I) and re.search(
         r"\bNOT\b|\bnot\b|never", t
@@ -695,7 +702,7 @@ DROP_IN = {"pnpm", "bun"}  # they take npm's subcommands: rewriting keeps the co
 
 def _negated(t: str, word: str) -> bool:
     """`word` sits right after a negation ("don't use pnpm", "no docstrings")."""
-    return bool(re.search(NEG + r"\s+(?:\w+\s+){0,2}`?" + re.escape(word), t, re.I))
+    return forbids(t, r"\s+(?:\w+\s+){0,2}`?" + re.escape(word))
 
 
 def convention_shapes(text: str) -> list[Shaped]:
@@ -747,7 +754,7 @@ def _function_style_shapes(t: str) -> list[Shaped]:
             re.I,
         )
         and not _negated(t, "function")
-    ) or re.search(NEG + r"\s+(?:\w+\s+)?class components?\b", t, re.I):
+    ) or forbids(t, r"\s+(?:\w+\s+)?class components?\b"):
         _deny(out, *DENIALS["class_component"])
     if re.search(r"\barrow functions?\b", t, re.I) and re.search(r"\bparen", t, re.I):
         if re.search(r"\b(without|omit\w*|no|avoid|drop)\b[^.]*\bparen", t, re.I):

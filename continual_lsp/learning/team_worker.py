@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from continual_lsp.config import Settings
 from continual_lsp.learning.worker import (
@@ -42,6 +42,9 @@ from continual_lsp.learning.worker import (
     sync_weights,
 )
 from continual_lsp.store.db import Store
+
+if TYPE_CHECKING:
+    from continual_lsp.policy.local import LocalPolicy
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +80,7 @@ class Member:
     settings: Settings
     store: Store
     directory: Path
-    policy: Any  # LocalPolicy on the worker's shared host
+    policy: LocalPolicy  # on the worker's shared host
 
 
 def _join(members: list[Member], settings_data: dict[str, Any], store_path: str) -> None:
