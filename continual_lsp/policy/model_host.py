@@ -16,13 +16,15 @@ at one adapter's size however many users there are.
 Rules that keep users apart:
 - Every use of the model runs inside `serving(slot)`: the host's lock, held for the whole
   call, with that slot's weights live. One user's decode never sees another's adapter.
-- Changes a policy makes to its weights (a train step, a loaded version, or a test
-  writing through `.data`) are noticed by a fingerprint of the live LoRA tensors (their
-  version counters and checksum), copied back into the slot before another slot's
-  weights go in, and bump the slot's `generation`, which keys its prompt caches.
-- At most `max_resident` slots keep their weights in memory; the least recently used
-  beyond that are written to a spill file (safetensors, the host's temporary directory)
-  and read back on their next use, bit for bit.
+- While a slot is live its weights exist only in the LoRA modules: its own copy is
+  dropped when they go in and taken again when another slot's go in (a ~7 MB clone,
+  ~1 ms), so an adapter is never held twice. Changes a policy makes to its weights (a
+  train step, a loaded version, or a test writing through `.data`) are noticed by a
+  fingerprint of the live LoRA tensors (their version counters and checksum) and bump
+  the slot's `generation`, which keys its prompt caches.
+- At most `max_resident` slots keep their weights in memory, the live one included; the
+  least recently used beyond that are written to a spill file (safetensors, the host's
+  temporary directory) and read back on their next use, bit for bit.
 - Prompt K/V caches (one `PromptCache` per policy, ~45 KB a token) are bounded across the
   host by count and by bytes: while more than `max_prompt_caches` hold entries, or they
   hold more than `max_prompt_cache_mb` together, the least recently used is cleared. A
@@ -93,13 +95,14 @@ class AdapterSlot:
     def __init__(self, owner: str, state: dict[str, torch.Tensor]) -> None:
         self.id = next(self._ids)
         self.owner = owner
-        # None while spilled to disk. Fresh slots share the host's initial tensors: they
-        # are only ever replaced, never written in place.
+        # None while spilled to disk, and while live with weights of its own: those are
+        # the model's LoRA tensors then. Fresh slots share the host's initial tensors:
+        # they are only ever replaced, never written in place.
         self.state: dict[str, torch.Tensor] | None = state
         self.spill: Path | None = None
         self.generation = 0  # bumped on every change of this slot's weights
         self.fingerprint: Any = None  # of the live tensors when last checked
-        self.synced: Any = None  # of the live tensors that `state` holds a copy of
+        self.synced: Any = None  # of the live tensors when `state` was last equal to them
         self.used = 0
 
 
@@ -125,7 +128,7 @@ class ModelHost:
         self.max_prompt_cache_bytes = int(settings.max_prompt_cache_mb * MB)
         self.prompt_cache_bytes = 0  # held by the caches after the last `note_cache`
         self.lock = threading.RLock()
-        self._initial = self._snapshot()
+        self._initial = self._initial_state()
         self._slots: weakref.WeakSet[AdapterSlot] = weakref.WeakSet()
         self._live: AdapterSlot | None = None
         self._clock = itertools.count(1)
@@ -167,7 +170,10 @@ class ModelHost:
         return sum(1 for s in list(self._slots) if self._holds_own(s))
 
     def _holds_own(self, slot: AdapterSlot) -> bool:
-        """`slot` keeps trained weights in memory (not spilled, not the shared initial)."""
+        """`slot` keeps trained weights in memory: live in the model, or in its `state`
+        (not spilled, not the shared initial)."""
+        if slot is self._live:
+            return slot.state is not self._initial
         return slot.state is not None and slot.state is not self._initial
 
     @contextlib.contextmanager
@@ -198,12 +204,16 @@ class ModelHost:
             slot.generation += 1
 
     def _write_back(self, slot: AdapterSlot) -> None:
+        """Hand the live tensors to `slot`, which keeps them once `_restore` gives the model
+        another slot's; a fresh slot still unchanged keeps the shared initial instead."""
         self._notice_changes(slot)
-        if slot.fingerprint != slot.synced:
-            slot.state = self._snapshot()
+        if slot.state is None or slot.fingerprint != slot.synced:
+            slot.state = {name: param.detach() for name, param in self._lora_params()}
             slot.synced = slot.fingerprint
 
     def _restore(self, slot: AdapterSlot) -> None:
+        """Make `slot`'s tensors the model's LoRA tensors: handed over, not copied, so they
+        exist once. A fresh slot gets a copy of the initial, which it may write into."""
         if slot.state is None:
             assert slot.spill is not None
             started = time.perf_counter()
@@ -212,9 +222,14 @@ class ModelHost:
             slot.spill = None
             self.reloads += 1
             self.swap_s += time.perf_counter() - started
+        state = slot.state
+        if state is self._initial:
+            state = self._snapshot(state)
+        else:
+            slot.state = None
         with torch.no_grad():
             for name, param in self._lora_params():
-                param.copy_(slot.state[name])
+                param.data = state[name].to(param.device)
 
     def _evict(self) -> None:
         """Spill the least recently used slots past `max_resident` (never the live one)."""
@@ -242,8 +257,24 @@ class ModelHost:
             if "lora_" in name and TRAINED in name:
                 yield name, param
 
-    def _snapshot(self) -> dict[str, torch.Tensor]:
-        return {name: p.detach().clone() for name, p in self._lora_params()}
+    def _snapshot(self, state: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+        """A copy of `state`, else of the live LoRA tensors. Never an inference tensor,
+        whatever mode the caller is in: it may become a parameter's data, which autograd
+        must be able to use in a later train step."""
+        source = state if state is not None else dict(self._lora_params())
+        with torch.inference_mode(False), torch.no_grad():
+            return {name: t.detach().clone() for name, t in source.items()}
+
+    def _initial_state(self) -> dict[str, torch.Tensor]:
+        """The fresh adapter as peft made it. Its B matrices are zero, held as a broadcast
+        zero each (half the adapter's 7 MB, else zeros kept for the life of the host);
+        `_snapshot` turns them back into tensors of their own for a slot to write into."""
+        return {
+            name: torch.zeros((), dtype=t.dtype, device=t.device).expand(t.shape)
+            if "lora_B" in name and not t.any()
+            else t
+            for name, t in self._snapshot().items()
+        }
 
     def _fingerprint(self) -> tuple[Any, ...]:
         """Changes with every write to the live LoRA tensors: in-place writes bump the

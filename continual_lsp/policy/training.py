@@ -538,9 +538,10 @@ def set_adapter_state(
     policy: LoraHolder, state: dict[str, torch.Tensor], adapter: str = TRAINED_ADAPTER
 ) -> None:
     """Copy `state` into the live adapter; every LoRA tensor must be present and fit."""
-    from peft import set_peft_model_state_dict
+    from peft import get_peft_model_state_dict, set_peft_model_state_dict
 
-    expected = set(adapter_state(policy, adapter))
+    # Names only: `adapter_state` would clone every tensor (7 MB) to read its keys.
+    expected = set(get_peft_model_state_dict(policy.model, adapter_name=adapter))
     missing = expected - set(state)
     unexpected = set(state) - expected
     if missing or unexpected:

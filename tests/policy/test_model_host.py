@@ -114,6 +114,26 @@ def test_adapters_past_the_limit_go_to_disk_and_come_back_exact(
     assert host.resident == 1
 
 
+def _storages(tensors: Any) -> set[int]:
+    return {t.untyped_storage().data_ptr() for t in tensors}
+
+
+def test_each_resident_adapter_is_held_once(model_and_tokenizer: tuple[Any, Any]) -> None:
+    """The live adapter's weights are the model's LoRA tensors, and no copy of them stays
+    in its slot: two resident adapters take two adapters' memory, not three."""
+    host = _host(model_and_tokenizer, max_resident=2)
+    users = [_user(host, f"user{i}", seed=20 + i) for i in range(3)]
+    for user in [*users, users[0], users[1]]:  # user2 spilled, user0 resident, user1 live
+        with user.exclusive():
+            pass
+    live = _storages(param for _, param in host._lora_params())
+    held = [_storages(u._slot.state.values()) for u in users if u._slot.state is not None]
+    assert host.resident == 2
+    assert len(held) == 1  # user0's; user1's are the model's, user2's on disk
+    assert len(held[0]) == len(live) and not held[0] & live
+    assert not _storages(host._initial.values()) & live
+
+
 def test_training_one_user_leaves_the_other_alone(
     model_and_tokenizer: tuple[Any, Any],
 ) -> None:
