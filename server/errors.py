@@ -8,6 +8,8 @@ from typing import Any
 from pydantic import ValidationError
 from pygls.exceptions import JsonRpcException, JsonRpcInternalError, JsonRpcInvalidParams
 
+from continual_lsp.errors import ReviewerError
+
 
 class RequestFailed(JsonRpcException):
     """LSP's RequestFailed (-32803): valid params, but the request could not be carried
@@ -43,11 +45,6 @@ def validate(model: Any, method: str, params: Any) -> Any:
         raise invalid_params(method, exc) from exc
 
 
-# Errors whose message is written for the reviewer (matched by name: the server sees the
-# agent, not the layers below it). BackendUnavailable = the remote model is down.
-REVIEWER_ERRORS = frozenset({"AgentError", "StoreError", "ToolError", "BackendUnavailable"})
-
-
 def agent_error(exc: BaseException) -> JsonRpcException:
     """The JSON-RPC error for an exception out of an agent call.
 
@@ -55,7 +52,6 @@ def agent_error(exc: BaseException) -> JsonRpcException:
     is RequestFailed with its message; anything else is a bug, but the reviewer still
     gets a sentence (InternalError with the type and message), not a crash.
     """
-    names = {cls.__name__ for cls in type(exc).__mro__}
-    if names & REVIEWER_ERRORS or isinstance(exc, ValueError | OSError):
+    if isinstance(exc, ReviewerError | ValueError | OSError):
         return RequestFailed(str(exc))
     return JsonRpcInternalError(message=f"{type(exc).__name__}: {exc}")

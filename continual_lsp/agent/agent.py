@@ -30,6 +30,7 @@ from continual_lsp.agent.conversation import KEEP_CALLS, Conversation
 from continual_lsp.agent.lanes_facade import LanesFacade
 from continual_lsp.agent.training_jobs import ProgressListener, TrainingJobs
 from continual_lsp.config import Settings, default_store_path
+from continual_lsp.errors import ReviewerError
 from continual_lsp.policy.base import Completion, Policy, SampleParams
 from continual_lsp.policy.model_files import starter_name
 from continual_lsp.policy.render import call_text
@@ -69,7 +70,7 @@ log = logging.getLogger(__name__)
 MAX_SUBSTITUTED = 4
 
 
-class AgentError(Exception):
+class AgentError(ReviewerError):
     """A request the agent cannot carry out; the message is meant for the reviewer."""
 
 

@@ -10,10 +10,11 @@ from typing import Any, Literal, Protocol, TypedDict, Unpack, runtime_checkable
 
 from pydantic import BaseModel, Field
 
+from continual_lsp.errors import ReviewerError
 from continual_lsp.tools.base import ToolCall
 
 
-class BackendUnavailable(RuntimeError):
+class BackendUnavailable(ReviewerError, RuntimeError):
     """A remote backend cannot be used right now; `str(exc)` is shown to the reviewer.
 
     Raised for a missing or rejected key, an unreachable or overloaded service, and any

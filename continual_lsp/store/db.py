@@ -22,6 +22,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from continual_lsp.errors import ReviewerError
+
 SCHEMA_VERSION = 1
 
 _SCHEMA = """
@@ -137,7 +139,7 @@ def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
-class StoreError(Exception):
+class StoreError(ReviewerError):
     """A store operation that cannot be done; the message says why."""
 
 

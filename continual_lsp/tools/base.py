@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from continual_lsp.errors import ReviewerError
+
 ToolName = Literal["read", "write", "edit", "edit_lines", "glob", "grep", "bash"]
 TOOL_NAMES: tuple[ToolName, ...] = ("read", "write", "edit", "edit_lines", "glob", "grep", "bash")
 READ_ONLY_TOOLS: frozenset[str] = frozenset({"read", "glob", "grep"})
@@ -123,7 +125,7 @@ class ToolResult(BaseModel):
     exit_code: int | None = None
 
 
-class ToolError(Exception):
+class ToolError(ReviewerError):
     """A call that cannot run; the message is shown to the reviewer and the model."""
 
 

@@ -6,8 +6,11 @@ from pydantic import BaseModel
 from pygls.exceptions import JsonRpcInternalError, JsonRpcInvalidParams
 
 from continual_lsp.agent.agent import AgentError
+from continual_lsp.errors import ReviewerError
 from continual_lsp.policy.base import BackendUnavailable
 from continual_lsp.server.errors import RequestFailed, agent_error, validate
+from continual_lsp.store import StoreError
+from continual_lsp.tools.base import ToolError
 
 
 def test_reviewer_errors_are_request_failed_with_their_message() -> None:
@@ -16,6 +19,18 @@ def test_reviewer_errors_are_request_failed_with_their_message() -> None:
     assert "cannot reach the Tinker service" in down.message
     assert isinstance(agent_error(AgentError("unknown proposal 'p9'")), RequestFailed)
     assert isinstance(agent_error(FileNotFoundError("no such file: a.py")), RequestFailed)
+
+
+def test_every_reviewer_error_is_one_kind_of_error() -> None:
+    """The server knows one base class, not a list of names: a reviewer error added in a
+    lower layer reaches the editor as its message without the server changing."""
+
+    class StaleLease(ReviewerError):
+        pass
+
+    for error in (StaleLease("the lease expired"), StoreError("x"), ToolError("y")):
+        assert isinstance(agent_error(error), RequestFailed)
+    assert issubclass(BackendUnavailable, RuntimeError)  # callers that catch it as one
 
 
 def test_a_bug_is_an_internal_error_that_names_it() -> None:
