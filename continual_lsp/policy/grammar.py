@@ -583,6 +583,7 @@ def constrained_decode_batch(
             )
             # A finished candidate leaves the step: its tokens stay in the cache, unseen.
             live = [(r, chunk) for r, chunk in zip(alive, chunks, strict=True) if chunk]
+            live = without_stragglers(live, [len(row) for row in tokens], params.greedy_rows)
             if not live:
                 break
             alive = [r for r, _ in live]
@@ -593,6 +594,25 @@ def constrained_decode_batch(
             _record_step(live, logits, next_logits, tokens, logprobs)
 
     return _completions(grammar, tokens, logprobs, forced, eos, time.perf_counter() - start)
+
+
+def without_stragglers(
+    live: list[tuple[int, list[int]]], lengths: list[int], greedy_rows: int
+) -> list[tuple[int, list[int]]]:
+    """`live` without the sampled candidates that ramble: once half the candidates have
+    finished, one that has grown past twice the longest finished is cut where it is.
+
+    Every step waits for the slowest candidate, so one row that never closes its content
+    held the others' answer back for up to `max_tokens` steps (measured: rows of 192
+    tokens beside finished ones of 38-63, the choice 27 s instead of ~6 s). Cut short, it
+    does not parse and is dropped like any call cut at the budget. The greedy rows run to
+    their end: they are the model's best guess, however long."""
+    running = {r for r, _ in live}
+    finished = [n for r, n in enumerate(lengths) if r not in running]
+    if 2 * len(finished) < len(lengths):
+        return live
+    bound = 2 * max(finished)
+    return [(r, chunk) for r, chunk in live if r < greedy_rows or lengths[r] <= bound]
 
 
 def _opened_matchers(

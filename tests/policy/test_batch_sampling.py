@@ -8,6 +8,7 @@ import pytest
 
 from continual_lsp.config import Settings
 from continual_lsp.policy.base import Message, SampleParams
+from continual_lsp.policy.grammar import without_stragglers
 from continual_lsp.policy.local import LocalPolicy
 
 pytestmark = pytest.mark.model
@@ -37,10 +38,16 @@ def test_sampled_rows_parse_match_scoring_and_repeat_with_the_seed(policy: Local
     params = SampleParams(temperature=1.0, seed=5, max_tokens=120)
     rows = policy.sample_batch(prompt, params, 4)
     assert len({tuple(r.tokens) for r in rows}) > 1, "seeded rows should differ"
+    parsed = 0
     for row in rows:
-        policy.renderer.parse_call(row.text)
         scored = policy.logprobs(prompt, row.tokens)
         assert row.logprobs == pytest.approx(scored, abs=2e-3)
+        try:
+            policy.renderer.parse_call(row.text)
+            parsed += 1
+        except ValueError:
+            pass  # a rambling row, cut once half had finished (`without_stragglers`)
+    assert 2 * parsed >= len(rows)
     again = policy.sample_batch(prompt, params, 4)
     assert [r.tokens for r in again] == [r.tokens for r in rows]
 
@@ -66,3 +73,19 @@ def test_logprobs_batch_scores_each_completion_as_logprobs_does(policy: LocalPol
     for completion, scored in zip(completions, batched, strict=True):
         if completion:
             assert scored == pytest.approx(policy.logprobs(prompt, completion), abs=1e-3)
+
+
+def test_a_rambling_sampled_row_is_cut_once_half_have_finished() -> None:
+    """Rows 0-5, lengths after this step; rows 3-5 are still running. Rows 0-2 finished
+    (longest 40), so the bound is 80: sampled row 4 (81) is cut, row 5 (80) is not, and
+    greedy row 0 never is."""
+    live = [(3, [7]), (4, [7]), (5, [7])]
+    lengths = [40, 38, 39, 50, 81, 80]
+    assert without_stragglers(live, lengths, greedy_rows=0) == [(3, [7]), (5, [7])]
+    # Fewer than half finished: nothing is cut yet, however long.
+    assert without_stragglers(live, [40, 38, 99, 50, 181, 80], greedy_rows=0) == [
+        (3, [7]), (4, [7]), (5, [7])
+    ]  # fmt: skip
+    # A greedy row runs to its end.
+    greedy_long = [(0, [7]), (4, [7])]
+    assert without_stragglers(greedy_long, [181, 38, 39, 40, 181, 30], greedy_rows=1) == [(0, [7])]
