@@ -121,7 +121,7 @@ def _storages(tensors: Any) -> set[int]:
 def test_each_resident_adapter_is_held_once(model_and_tokenizer: tuple[Any, Any]) -> None:
     """The live adapter's weights are the model's LoRA tensors, and no copy of them stays
     in its slot: two resident adapters take two adapters' memory, not three."""
-    host = _host(model_and_tokenizer, max_resident=2)
+    host = _host(model_and_tokenizer, max_resident_adapters=2)
     users = [_user(host, f"user{i}", seed=20 + i) for i in range(3)]
     for user in [*users, users[0], users[1]]:  # user2 spilled, user0 resident, user1 live
         with user.exclusive():
