@@ -16,15 +16,21 @@ import logging
 import queue
 import threading
 import time
-from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ValidationError
 
-from continual_lsp.agent import substitution
+from continual_lsp.agent.candidates import (
+    Candidate,
+    Screen,
+    canonical,
+    mean_logprob,
+    ranked_by_lift,
+    substituted,
+)
 from continual_lsp.agent.checkpoints import Checkpoints, UndoError
 from continual_lsp.agent.conversation import KEEP_CALLS, Conversation
 from continual_lsp.agent.lanes_facade import LanesFacade
@@ -33,7 +39,6 @@ from continual_lsp.config import Settings, default_store_path
 from continual_lsp.errors import ReviewerError
 from continual_lsp.policy.base import Completion, Policy, SampleParams
 from continual_lsp.policy.model_files import starter_name
-from continual_lsp.policy.render import call_text
 from continual_lsp.protocol import (
     AllowOffer,
     AllowResult,
@@ -65,9 +70,6 @@ from continual_lsp.tools.base import (
 from continual_lsp.tools.runner import ToolRunner
 
 log = logging.getLogger(__name__)
-
-# At most this many substituted candidates join a retry (each is one more scored row).
-MAX_SUBSTITUTED = 4
 
 
 class AgentError(ReviewerError):
@@ -182,25 +184,6 @@ class _Task:
         self.done: str | None = None
 
 
-@dataclass
-class _Candidate:
-    """A call the model sampled, with the prompt it came from: recorded as a proposal once
-    screened. As the retry chosen after a correction, `reason` set says why there is none:
-    then `call` and `preview` are the denied call's, offered for editing, and there is no
-    completion."""
-
-    call: ToolCall
-    completion: Completion | None
-    prompt_tokens: list[int]
-    preview: Preview | None = None
-    note: str | None = None
-    reason: str | None = None
-
-
-def _canonical(call: ToolCall) -> str:
-    return json.dumps({"tool": call.tool, "arguments": call.arguments}, sort_keys=True)
-
-
 def _repeats(task: _Task, call: ToolCall) -> bool:
     """Whether `call` repeats one already run: the end of a task, once re-sampled. Looking
     again right after a call that could not run is not a repeat: the model is checking
@@ -208,7 +191,7 @@ def _repeats(task: _Task, call: ToolCall) -> bool:
     after a failure)."""
     if call.read_only and task.invalid_streak > 0:
         return False
-    return _canonical(call) in task.executed
+    return canonical(call) in task.executed
 
 
 class Agent:
@@ -278,7 +261,7 @@ class Agent:
             self._tasks[task_id] = task
             for call, result in reads:
                 self.store.append_event("in_view", {"path": call.arguments["path"]}, task_id)
-                task.executed.add(_canonical(call))
+                task.executed.add(canonical(call))
                 task.conversation.add_call(call, result)
             proposal = self._advance(task)
             return task_id, proposal
@@ -696,7 +679,7 @@ class Agent:
         # The preview pins what the reviewer saw, including "this file does not exist yet".
         preview = proposal.preview if call == proposal.call else None
         result = self._checkpointed(proposal.id, call, preview)
-        task.executed.add(_canonical(call))
+        task.executed.add(canonical(call))
         task.history.append(call)
         task.conversation.add_call(call, result)
         task.pending = None
@@ -810,7 +793,7 @@ class Agent:
                 # A call that cannot run (no such file, a range past the end) is not worth
                 # the reviewer's time: the likeliest runnable sample takes its place, or it
                 # fails like an executed call and the model sees why.
-                failed = _Candidate(call, completion, prompt_tokens)
+                failed = Candidate(call, completion, prompt_tokens)
                 runnable = self._runnable_instead(task, failed, error)
                 if runnable is None:
                     self._record_invalid(task, failed, str(error))
@@ -829,7 +812,7 @@ class Agent:
                 verdict = self.lanes.check_guards(call, preview, task.history)
             task.invalid_streak = 0
             proposal = self._add_proposal(
-                task, _Candidate(call, completion, prompt_tokens, preview, note)
+                task, Candidate(call, completion, prompt_tokens, preview, note)
             )
             if verdict.action == "block":
                 # A guard block is an automatic denial: same record, same learning step,
@@ -847,7 +830,7 @@ class Agent:
             return proposal
         return None
 
-    def _add_proposal(self, task: _Task, candidate: _Candidate) -> Proposal:
+    def _add_proposal(self, task: _Task, candidate: Candidate) -> Proposal:
         """Record a proposal as the task's pending one (not yet shown)."""
         call = candidate.call
         sandbox_note = self.tools.sandbox_note(call)
@@ -863,7 +846,7 @@ class Agent:
             adapter_version=self.training.current_version_name(),
         )
 
-    def _choose_retry(self, task: _Task, denied: Proposal, correction: str) -> _Candidate:
+    def _choose_retry(self, task: _Task, denied: Proposal, correction: str) -> Candidate:
         """The retry after a correction: chosen among candidates, not just sampled.
 
         `retry_candidates` calls are sampled in one batch from the conversation with the
@@ -871,10 +854,9 @@ class Agent:
         denied or executed call, a guard blocks it (rewrites apply, as for any
         proposal), or its preview fails. A correction that spells out a literal swap
         ("use / instead of //") adds the sampled and denied calls with the swap applied
-        (`_substituted`). The rest are ranked by the correction's lift:
-        the mean over the call's tokens of log π(call | with correction) − log π(call |
-        the denied turn's prompt), ties by the former. With nothing left, the choice
-        carries the one-line reason instead.
+        (`candidates.substituted`). The rest are ranked by the correction's lift
+        (`candidates.ranked_by_lift`), ties by the teacher's log-prob. With nothing left,
+        the choice carries the one-line reason instead.
         """
         started, cpu_started = time.perf_counter(), time.thread_time()
         policy = self.policy
@@ -893,15 +875,15 @@ class Agent:
             forbid=self.lanes.decode_restrictions(),
         )
         completions = policy.sample_batch(prompt_tokens, params, n)
-        substituted = self._substituted(completions, denied, correction, prompt_tokens)
-        completions += substituted
+        swapped = substituted(policy, completions, denied.call, correction, prompt_tokens)
+        completions += swapped
         row = self.store.proposal(denied.id)
         student_prompt = row["prompt_tokens"] if row else prompt_tokens
-        kept, drops = self._screened(task, completions, prompt_tokens)
-        ranked = self._ranked(kept, student_prompt)
+        kept, drops = self._screen(task).all(completions, prompt_tokens)
+        ranked = ranked_by_lift(policy, kept, student_prompt)
         summary = {
             "candidates": len(completions),
-            "substituted": len(substituted),
+            "substituted": len(swapped),
             "tokens": [len(c.tokens) for c in completions],
             "kept": len(ranked),
             "dropped": dict(drops),
@@ -914,7 +896,7 @@ class Agent:
             reasons = ", ".join(f"{count} {why}" for why, count in drops.most_common())
             reason = f"No compliant retry among {len(completions)} candidates: {reasons}."
             self.store.append_event("retry_chosen", {**summary, "winner": None}, task.id)
-            return _Candidate(denied.call, None, prompt_tokens, denied.preview, None, reason)
+            return Candidate(denied.call, None, prompt_tokens, denied.preview, None, reason)
         lift, teacher, choice = max(ranked, key=lambda entry: (entry[0] or 0.0, entry[1]))
         self.store.append_event(
             "retry_chosen",
@@ -923,61 +905,9 @@ class Agent:
         )
         return choice
 
-    def _ranked(
-        self, choices: list[_Candidate], student_prompt: list[int]
-    ) -> list[tuple[float | None, float, _Candidate]]:
-        """(lift, teacher log-prob, choice) of each surviving candidate. The lift needs
-        each under the denied turn's prompt: one batched request, and none for a lone
-        survivor (nothing to rank: ~0.3-0.6 s saved on 2 cores)."""
-        tokens = [c.completion.tokens for c in choices if c.completion]
-        many = len(tokens) > 1
-        students = (
-            self.policy.logprobs_batch(student_prompt, tokens) if many else [[]] * len(tokens)
-        )
-        ranked: list[tuple[float | None, float, _Candidate]] = []
-        for choice, student in zip(choices, students, strict=True):
-            assert choice.completion is not None
-            teacher = sum(choice.completion.logprobs) / len(choice.completion.logprobs)
-            lift = teacher - sum(student) / len(student) if student else None
-            ranked.append((lift, teacher, choice))
-        return ranked
-
-    def _substituted(
-        self,
-        completions: list[Completion],
-        denied: Proposal,
-        correction: str,
-        prompt_tokens: list[int],
-    ) -> list[Completion]:
-        """The correction's literal substitutions (substitution.py) applied to the denied
-        call and to every sampled one, each scored by the model in the correction's
-        context (one batched request) so that the lift ranks it like a sample."""
-        pairs = substitution.substitutions(correction)
-        if not pairs:
-            return []
-        renderer = self.policy.renderer
-        calls = [denied.call]
-        for completion in completions:
-            try:
-                calls.append(renderer.parse_call(completion.text))
-            except ValueError:
-                continue
-        variants: dict[str, ToolCall] = {}
-        for call in calls:
-            variant = substitution.apply(call, pairs)
-            if variant is not None:
-                variants.setdefault(_canonical(variant), variant)
-        chosen = list(variants.values())[:MAX_SUBSTITUTED]
-        tokens = [renderer.render_call(call) for call in chosen]
-        scores = self.policy.logprobs_batch(prompt_tokens, tokens) if tokens else []
-        return [
-            Completion(tokens=t, logprobs=lp, text=call_text(call))
-            for call, t, lp in zip(chosen, tokens, scores, strict=True)
-        ]
-
     def _runnable_instead(
-        self, task: _Task, failed: _Candidate, error: ToolError
-    ) -> _Candidate | None:
+        self, task: _Task, failed: Candidate, error: ToolError
+    ) -> Candidate | None:
         """The likeliest runnable call among `retry_candidates` samples from the prompt that
         gave `failed`, a call that cannot run (a range past the end, `old` text not in the
         file). Told of the failure instead, a small model mostly gives up the change (it
@@ -995,12 +925,8 @@ class Agent:
         )
         prompt_tokens = failed.prompt_tokens
         samples = self.policy.sample_batch(prompt_tokens, params, self.settings.retry_candidates)
-        kept, drops = self._screened(task, samples, prompt_tokens)
-        best = max(
-            kept,
-            key=lambda c: sum(c.completion.logprobs) / len(c.completion.logprobs),  # type: ignore[union-attr]
-            default=None,
-        )
+        kept, drops = self._screen(task).all(samples, prompt_tokens)
+        best = max(kept, key=mean_logprob, default=None)
         self.store.append_event(
             "invalid_replaced",
             {
@@ -1017,50 +943,17 @@ class Agent:
             self._store_proposal(task, failed, status="invalid")
         return best
 
-    def _screened(
-        self, task: _Task, completions: list[Completion], prompt_tokens: list[int]
-    ) -> tuple[list[_Candidate], Counter[str]]:
-        """The distinct candidates that may be shown, and why the others were dropped."""
-        denied_keys = {_canonical(c) for c in self._denied_calls(task).values()}
-        drops: Counter[str] = Counter()
-        kept: dict[str, _Candidate] = {}
-        for completion in completions:
-            screened = self._screen_retry(task, completion, prompt_tokens, denied_keys)
-            if isinstance(screened, str):
-                drops[screened] += 1
-                continue
-            key, choice = screened
-            if key in kept or not completion.tokens:
-                continue  # the same call sampled twice is one candidate
-            kept[key] = choice
-        return list(kept.values()), drops
+    def _screen(self, task: _Task) -> Screen:
+        """What a candidate for `task`'s next proposal must pass (`candidates.Screen`)."""
+        return Screen(
+            parse=self.policy.renderer.parse_call,
+            preview=self._preview,
+            check_guards=lambda call, preview: self.lanes.check_guards(call, preview, task.history),
+            denied={canonical(c) for c in self._denied_calls(task).values()},
+            executed=task.executed,
+        )
 
-    def _screen_retry(
-        self, task: _Task, completion: Completion, prompt_tokens: list[int], denied_keys: set[str]
-    ) -> tuple[str, _Candidate] | str:
-        """One retry candidate as (its canonical key, the choice), or why it is dropped."""
-        try:
-            sampled = self.policy.renderer.parse_call(completion.text)
-        except ValueError:
-            return "were not a valid call"
-        call, note = sampled, None
-        preview, error = self._preview(call)
-        verdict = self.lanes.check_guards(call, preview, task.history)
-        if verdict.action == "block":
-            return f"were blocked by a guard ({verdict.message})"
-        if verdict.action == "rewrite" and verdict.rewritten_call is not None:
-            call, note = verdict.rewritten_call, f"rewritten by a guard: {verdict.message}"
-            preview, error = self._preview(call)
-        key = _canonical(call)
-        if key in denied_keys:
-            return "repeated the denied call"
-        if key in task.executed:
-            return "repeated a call already run"
-        if error is not None:
-            return f"could not run ({error})"
-        return key, _Candidate(call, completion, prompt_tokens, preview, note, None)
-
-    def _show_retry(self, task: _Task, choice: _Candidate) -> Proposal:
+    def _show_retry(self, task: _Task, choice: Candidate) -> Proposal:
         """Show the chosen retry; when there is none, the denied call again with the reason
         and the Edit offer, so a correction never ends a task silently. The chosen retry
         is shown even when read-only: it answers the correction."""
@@ -1076,12 +969,12 @@ class Agent:
         self.listener.on_proposal(proposal)
         return proposal
 
-    def _record_invalid(self, task: _Task, failed: _Candidate, error: str) -> None:
+    def _record_invalid(self, task: _Task, failed: Candidate, error: str) -> None:
         self._store_proposal(task, failed, status="invalid")
         task.conversation.add_call(failed.call, ToolResult(ok=False, output=f"error: {error}"))
         task.turn += 1
 
-    def _store_proposal(self, task: _Task, candidate: _Candidate, status: str = "pending") -> str:
+    def _store_proposal(self, task: _Task, candidate: Candidate, status: str = "pending") -> str:
         call, completion, preview = candidate.call, candidate.completion, candidate.preview
         assert completion is not None  # a retry without one is given one before it is shown
         return self.store.add_proposal(
