@@ -807,9 +807,9 @@ class Agent:
                         break
                     continue
                 call, preview, note = runnable.call, runnable.preview, runnable.note
-                assert runnable.completion is not None
-                completion = runnable.completion
-                verdict = self.lanes.check_guards(call, preview, task.history)
+                assert runnable.completion is not None and runnable.verdict is not None
+                # The screen's verdict, not one on the rewritten call: a rewrite is shown.
+                completion, verdict = runnable.completion, runnable.verdict
             task.invalid_streak = 0
             proposal = self._add_proposal(
                 task, Candidate(call, completion, prompt_tokens, preview, note)
@@ -865,16 +865,8 @@ class Agent:
             task.text, task.conversation.recent_calls(), task.conversation.recent_paths()
         )
         prompt_tokens = self._fit_prompt(task, bullets)
-        n = self.settings.retry_candidates
-        params = SampleParams(
-            temperature=self.settings.retry_temperature,
-            greedy_rows=1,
-            max_tokens=self.settings.max_new_tokens,
-            seed=self.settings.seed + 31 * task.turn + 7 * task.retries,
-            tools=self.settings.allowed_tools,
-            forbid=self.lanes.decode_restrictions(),
-        )
-        completions = policy.sample_batch(prompt_tokens, params, n)
+        params = self._batch_params(task, greedy_rows=1, salt=0)
+        completions = policy.sample_batch(prompt_tokens, params, self.settings.retry_candidates)
         swapped = substituted(policy, completions, denied.call, correction, prompt_tokens)
         completions += swapped
         row = self.store.proposal(denied.id)
@@ -916,13 +908,7 @@ class Agent:
         a denied or executed call), ranked by the model's mean log-prob. The failed call
         is kept in the store as `invalid`, not in the conversation. None when no sample
         can run either."""
-        params = SampleParams(
-            temperature=self.settings.retry_temperature,
-            max_tokens=self.settings.max_new_tokens,
-            seed=self.settings.seed + 13 + 31 * task.turn + 7 * task.retries,
-            tools=self.settings.allowed_tools,
-            forbid=self.lanes.decode_restrictions(),
-        )
+        params = self._batch_params(task, greedy_rows=0, salt=13)
         prompt_tokens = failed.prompt_tokens
         samples = self.policy.sample_batch(prompt_tokens, params, self.settings.retry_candidates)
         kept, drops = self._screen(task).all(samples, prompt_tokens)
@@ -942,6 +928,19 @@ class Agent:
         if best is not None:
             self._store_proposal(task, failed, status="invalid")
         return best
+
+    def _batch_params(self, task: _Task, *, greedy_rows: int, salt: int) -> SampleParams:
+        """How a batch of candidates is sampled (a retry; the calls in place of one that
+        cannot run): warm, every allowed tool, the guards' decoding limits, a seed of the
+        turn (`salt` keeps the two batches of one turn apart)."""
+        return SampleParams(
+            temperature=self.settings.retry_temperature,
+            greedy_rows=greedy_rows,
+            max_tokens=self.settings.max_new_tokens,
+            seed=self.settings.seed + salt + 31 * task.turn + 7 * task.retries,
+            tools=self.settings.allowed_tools,
+            forbid=self.lanes.decode_restrictions(),
+        )
 
     def _screen(self, task: _Task) -> Screen:
         """What a candidate for `task`'s next proposal must pass (`candidates.Screen`)."""

@@ -28,7 +28,8 @@ MAX_SUBSTITUTED = 4
 @dataclass
 class Candidate:
     """A call the model sampled, with the prompt it came from: recorded as a proposal once
-    screened. As the retry chosen after a correction, `reason` set says why there is none:
+    screened (`verdict`: what the guards said of the sampled call, a rewrite already
+    applied). As the retry chosen after a correction, `reason` set says why there is none:
     then `call` and `preview` are the denied call's, offered for editing, and there is no
     completion."""
 
@@ -38,6 +39,7 @@ class Candidate:
     preview: Preview | None = None
     note: str | None = None
     reason: str | None = None
+    verdict: GuardVerdict | None = None
 
 
 def canonical(call: ToolCall) -> str:
@@ -76,7 +78,7 @@ class Screen:
             return "repeated a call already run"
         if error is not None:
             return f"could not run ({error})"
-        return key, Candidate(call, completion, prompt_tokens, preview, note)
+        return key, Candidate(call, completion, prompt_tokens, preview, note, verdict=verdict)
 
     def all(
         self, completions: list[Completion], prompt_tokens: list[int]

@@ -18,6 +18,7 @@ import pytest
 from continual_lsp.agent.agent import Agent, AgentError
 from continual_lsp.config import Settings
 from continual_lsp.store import Store
+from continual_lsp.tools.base import ToolCall
 from tests.agent.support import make_agent, record_jobs
 
 pytestmark = pytest.mark.model
@@ -425,6 +426,32 @@ def test_a_call_that_cannot_run_gives_way_to_a_runnable_sample(
     assert "past the end" in replaced["error"] and replaced["winner"]["tool"] == "edit_lines"
     row = agent.store.proposal(proposal.id)
     assert row is not None and "past the end" not in script.renderer.decode(row["prompt_tokens"])
+    agent.close()
+
+
+def test_a_runnable_sample_a_guard_rewrote_is_shown_not_run_unasked(
+    tmp_path: Path, workspace: Path, model_and_tokenizer: Any
+) -> None:
+    """In place of a call that cannot run, the sample is `npm test`; the project's guard
+    rewrites it to `pnpm test`, which an allow rule covers. A rewrite is the reviewer's to
+    see, as for any sampled call: it is shown with the guard's note, not run."""
+    from tests.server.scripted import ForcedCallPolicy
+
+    past_end = {
+        "tool": "edit_lines",
+        "arguments": {"path": "src/calc/ops.py", "start": 90, "end": 90, "content": "x"},
+    }
+    npm = {"tool": "bash", "arguments": {"cmd": "npm test"}}
+    settings = Settings(enable_training=False, store_path=str(tmp_path / "store.sqlite3"))
+    script = ForcedCallPolicy(settings, [past_end, npm], model_and_tokenizer)
+    agent = Agent(settings, workspace, policy=script)
+    agent.note("This project uses pnpm, not npm: run `pnpm test`.")
+    pnpm = ToolCall(tool="bash", arguments={"cmd": "pnpm test"})
+    agent.lanes.add_allow_rule(pnpm, None, str(workspace), "test", learned=False)
+    _, proposal = agent.start_task("Fix mean() in src/calc/ops.py")
+    assert proposal is not None and proposal.call == pnpm
+    assert proposal.note is not None and proposal.note.startswith("rewritten by a guard")
+    assert agent.store.events(kind="auto_approved") == []
     agent.close()
 
 

@@ -58,6 +58,7 @@ def test_each_candidate_is_kept_once_or_dropped_with_its_reason() -> None:
     kept, drops = screen.all(completions, [9, 9])
     assert [c.call for c in kept] == [fix, call("bash", cmd="pnpm test")]
     assert kept[1].note == "rewritten by a guard: pnpm"
+    assert [c.verdict.action for c in kept if c.verdict] == ["allow", "rewrite"]
     assert kept[0].prompt_tokens == [9, 9]
     assert drops == {
         "were blocked by a guard (never rm)": 1,
