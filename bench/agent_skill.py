@@ -78,8 +78,10 @@ def load_policies(adapter: Path | None) -> dict[str, Any]:
     if adapter is not None:
         model_files.STARTER_DIR = adapter  # a candidate adapter instead of the shipped one
     settings = Settings(enable_training=False)
-    base = model_files.load_model_and_tokenizer(EMBEDDED_MODEL, starter=False)
-    merged = model_files.load_model_and_tokenizer(EMBEDDED_MODEL, starter=True)
+    # In the precision the agent samples in (Settings.sample_dtype).
+    dtype = model_files.resolve_dtype(settings.sample_dtype, settings.device)
+    base = model_files.load_model_and_tokenizer(EMBEDDED_MODEL, starter=False, dtype=dtype)
+    merged = model_files.load_model_and_tokenizer(EMBEDDED_MODEL, starter=True, dtype=dtype)
     return {
         "base": LocalPolicy(settings, model_and_tokenizer=base),
         "starter": LocalPolicy(settings, model_and_tokenizer=merged),

@@ -35,6 +35,12 @@ class Settings(BaseModel):
     # Merge the shipped starter adapter (tool use, reading a correction; issue 13) into
     # the embedded model at load. Other models are loaded as they are.
     starter: bool = True
+    # The precision the agent samples and scores in. "auto": bfloat16 where the hardware
+    # computes it natively (a CPU with AVX512-BF16 or AMX, a CUDA GPU that supports it),
+    # else float32. The embedded weights are bf16 on disk, so only the arithmetic
+    # changes: measured on 2 cores, decode steps x1.65 and prefill x3 faster, mean
+    # |Δ log-prob| 0.01 per token. Training always runs in float32.
+    sample_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     # backend = "vllm": where the server is and what it serves the base model as
     # (`--served-model-name`; None: `model`). `model` stays the local copy of the same
     # weights: its tokenizer renders prompts here and the local trainer trains on it.

@@ -8,8 +8,9 @@ from continual_lsp.policy.base import Policy
 
 def make_policy(settings: Settings, *, shared: bool = False) -> Policy:
     """The configured backend's policy. `shared` (local backend): on the process's one
-    copy of the model (`model_host.shared_host`), with this policy's own adapter; the
-    server's agents use it, a training worker does not (it trains in place)."""
+    copy of the model (`model_host.shared_host`) in `sample_dtype`, with this policy's
+    own adapter; the server's agents use it, a training worker does not (it trains in
+    place, in float32)."""
     if settings.backend == "tinker":
         from continual_lsp.policy.tinker_backend import TinkerPolicy
 
@@ -21,9 +22,11 @@ def make_policy(settings: Settings, *, shared: bool = False) -> Policy:
     from continual_lsp.policy.local import LocalPolicy
 
     if shared:
+        from continual_lsp.policy.model_files import resolve_dtype
         from continual_lsp.policy.model_host import shared_host
 
-        return LocalPolicy(settings, host=shared_host(settings))
+        dtype = resolve_dtype(settings.sample_dtype, settings.device)
+        return LocalPolicy(settings, host=shared_host(settings, dtype))
     return LocalPolicy(settings)
 
 

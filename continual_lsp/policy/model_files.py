@@ -138,29 +138,61 @@ def load_tokenizer(model: str) -> Any:
     return AutoTokenizer.from_pretrained(directory, **kwargs)
 
 
+def resolve_dtype(choice: str, device: str) -> str:
+    """`Settings.sample_dtype` made concrete: "auto" is bfloat16 where the hardware has
+    native bf16 arithmetic, float32 elsewhere (emulated bf16 is slower than float32)."""
+    if choice != "auto":
+        return choice
+    import torch
+
+    if device.startswith("cuda"):
+        return "bfloat16" if torch.cuda.is_bf16_supported() else "float32"
+    if device != "cpu":
+        return "float32"
+    # torch.cpu's probes are private; absent in some build, they mean "no".
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    native = any(getattr(torch.cpu, name, lambda: False)() for name in probes)
+    return "bfloat16" if native else "float32"
+
+
 def load_model_and_tokenizer(
-    model: str, device: str = "cpu", starter: bool = False
+    model: str, device: str = "cpu", starter: bool = False, dtype: str = "float32"
 ) -> tuple[Any, Any]:
     """(transformers causal LM in eval mode, tokenizer), from local files only.
 
     With `starter` (and the embedded model), the starter adapter merged into the base.
+    `dtype`: "float32" or "bfloat16" (`resolve_dtype`).
     """
     if starter_applies(model, starter):
-        return _load_with_starter(device)
+        return _load_with_starter(device, dtype)
     from transformers import AutoTokenizer
 
     directory, kwargs = _local_files(model)
     tokenizer = AutoTokenizer.from_pretrained(directory, **kwargs)
-    lm = _load_lm(directory, **kwargs)
+    lm = _load_lm(directory, dtype, **kwargs)
     if "gguf_file" in kwargs:
         _write_cache(lm, tokenizer, _cached_copy(directory / kwargs["gguf_file"]))
-    lm.to(device)
+    return _placed(lm, device, dtype), tokenizer
+
+
+def _torch_dtype(dtype: str) -> Any:
+    import torch
+
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
+
+
+def _placed(lm: Any, device: str, dtype: str) -> Any:
+    """`lm` on `device` in `dtype`, in eval mode. A float32 output head over a bf16 trunk
+    was tried: it cut the mean |Δ log-prob| of three calls by 0.001-0.005 a token for ~15%
+    of a decode step, so the whole model takes the one dtype."""
+    lm.to(device=device, dtype=_torch_dtype(dtype))
     lm.eval()
-    return lm, tokenizer
+    return lm
 
 
-def _load_lm(directory: Path, **kwargs: Any) -> Any:
-    """`from_pretrained` in float32; a one-file safetensors model read a tensor at a time.
+def _load_lm(directory: Path, dtype: str = "float32", **kwargs: Any) -> Any:
+    """`from_pretrained` in `dtype` (float32 for a GGUF file, whose cache is written from
+    it); a one-file safetensors model read a tensor at a time.
 
     Why not let from_pretrained map the file: every page it reads stays resident until the
     load ends, on top of the float32 copies made from it. For the embedded model (bf16 on
@@ -176,6 +208,7 @@ def _load_lm(directory: Path, **kwargs: Any) -> Any:
     config = None if "gguf_file" in kwargs else AutoConfig.from_pretrained(directory, **kwargs)
     if config is None or not weights.is_file() or type(config) not in MODEL_FOR_CAUSAL_LM_MAPPING:
         return AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, **kwargs)
+    torch_dtype = _torch_dtype(dtype)
     from safetensors import safe_open
 
     with safe_open(str(weights), framework="pt", device="cpu", backend="pread") as file:
@@ -183,7 +216,7 @@ def _load_lm(directory: Path, **kwargs: Any) -> Any:
         # None, which the Auto class cannot take: its model class is called directly.
         state = {key: file.get_slice(key) for key in file.keys()}  # noqa: SIM118 (not iterable)
         lm = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)].from_pretrained(
-            None, config=config, state_dict=state, dtype=torch.float32
+            None, config=config, state_dict=state, dtype=torch_dtype
         )
     # As from_pretrained(directory) names it: peft reads the base's config.json from there.
     lm.config.name_or_path = lm.name_or_path = str(directory)
@@ -211,7 +244,7 @@ def _write_cache(lm: Any, tokenizer: Any, target: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _load_with_starter(device: str) -> tuple[Any, Any]:
+def _load_with_starter(device: str, dtype: str) -> tuple[Any, Any]:
     """The embedded base with the starter merged; cached as bf16 safetensors by its sha."""
     from transformers import AutoTokenizer
 
@@ -219,13 +252,11 @@ def _load_with_starter(device: str) -> tuple[Any, Any]:
     target = base_copy.with_name(f"{base_copy.name}-starter-{starter_sha256()[:16]}")
     if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
         tokenizer = AutoTokenizer.from_pretrained(target, local_files_only=True)
-        lm = _load_lm(target, local_files_only=True)
+        lm = _load_lm(target, dtype, local_files_only=True)
     else:
         from peft import PeftModel
 
         base, tokenizer = load_model_and_tokenizer(EMBEDDED_MODEL, "cpu")
         lm = PeftModel.from_pretrained(base, str(STARTER_DIR)).merge_and_unload()
         _write_cache(lm, tokenizer, target)
-    lm.to(device)
-    lm.eval()
-    return lm, tokenizer
+    return _placed(lm, device, dtype), tokenizer

@@ -65,8 +65,8 @@ MB = 1 << 20
 
 
 class HostKey(BaseModel):
-    """What makes two policies' models interchangeable: the same files, starter and LoRA
-    shape. A policy whose key differs gets a host of its own."""
+    """What makes two policies' models interchangeable: the same files, starter, LoRA
+    shape and precision. A policy whose key differs gets a host of its own."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -75,15 +75,17 @@ class HostKey(BaseModel):
     starter: bool
     lora_rank: int
     lora_targets: tuple[str, ...]
+    dtype: str
 
     @classmethod
-    def of(cls, settings: Settings) -> HostKey:
+    def of(cls, settings: Settings, dtype: str) -> HostKey:
         return cls(
             model=settings.model,
             device=settings.device,
             starter=settings.starter,
             lora_rank=settings.lora_rank,
             lora_targets=tuple(settings.lora_targets),
+            dtype=dtype,
         )
 
 
@@ -139,9 +141,9 @@ class ModelHost:
         self.swap_s = 0.0  # seconds spent writing and reading spilled slots
 
     @classmethod
-    def load(cls, settings: Settings) -> ModelHost:
+    def load(cls, settings: Settings, dtype: str = "float32") -> ModelHost:
         base, tokenizer = load_model_and_tokenizer(
-            settings.model, settings.device, starter=settings.starter
+            settings.model, settings.device, starter=settings.starter, dtype=dtype
         )
         host = cls(base, tokenizer, settings)
         release_freed_memory()  # the load's temporaries (GGUF dequantisation, starter merge)
@@ -341,12 +343,13 @@ _hosts: dict[HostKey, ModelHost] = {}
 _hosts_lock = threading.Lock()
 
 
-def shared_host(settings: Settings) -> ModelHost:
-    """The process's host for `settings`' model, loaded on first use and kept for the
-    life of the process (a server reconnecting users must not reload it)."""
-    key = HostKey.of(settings)
+def shared_host(settings: Settings, dtype: str = "float32") -> ModelHost:
+    """The process's host for `settings`' model in `dtype`, loaded on first use and kept
+    for the life of the process (a server reconnecting users must not reload it). The
+    agents sample on a `sample_dtype` host; a training worker keeps float32."""
+    key = HostKey.of(settings, dtype)
     with _hosts_lock:
         host = _hosts.get(key)
         if host is None:
-            host = _hosts[key] = ModelHost.load(settings)
+            host = _hosts[key] = ModelHost.load(settings, dtype)
         return host

@@ -1,0 +1,64 @@
+"""The agents sample in `Settings.sample_dtype`; training stays in float32."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from continual_lsp.config import Settings
+from continual_lsp.policy import make_policy, make_trainer, model_files, model_host
+from continual_lsp.policy.base import Message
+from continual_lsp.policy.local import LocalPolicy
+from continual_lsp.tools.base import ToolCall
+
+
+def test_auto_is_bfloat16_only_with_native_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
+    for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
+        monkeypatch.setattr(torch.cpu, probe, lambda: False, raising=False)
+    assert model_files.resolve_dtype("auto", "cpu") == "float32"
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
+    assert model_files.resolve_dtype("auto", "cpu") == "bfloat16"
+    assert model_files.resolve_dtype("auto", "mps") == "float32"
+    assert model_files.resolve_dtype("float32", "cpu") == "float32"
+
+
+def _dtypes(policy: LocalPolicy) -> tuple[set[torch.dtype], set[torch.dtype]]:
+    """(the base weights' dtypes, the LoRA weights' dtypes)."""
+    base: set[torch.dtype] = set()
+    lora: set[torch.dtype] = set()
+    for name, param in policy.model.named_parameters():
+        (lora if "lora_" in name else base).add(param.dtype)
+    return base, lora
+
+
+@pytest.mark.model
+def test_the_sampler_is_bf16_with_float32_adapters_and_scores_like_float32(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(model_host, "_hosts", {})  # a host of this test's own
+    settings = Settings(sample_dtype="bfloat16", enable_training=False)
+    sampler = make_policy(settings, shared=True)
+    trainer = make_trainer(settings)
+    assert isinstance(sampler, LocalPolicy) and isinstance(trainer, LocalPolicy)
+    assert _dtypes(sampler) == ({torch.bfloat16}, {torch.float32})
+    assert _dtypes(trainer) == ({torch.float32}, {torch.float32})
+
+    # The same nonzero adapter in both: the reviewer's weights load into the sampler as
+    # they are (float32), and its scores stay close to float32's.
+    generator = torch.Generator().manual_seed(3)
+    state = {
+        name: 0.05 * torch.randn(param.shape, generator=generator)
+        for name, param in trainer.model.named_parameters()
+        if "lora_" in name
+    }
+    for policy in (sampler, trainer):
+        with policy.exclusive(), torch.no_grad():
+            for name, param in policy.model.named_parameters():
+                if name in state:
+                    param.copy_(state[name])
+    prompt = sampler.renderer.render_prompt([Message(role="user", content="Fix calc.py")])
+    call = sampler.renderer.render_call(ToolCall(tool="read", arguments={"path": "calc.py"}))
+    low = torch.tensor(sampler.logprobs(prompt, call))
+    full = torch.tensor(trainer.logprobs(prompt, call))
+    gap = (low - full).abs().mean().item()
+    assert 0 < gap < 0.05, gap  # bf16 arithmetic: not bit-equal, not far
