@@ -6,8 +6,8 @@ starts a task on a copy of the sample workspace, and then reviews each proposal 
 a reviewer would: the first change is denied with a correction (an SDPO step runs and the
 retry is chosen under the new adapter). If that change was not the fix, the correction
 names the line and the operator; if the agent fixed the bug at once, the correction is a
-project preference (`edit` with the old text, not `edit_lines`), so the denial still
-changes what the agent does next. A retry that follows the correction and fixes the bug
+project preference (the other of `edit` and `edit_lines`), so the denial still changes
+what the agent does next. A retry that follows the correction and fixes the bug
 is approved; otherwise the reviewer edits it (the edit is the demonstration). Changes
 nobody asked for are turned down until the task ends or the demo's budget is spent.
 """
@@ -57,10 +57,25 @@ IN_VIEW = "src/calc/ops.py"
 WRONG_CHANGE = (
     "That is not the bug. Change only line 7 of src/calc/ops.py, the return: use / instead of //."
 )
-PREFERENCE = (
-    "Use edit with the exact old line and its replacement here, not edit_lines: "
-    "line numbers drift in this repository."
-)
+# When the agent fixed the bug at once, the reviewer asks for the project's way, which is
+# the other of the two line-changing tools: {tool the agent used: (correction, wanted)}.
+PREFERENCES = {
+    "edit": (
+        "Use edit_lines with the line number here, not edit: our reviewers comment on "
+        "line ranges in this repository.",
+        "edit_lines",
+    ),
+    "other": (
+        "Use edit with the exact old line and its replacement here, not edit_lines: "
+        "line numbers drift in this repository.",
+        "edit",
+    ),
+}
+
+
+def preference(tool: str) -> tuple[str, str]:
+    """(the correction, the tool it asks for) for a fix made with `tool`."""
+    return PREFERENCES.get(tool, PREFERENCES["other"])
 
 
 def fixes_the_bug(proposal: dict[str, Any]) -> bool:
@@ -239,11 +254,11 @@ async def _review(
     if first is not None:
         _show_proposal(first)
         if fixes_the_bug(first):
-            correction = PREFERENCE
+            correction, wanted = preference(first["tool"])
             _say("  (the agent fixed the bug at once; the reviewer asks for the project's way)")
 
             def follows(p: dict[str, Any]) -> bool:
-                return p["tool"] == "edit" and fixes_the_bug(p)
+                return p["tool"] == wanted and fixes_the_bug(p)
         else:
             correction, follows = WRONG_CHANGE, fixes_the_bug
         _say(f"  ✗ deny: {correction}")

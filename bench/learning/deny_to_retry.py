@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from continual_lsp.agent.agent import Agent
     from continual_lsp.config import Settings
-    from continual_lsp.demo import DEMO_TOOLS, IN_VIEW, PREFERENCE, WRONG_CHANGE, fixes_the_bug
+    from continual_lsp.demo import DEMO_TOOLS, IN_VIEW, WRONG_CHANGE, fixes_the_bug, preference
 
     task_text = "Fix the bug in src/calc/ops.py: mean() must use true division."
     work = Path(tempfile.mkdtemp(prefix="deny-to-retry-"))
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             prompt_tokens.append(len(row["prompt_tokens"]) if row else 0)
             # The demo reviewer's correction: the project's way for a fix, else the bug.
             shown = proposal.notification(ws).model_dump(by_alias=True)
-            correction = PREFERENCE if fixes_the_bug(shown) else WRONG_CHANGE
+            correction = preference(shown["tool"])[0] if fixes_the_bug(shown) else WRONG_CHANGE
             t0 = time.perf_counter()
             outcome = agent.decide(proposal.id, "deny", correction=correction)
             wait = time.perf_counter() - t0

@@ -88,7 +88,7 @@ def demo_texts() -> list[str]:
 
     return [
         demo.WRONG_CHANGE,
-        demo.PREFERENCE,
+        *(text for text, _ in demo.PREFERENCES.values()),
         demo.FIXED,
         "Fix the bug in src/calc/ops.py: mean() must use true division.",
     ]
