@@ -39,7 +39,8 @@ class Settings(BaseModel):
     # computes it natively (a CPU with AVX512-BF16 or AMX, a CUDA GPU that supports it),
     # else float32. The embedded weights are bf16 on disk, so only the arithmetic
     # changes: measured on 2 cores, decode steps x1.65 and prefill x3 faster, mean
-    # |Δ log-prob| 0.01 per token. Training always runs in float32.
+    # |Δ log-prob| 0.01 per token. Training always runs in float32. A TCP team server
+    # samples in float32 unless configured (server.main.shared_server_settings).
     sample_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     # backend = "vllm": where the server is and what it serves the base model as
     # (`--served-model-name`; None: `model`). `model` stays the local copy of the same

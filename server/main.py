@@ -152,7 +152,14 @@ def shared_server_settings(base: Settings, tokens_file: Path | None) -> Settings
 
     Training is shared unless the configuration says otherwise: one team worker (one
     model, jobs in turn) instead of a worker process and a model per user, which on
-    a small machine is the difference between one model and 20 (issue 20)."""
+    a small machine is the difference between one model and 20 (issue 20).
+
+    Sampling stays float32 unless the configuration says otherwise: measured on a
+    20-user server (bench/team.py), bf16 held 905 MB against the issue's bound of one
+    model + adapters + 500 MB (897 MB at bf16's model size; float32: 1120 of 1154), and
+    the proof that each user got their own adapter re-scores proposals to 1e-3 a token,
+    which bf16 arithmetic does not reproduce between decode and re-score (Δ up to 0.17
+    under the user's own adapter)."""
     store = base.store_file()
     hidden = [*base.sandbox_hidden_paths, str(store.parent), *base.workspace_roots]
     if base.adapters_dir:
@@ -160,8 +167,9 @@ def shared_server_settings(base: Settings, tokens_file: Path | None) -> Settings
     if tokens_file is not None:
         hidden.append(str(tokens_file))
     update: dict[str, Any] = {"sandbox_hidden_paths": hidden}
-    if "shared_training" not in base.model_fields_set:
-        update["shared_training"] = True
+    for name, value in (("shared_training", True), ("sample_dtype", "float32")):
+        if name not in base.model_fields_set:
+            update[name] = value
     return base.model_copy(update=update)
 
 

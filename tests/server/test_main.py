@@ -78,6 +78,14 @@ def test_a_tcp_server_trains_every_user_on_one_shared_worker_unless_configured(
     assert not shared_server_settings(Settings.load(), None).shared_training
 
 
+def test_a_tcp_server_samples_in_float32_unless_configured(tmp_path: Path) -> None:
+    assert Settings.load().sample_dtype == "auto"  # stdio: bf16 where the CPU has it
+    assert shared_server_settings(Settings.load(), None).sample_dtype == "float32"
+    config = tmp_path / "server.toml"
+    config.write_text('sample_dtype = "bfloat16"\n')
+    assert shared_server_settings(Settings.load(config), None).sample_dtype == "bfloat16"
+
+
 @requires_bwrap
 def test_one_users_bash_sees_no_other_users_secrets() -> None:
     """Issue 15: an approved bash of alice printed the tokens file and bob's store."""
