@@ -44,16 +44,23 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=1, help="passes over the 10 tasks")
     parser.add_argument("--max-tokens", type=int, default=192)
     parser.add_argument("--no-prompt-cache", action="store_true", help="prefill every prompt")
+    parser.add_argument(
+        "--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
+        help="Settings.sample_dtype (the agent's default: auto)",
+    )  # fmt: skip
     args = parser.parse_args()
 
     import torch
 
     from continual_lsp.config import Settings
+    from continual_lsp.policy import make_policy
     from continual_lsp.policy.base import Completion, Message, SampleParams
     from continual_lsp.policy.local import LocalPolicy
 
     start = time.perf_counter()
-    policy = LocalPolicy(Settings())
+    # As an agent builds it: the shared model, in the precision the agent samples in.
+    policy = make_policy(Settings(sample_dtype=args.dtype), shared=True)
+    assert isinstance(policy, LocalPolicy)
     if args.threads:
         torch.set_num_threads(args.threads)
     print(
