@@ -226,12 +226,12 @@ def main(argv: list[str] | None = None) -> int:
             policy = LocalPolicy(settings)
             factory = None
         else:
-            from continual_lsp.policy import make_policy
+            from continual_lsp.policy import make_trainer
 
-            policy = make_policy(settings)
+            policy = make_trainer(settings)
 
             def factory() -> object:
-                return make_policy(settings)
+                return make_trainer(settings)
 
         log.info("loaded %s in %.1fs", settings.model, time.perf_counter() - start)
         meta: dict[str, object] = {

@@ -37,7 +37,7 @@ from continual_lsp.agent.lanes_facade import LanesFacade
 from continual_lsp.agent.training_jobs import ProgressListener, TrainingJobs
 from continual_lsp.config import Settings, default_store_path
 from continual_lsp.errors import ReviewerError
-from continual_lsp.policy.base import Completion, Policy, SampleParams
+from continual_lsp.policy.base import Completion, SampleParams, Sampler
 from continual_lsp.policy.model_files import starter_name
 from continual_lsp.protocol import (
     AllowOffer,
@@ -201,7 +201,7 @@ class Agent:
         workspace: Path,
         *,
         store: Store | None = None,
-        policy: Policy | None = None,
+        policy: Sampler | None = None,
         listener: AgentListener | None = None,
     ) -> None:
         self.settings = settings
@@ -226,7 +226,7 @@ class Agent:
     # -- lazily built parts ---------------------------------------------------------------
 
     @property
-    def policy(self) -> Policy:
+    def policy(self) -> Sampler:
         if self._policy is None:
             from continual_lsp.policy import make_policy
 
@@ -1083,7 +1083,7 @@ class Agent:
         self.listener.on_task_done(TaskDoneNotification(task_id=task.id, summary=summary))
 
     def _wait_learned(
-        self, proposal_id: str, job_id: int | None, policy: Policy | None
+        self, proposal_id: str, job_id: int | None, policy: Sampler | None
     ) -> LearnedPayload | None:
         """Wait for a decision's step and announce it; with `policy` (the agent's lock
         held), the sampler serves the new version at once."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from continual_lsp.agent import substitution
 from continual_lsp.lanes.guards import GuardVerdict
-from continual_lsp.policy.base import Completion, Policy
+from continual_lsp.policy.base import Completion, Sampler
 from continual_lsp.policy.render import call_text
 from continual_lsp.tools.base import Preview, ToolCall, ToolError
 
@@ -106,7 +106,7 @@ def mean_logprob(candidate: Candidate) -> float:
 
 
 def ranked_by_lift(
-    policy: Policy, candidates: list[Candidate], student_prompt: list[int]
+    policy: Sampler, candidates: list[Candidate], student_prompt: list[int]
 ) -> list[tuple[float | None, float, Candidate]]:
     """(lift, teacher log-prob, candidate) of each: the lift is the mean over the call's
     tokens of log π(call | with correction) − log π(call | the denied turn's prompt). It
@@ -124,7 +124,7 @@ def ranked_by_lift(
 
 
 def substituted(
-    policy: Policy,
+    policy: Sampler,
     completions: list[Completion],
     denied: ToolCall,
     correction: str,

@@ -34,7 +34,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from continual_lsp.policy.base import Message, Policy, SampleParams
+from continual_lsp.policy.base import Message, SampleParams, Sampler
 from continual_lsp.tools.base import TOOL_NAMES, ToolCall
 
 
@@ -272,7 +272,7 @@ class HeldOutResult(BaseModel):
     proposal: str
 
 
-def check_held_out(policy: Policy, scenario: ScenarioFile, seed: int = 0) -> list[HeldOutResult]:
+def check_held_out(policy: Sampler, scenario: ScenarioFile, seed: int = 0) -> list[HeldOutResult]:
     """Each held-out situation's greedy proposal under the current weights, judged by the
     scenario's check (the rule is not in the prompt: this is what the weights learned)."""
     results = []

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from continual_lsp.config import Settings
 from continual_lsp.policy.adapter_registry import AdapterRegistry
-from continual_lsp.policy.base import Policy
+from continual_lsp.policy.base import Sampler
 from continual_lsp.protocol import LearnedNotification
 from continual_lsp.store import Store
 from continual_lsp.tools.base import ToolCall
@@ -190,7 +190,7 @@ class TrainingJobs:
         job_id: int,
         proposal_id: str,
         listener: ProgressListener,
-        policy: Policy | None,
+        policy: Sampler | None,
     ) -> LearnedNotification | None:
         token = f"continual-train-{job_id}"
         listener.on_progress(token, "Learning from your correction", "SDPO step", None, False)
@@ -236,7 +236,7 @@ class TrainingJobs:
             seconds=float(result.get("seconds", 0.0)),
         )
 
-    def sync_sampler(self, policy: Policy) -> None:
+    def sync_sampler(self, policy: Sampler) -> None:
         """Make the sampler serve the registry's newest intact adapter.
 
         A damaged version is also set inactive with a logged reason (the agent owns the
@@ -270,7 +270,7 @@ class TrainingJobs:
         current = self.store.current_adapter()
         return adapter_item_id(current["version"]) if current else None
 
-    def revert_adapter(self, version: int, policy: Policy | None) -> None:
+    def revert_adapter(self, version: int, policy: Sampler | None) -> None:
         """Serve the version before `version` (all versions stay on disk)."""
         self.store.set_adapter_active(version, False)
         if policy is not None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from continual_lsp.config import Settings
-from continual_lsp.policy.base import Policy
+from continual_lsp.policy.base import Policy, Sampler
 
 
-def make_policy(settings: Settings, *, shared: bool = False) -> Policy:
-    """The configured backend's policy. `shared` (local backend): on the process's one
+def make_policy(settings: Settings, *, shared: bool = False) -> Sampler:
+    """The configured backend's policy (a `Policy` but for vLLM, which only samples). `shared` (local backend): on the process's one
     copy of the model (`model_host.shared_host`) in `sample_dtype`, with this policy's
     own adapter; the server's agents use it, a training worker does not (it trains in
     place, in float32)."""
@@ -43,5 +45,6 @@ def trainer_settings(settings: Settings) -> Settings:
 
 
 def make_trainer(settings: Settings) -> Policy:
-    """The training worker's policy (`trainer_settings`)."""
-    return make_policy(trainer_settings(settings))
+    """The training worker's policy (`trainer_settings`): a backend that trains, since
+    `trainer_settings` never names vllm, the one that only samples."""
+    return cast(Policy, make_policy(trainer_settings(settings)))

@@ -4,7 +4,7 @@ One rule for the agent's sampler and the training worker alike: serve the newest
 version that is intact. A version whose file no longer matches the sha256 recorded when
 it was written (truncated, edited, missing) is passed over for the one before it, and no
 usable version means the base weights. A backend that manages its versions
-(`Policy.manages_versions`) keeps and checks them itself, and loads them by name.
+(`Sampler.manages_versions`) keeps and checks them itself, and loads them by name.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from continual_lsp.config import Settings, default_store_path
-from continual_lsp.policy.base import Policy
+from continual_lsp.policy.base import Sampler
 from continual_lsp.store.db import Store
 
 Adapter = dict[str, Any]  # a row of `Store.adapters()`
@@ -58,7 +58,7 @@ class AdapterRegistry:
 
     def newest_intact(
         self,
-        policy: Policy,
+        policy: Sampler,
         on_damaged: Callable[[Adapter, str], None],
         *,
         served: str | None = None,
@@ -81,7 +81,7 @@ class AdapterRegistry:
         return None
 
     @staticmethod
-    def serve(policy: Policy, adapter: Adapter | None) -> None:
+    def serve(policy: Sampler, adapter: Adapter | None) -> None:
         """Load `adapter` into `policy`; None: the base weights."""
         if adapter is None:
             policy.load_adapter("")  # "" = no adapter, on every backend

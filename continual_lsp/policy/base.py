@@ -151,7 +151,10 @@ class BackendVersion:
 
 
 @runtime_checkable
-class Policy(Protocol):
+class Sampler(Protocol):
+    """Samples and scores calls under the adapter version it serves: what an agent needs.
+    A backend that only samples (vLLM) implements this; training needs a `Policy`."""
+
     backend: str  # a name for logs and status; behaviour follows the capabilities below
     model_name: str
     # The weights live in this process: full distributions (a top-k teacher, the decoding
@@ -208,10 +211,16 @@ class Policy(Protocol):
         candidates scored against the denied turn's prompt)."""
         ...
 
+    def load_adapter(self, name: str) -> None: ...
+
+
+@runtime_checkable
+class Policy(Sampler, Protocol):
+    """A `Sampler` that also trains its adapter and saves versions: what the training
+    worker and the benches that train need (local, Tinker)."""
+
     def train_step(
         self, batch: list[Datum], loss: LossName, lr: float, **options: Unpack[TrainOptions]
     ) -> TrainMetrics: ...
 
     def save_adapter(self, name: str) -> AdapterInfo: ...
-
-    def load_adapter(self, name: str) -> None: ...

@@ -43,19 +43,14 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import TYPE_CHECKING, Any
 
 from continual_lsp.config import Settings
 from continual_lsp.policy.base import (
-    AdapterInfo,
     BackendUnavailable,
     BackendVersion,
     Completion,
-    Datum,
-    LossName,
     SampleParams,
-    TrainMetrics,
-    TrainOptions,
 )
 from continual_lsp.policy.grammar import decoding_schema
 from continual_lsp.policy.model_files import load_tokenizer
@@ -83,7 +78,8 @@ DEFAULT_CONTEXT = 8192  # when /v1/models does not say (older servers)
 
 
 class VllmPolicy(BackendVersion):
-    """Implements `policy.base.Policy` for sampling on vLLM; training is refused here."""
+    """Implements `policy.base.Sampler` on vLLM: it samples and scores, and has no training
+    verbs; the worker trains on `vllm_trainer` (`policy.make_trainer`)."""
 
     backend: str = "vllm"
     scores_locally: bool = False
@@ -233,7 +229,7 @@ class VllmPolicy(BackendVersion):
             )
         self._context = card.max_model_len or DEFAULT_CONTEXT
 
-    # -- Policy protocol: identity ---------------------------------------------------------
+    # -- Sampler protocol: identity ---------------------------------------------------------
 
     @property
     def renderer(self) -> ChatMLRenderer | TinkerRenderer:
@@ -433,18 +429,6 @@ class VllmPolicy(BackendVersion):
                 self._lora, self._adapter_version = lora, Path(name).name
             if previous is not None and previous != self._lora:
                 self._drop(previous[0])
-
-    def train_step(
-        self, batch: list[Datum], loss: LossName, lr: float, **options: Unpack[TrainOptions]
-    ) -> TrainMetrics:
-        raise NotImplementedError(
-            "the vllm backend only samples: the training worker trains on vllm_trainer"
-        )
-
-    def save_adapter(self, name: str) -> AdapterInfo:
-        raise NotImplementedError(
-            "the vllm backend only samples: versions are saved by the training worker"
-        )
 
 
 def _tinker_export(settings: Settings) -> Callable[[str], Path]:
