@@ -9,10 +9,12 @@ from continual_lsp.policy.base import Policy, Sampler
 
 
 def make_policy(settings: Settings, *, shared: bool = False) -> Sampler:
-    """The configured backend's policy (a `Policy` but for vLLM, which only samples). `shared` (local backend): on the process's one
-    copy of the model (`model_host.shared_host`) in `sample_dtype`, with this policy's
-    own adapter; the server's agents use it, a training worker does not (it trains in
-    place, in float32)."""
+    """The configured backend's policy (a `Policy`, but for vLLM, which only samples).
+
+    `shared` (local backend): on the process's one copy of the model
+    (`model_host.shared_host`) in `sample_dtype`, with this policy's own adapter; the
+    server's agents use it, a training worker does not (it trains in place, in float32).
+    """
     if settings.backend == "tinker":
         from continual_lsp.policy.tinker_backend import TinkerPolicy
 

@@ -78,7 +78,10 @@ def test_a_tcp_server_trains_every_user_on_one_shared_worker_unless_configured(
     assert not shared_server_settings(Settings.load(), None).shared_training
 
 
-def test_a_tcp_server_samples_in_float32_unless_configured(tmp_path: Path) -> None:
+def test_a_tcp_server_samples_in_float32_unless_configured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CONTINUAL_LSP_SAMPLE_DTYPE", raising=False)
     assert Settings.load().sample_dtype == "auto"  # stdio: bf16 where the CPU has it
     assert shared_server_settings(Settings.load(), None).sample_dtype == "float32"
     config = tmp_path / "server.toml"
