@@ -89,6 +89,10 @@ class Settings(BaseModel):
     allow_offer_after: int = Field(default=2, ge=1)
     allow_learn_after: int | None = Field(default=None, ge=2)
     allowed_tools: list[str] | None = None  # None = all seven tools
+    # read / edit / edit_lines name one of the workspace's files (the ones glob and grep
+    # see) when it has at most this many; 0: any path. A small model guesses a path that
+    # looks right (`lib/x.py` for `svc/x.py`), and a read that fails teaches it nothing.
+    decode_paths_limit: int = Field(default=2000, ge=0)
     max_retries: int = 3
     # After a denial or a guard block: candidates sampled in one batch from the context
     # with the correction; the compliant one the correction lifts most is the retry.

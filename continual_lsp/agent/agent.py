@@ -37,7 +37,7 @@ from continual_lsp.agent.lanes_facade import LanesFacade
 from continual_lsp.agent.training_jobs import ProgressListener, TrainingJobs
 from continual_lsp.config import Settings, default_store_path
 from continual_lsp.errors import ReviewerError
-from continual_lsp.policy.base import Completion, SampleParams, Sampler
+from continual_lsp.policy.base import Completion, DecodeRestrictions, SampleParams, Sampler
 from continual_lsp.policy.model_files import starter_name
 from continual_lsp.protocol import (
     AllowOffer,
@@ -939,8 +939,15 @@ class Agent:
             max_tokens=self.settings.max_new_tokens,
             seed=self.settings.seed + salt + 31 * task.turn + 7 * task.retries,
             tools=self.settings.allowed_tools,
-            forbid=self.lanes.decode_restrictions(),
+            forbid=self._decode_limits(),
         )
+
+    def _decode_limits(self) -> DecodeRestrictions:
+        """What no sampled call may say: the guards' limits, and a path to read or edit
+        that names no file of the workspace (Settings.decode_paths_limit)."""
+        limits = self.lanes.decode_restrictions()
+        limits.files = self.tools.listed_files(self.settings.decode_paths_limit)
+        return limits
 
     def _screen(self, task: _Task) -> Screen:
         """What a candidate for `task`'s next proposal must pass (`candidates.Screen`)."""
@@ -1015,7 +1022,7 @@ class Agent:
         )
         prompt_tokens = self._fit_prompt(task, bullets)
         completion = Completion(tokens=[], logprobs=[], text="")
-        forbid = self.lanes.decode_restrictions()
+        forbid = self._decode_limits()
         repeated = False
         for attempt in range(3):
             tools = self.settings.allowed_tools

@@ -64,6 +64,47 @@ _OPS = [("+", "-"), ("-", "+"), ("*", "+"), ("+", "*"), ("//", "*")]
 _JS_OPS = [("+", "-"), ("-", "+"), ("*", "+"), ("+", "*")]
 
 
+EDIT_SPAN_CHARS = 8  # shorter spans ("+", "30") grow by a word: `a + b`, `= 30`
+
+
+def edit_span(text: str, old_line: str, new_line: str) -> tuple[str, str] | None:
+    """The words of `old_line` that change, and what they become: whole words, grown a
+    word at a time (left, right, left, …) until at least EDIT_SPAN_CHARS long and found
+    once in `text`; None when even the whole line is not unique or the indentation
+    changes."""
+    indent = len(old_line) - len(old_line.lstrip())
+    if new_line[: len(new_line) - len(new_line.lstrip())] != old_line[:indent]:
+        return None
+    if old_line == new_line:
+        return None
+    size = min(len(old_line), len(new_line))
+    head = next((i for i in range(size) if old_line[i] != new_line[i]), size)
+    tail = 0  # the common suffix, not overlapping the common prefix
+    while tail < size - head and old_line[-1 - tail] == new_line[-1 - tail]:
+        tail += 1
+    starts = [indent] + [i + 1 for i in range(indent, len(old_line)) if old_line[i] == " "]
+    ends = [i for i in range(indent, len(old_line)) if old_line[i] == " "] + [len(old_line)]
+    a = max(x for x in starts if x <= max(head, indent))
+    b = min(x for x in ends if x >= len(old_line) - tail)
+    grow_left = True
+    while True:
+        old = old_line[a:b].strip()
+        if len(old) >= EDIT_SPAN_CHARS and text.count(old) == 1:
+            new = new_line[a : len(new_line) - (len(old_line) - b)].strip()
+            return old, new
+        left = [x for x in starts if x < a]
+        right = [x for x in ends if x > b]
+        if left and (grow_left or not right):
+            a = left[-1]
+        elif right:
+            b = right[0]
+        elif text.count(old) == 1:  # the whole line, short but unique
+            return old, new_line.strip()
+        else:
+            return None
+        grow_left = not grow_left
+
+
 def js_test(d: str, stem: str, fn: str, args: str, expected: object) -> str:
     """A node:test file that checks `fn(args) === expected`."""
     return (
@@ -97,11 +138,15 @@ class Builder:
             return [call("read", path=path)]
         return [call("grep", pat=fn), call("read", path=path)]
 
-    def change_call(self, path: str, n: int, old_line: str, new_line: str) -> ToolCall:
-        """The smallest change of line `n`: edit_lines or edit, drawn."""
-        if self.rng.random() < 0.6 or not old_line.strip() or "\n" in new_line:
-            return call("edit_lines", path=path, start=n, end=n, content=new_line)
-        return call("edit", path=path, old=old_line.strip(), new=new_line.strip())
+    def change_call(self, d: Defect, text: str, words: bool) -> ToolCall:
+        """The smallest change of line `d.n`: `edit` of the few words that change (always
+        for `words`: prose, config and names; mostly for code), else edit_lines. An edit
+        copies only what it changes, never the line's indentation or its other words,
+        which a small model copies wrong (a Go tab lost, a word dropped, the line above)."""
+        span = edit_span(text, d.old, d.new) if "\n" not in d.new else None
+        if span is not None and (words or self.rng.random() < 0.7):
+            return call("edit", path=d.path, old=span[0], new=span[1])
+        return call("edit_lines", path=d.path, start=d.n, end=d.n, content=d.new)
 
     # -- source files ----------------------------------------------------------------------
 
@@ -445,13 +490,14 @@ class Builder:
         content = f"from {d}.{stem} import {fn}\n\n\ndef test_{fn}():\n    assert {fn}({x}, {y}) == {x + y}\n"
         task = self.template("add_test", fn=fn, path=test_path)
         check = "python3 -m pytest -q"
+        # The task names the function, not its module: find it before reading it.
         plan = [
-            call("read", path=path),
+            *self.look(path, fn, named=False),
             call("write", path=test_path, content=content),
             call("bash", cmd=check),
         ]
         return Situation(
-            "add_test", "py", files, task, plan, 1, test_path, check, {"content": content}
+            "add_test", "py", files, task, plan, 2, test_path, check, {"content": content}
         )
 
     def run_tests(self) -> Situation:
@@ -530,7 +576,8 @@ class Builder:
         if prefer_lines:
             plan.append(call("edit_lines", path=path, start=n, end=n, content=new))
         else:
-            plan.append(self.change_call(path, n, old, new))
+            words = kind in ("typo", "config", "rename")
+            plan.append(self.change_call(defect, files[path], words))
         # Then the project's check; without one, read the file again (a repeat ends a task).
         plan.append(call("bash", cmd=check) if check else call("read", path=path))
         return Situation(

@@ -29,15 +29,19 @@ class Message(BaseModel):
 
 
 class DecodeRestrictions(BaseModel):
-    """Calls the grammar never writes: the guards that a grammar can express.
+    """Calls the grammar never writes: the guards that a grammar can express, and paths
+    that name no file.
 
     `path_prefixes[tool]`: path prefixes `tool` may not touch ("" = the tool at all);
-    `command_prefixes`: bash commands never to start. Narrowing only: a guard still
-    checks every sampled call, so a backend without a grammar may ignore this.
+    `command_prefixes`: bash commands never to start; `files`: the only paths the tools
+    that need an existing file (FILE_PATH_TOOLS) may name (None: any path). Narrowing
+    only: a guard and the tools still check every sampled call, so a backend without a
+    grammar may ignore this.
     """
 
     path_prefixes: dict[str, list[str]] = Field(default_factory=dict)
     command_prefixes: list[str] = Field(default_factory=list)
+    files: list[str] | None = None
 
     def key(self) -> str:
         return self.model_dump_json()

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from continual_lsp.policy.base import Completion, DecodeRestrictions, SampleParams
-from continual_lsp.tools.base import TOOL_NAMES, tool_call_schema
+from continual_lsp.tools.base import FILE_PATH_TOOLS, TOOL_NAMES, tool_call_schema
 
 # No whitespace between JSON tokens: the canonical form has none (render.call_text), and
 # a small model given optional whitespace can loop on newlines until max_tokens.
@@ -119,28 +119,46 @@ def decoding_schema(
     """The schema calls are decoded under: `tool_call_schema()` without null branches,
     restricted to `tools` (an allow-list, `SampleParams.tools`) when given, and narrowed
     by `forbid` (guards as grammar: a blocked tool is left out, a forbidden path or
-    command prefix becomes a `pattern`). A restriction that would leave no tool at all
-    is not applied to the tool list: the guards still block what is sampled."""
+    command prefix becomes a `pattern`; with a file list, the tools that need an
+    existing file name one of those files, and are left out when there is none). A
+    restriction that would leave no tool at all is not applied to the tool list: the
+    guards and the tools still refuse what is sampled."""
     allowed = check_tools(tools)
     schema: dict[str, Any] = _strip_schema(copy.deepcopy(tool_call_schema()))
     branches = [b for b in schema["oneOf"] if b["properties"]["tool"]["const"] in allowed]
     if forbid is not None:
-        open_tools = [
-            b
-            for b in branches
-            if "" not in forbid.path_prefixes.get(b["properties"]["tool"]["const"], [])
-        ]
+        open_tools = [b for b in branches if _open_paths(b, forbid) is not None]
         branches = open_tools or branches
         for branch in branches:
             tool = branch["properties"]["tool"]["const"]
             args = branch["properties"]["arguments"]["properties"]
+            paths = _open_paths(branch, forbid)
             prefixes = [p for p in forbid.path_prefixes.get(tool, []) if p]
-            if prefixes and "path" in args:
+            if paths:
+                args["path"] = {"type": "string", "enum": paths}
+            elif prefixes and "path" in args:
                 args["path"]["pattern"] = not_prefixed_regex(prefixes)
             if tool == "bash" and forbid.command_prefixes and "cmd" in args:
                 args["cmd"]["pattern"] = not_prefixed_regex(forbid.command_prefixes)
     schema["oneOf"] = branches
     return schema
+
+
+def _open_paths(branch: dict[str, Any], forbid: DecodeRestrictions) -> list[str] | None:
+    """The files a tool's branch may name: [] when any path (no file list, or not a tool
+    that needs an existing file), None when none at all (the tool is blocked, or every
+    file is under a blocked prefix)."""
+    tool = branch["properties"]["tool"]["const"]
+    prefixes = forbid.path_prefixes.get(tool, [])
+    if "" in prefixes:
+        return None
+    if forbid.files is None or tool not in FILE_PATH_TOOLS:
+        return []
+    limit = branch["properties"]["arguments"]["properties"]["path"].get("maxLength", 200)
+    paths = [
+        f for f in forbid.files if len(f) <= limit and not any(f.startswith(p) for p in prefixes)
+    ]
+    return paths or None
 
 
 class ToolCallGrammar:

@@ -50,6 +50,9 @@ from continual_lsp.policy.model_host import ModelHost
 from continual_lsp.policy.render import ChatMLRenderer
 from continual_lsp.tools.base import TOOL_NAMES
 
+# Compiled grammars kept per model (an allow-list, the guards' limits, a file list each).
+MAX_GRAMMARS = 64
+
 
 def torch_threads() -> int:
     """Intra-op threads: `CONTINUAL_LSP_THREADS`, else half the cores this process may use.
@@ -157,14 +160,20 @@ class LocalPolicy:
         if allowed == TOOL_NAMES and forbid is None:
             return self.grammar
         key = (allowed, forbid.key() if forbid is not None else "")
-        grammar = self.host.grammars.get(key)  # a rare race compiles one twice: harmless
-        if grammar is None:
-            grammar = ToolCallGrammar(
-                self.tokenizer,
-                decoding_schema(allowed, forbid),
-                ll_tokenizer=self.grammar.ll_tokenizer,
-            )
-            self.host.grammars[key] = grammar
+        grammars = self.host.grammars
+        with self.host.grammars_lock:
+            grammar = grammars.get(key)
+            if grammar is not None:
+                grammars.move_to_end(key)
+                return grammar
+        # Compiled outside the lock (a few ms; a rare race compiles one twice: harmless).
+        grammar = ToolCallGrammar(
+            self.tokenizer, decoding_schema(allowed, forbid), ll_tokenizer=self.grammar.ll_tokenizer
+        )
+        with self.host.grammars_lock:
+            grammars[key] = grammar
+            while len(grammars) > MAX_GRAMMARS:
+                grammars.popitem(last=False)
         return grammar
 
     def sample(self, prompt_tokens: list[int], params: SampleParams) -> Completion:

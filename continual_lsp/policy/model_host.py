@@ -124,7 +124,10 @@ class ModelHost:
             self.model: PeftModel = get_peft_model(base, config)
         self.model.eval()
         self.grammar = ToolCallGrammar(tokenizer)  # all seven tools; shared by every policy
-        self.grammars: dict[tuple[tuple[str, ...], str], ToolCallGrammar] = {}
+        # Newest last; a workspace's file list is part of the key, so every created file
+        # makes a new grammar: the oldest are dropped past MAX_GRAMMARS.
+        self.grammars: OrderedDict[tuple[tuple[str, ...], str], ToolCallGrammar] = OrderedDict()
+        self.grammars_lock = threading.Lock()  # not `lock`: that one is held while decoding
         self.max_resident = settings.max_resident_adapters
         self.max_prompt_caches = settings.max_prompt_caches
         self.max_prompt_cache_bytes = int(settings.max_prompt_cache_mb * MB)

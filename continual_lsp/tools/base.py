@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from continual_lsp.errors import ReviewerError
 
@@ -17,6 +17,8 @@ ToolName = Literal["read", "write", "edit", "edit_lines", "glob", "grep", "bash"
 TOOL_NAMES: tuple[ToolName, ...] = ("read", "write", "edit", "edit_lines", "glob", "grep", "bash")
 READ_ONLY_TOOLS: frozenset[str] = frozenset({"read", "glob", "grep"})
 FILE_CHANGING_TOOLS: frozenset[str] = frozenset({"write", "edit", "edit_lines"})
+# The tools whose `path` must name a file that exists (glob and grep take a folder too).
+FILE_PATH_TOOLS: frozenset[str] = frozenset({"read", "edit", "edit_lines"})
 
 PathStr = Annotated[str, Field(min_length=1, max_length=200)]
 ContentStr = Annotated[str, Field(max_length=4000)]
@@ -34,10 +36,26 @@ class ReadArgs(_Args):
     limit: Annotated[int, Field(ge=1, le=2000)] | None = None
 
 
+# A new file's path: never a glob's `*` or `?`, which name no file anyone means (a small
+# model copies `pkg/*.py` from the glob it ran) and which Windows refuses. In the schema,
+# so the decoding grammar never writes one either.
+def _not_a_glob(path: str) -> str:
+    if "*" in path or "?" in path:
+        raise ValueError(f"{path!r} is a glob pattern, not a file name: name one file")
+    return path
+
+
+NewPathStr = Annotated[
+    str,
+    Field(min_length=1, max_length=200, json_schema_extra={"pattern": r"^[^*?]+$"}),
+    AfterValidator(_not_a_glob),
+]
+
+
 class WriteArgs(_Args):
     """Create or overwrite a whole file."""
 
-    path: PathStr
+    path: NewPathStr
     content: ContentStr
 
 

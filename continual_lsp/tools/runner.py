@@ -17,6 +17,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import hashlib
+import itertools
 import os
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -47,7 +48,7 @@ from continual_lsp.tools.base import (
 from continual_lsp.tools.bash import run_bash
 from continual_lsp.tools.output import cap_text, looks_binary
 from continual_lsp.tools.sandbox import sandbox_status
-from continual_lsp.tools.search import run_glob, run_grep
+from continual_lsp.tools.search import iter_files, run_glob, run_grep
 from continual_lsp.tools.text_edits import (
     apply_edit,
     apply_edit_lines,
@@ -123,6 +124,19 @@ class ToolRunner:
             return self.rel(self.resolve(path))
         except ToolError:
             return None
+
+    def listed_files(self, limit: int) -> list[str] | None:
+        """The workspace's files as glob and grep see them (root-relative, sorted), or
+        None when there are more than `limit` (or `limit` is 0): a listing that long is
+        too slow to walk every turn and too big to decode paths from."""
+        if limit <= 0:
+            return None
+        files = list(itertools.islice(iter_files(self.root, self.root), limit + 1))
+        if len(files) > limit:
+            return None
+        names = (self.rel(path) for path in files)
+        # A name that is not UTF-8 cannot be written in a JSON call anyway.
+        return [name for name in names if name.isprintable() and _is_utf8_name(name)]
 
     def sandbox_status(self) -> tuple[bool, str | None]:
         """(sandboxed, note): put the note in a bash proposal when it is not None."""
@@ -431,6 +445,14 @@ def _chunked_lines(fh: BinaryIO) -> Iterator[tuple[bytes, int | None, int]]:
             if last:
                 break
         yield head, chars, start
+
+
+def _is_utf8_name(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # surrogate escapes of bytes that are not UTF-8
+        return False
+    return True
 
 
 def _is_utf8(data: bytes) -> bool:

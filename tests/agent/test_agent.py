@@ -480,3 +480,29 @@ def test_a_task_that_only_looked_is_not_ended_by_its_first_repeat(
     assert offered[3] is not None and not {"read", "glob", "grep"} & set(offered[3])
     assert "edit_lines" in offered[3]
     agent.close()
+
+
+def test_a_path_to_read_or_edit_names_a_file_of_the_workspace(
+    tmp_path: Path, workspace: Path, policy: Any
+) -> None:
+    """The task names a file that is not there: the model, which copies the path it was
+    given, reads one that is (Settings.decode_paths_limit); off, it reads the missing one."""
+    reads: dict[int, list[str]] = {}
+    for limit in (2000, 0):
+        (tmp_path / f"limit{limit}").mkdir()
+        agent = make_agent(
+            tmp_path / f"limit{limit}",
+            workspace,
+            policy,
+            allowed_tools=["read", "write"],
+            max_turns=2,
+            decode_paths_limit=limit,
+        )
+        agent.start_task("Read lib/calc/ops.py and fix mean()")
+        events = agent.store.events(kind="proposal")
+        reads[limit] = [
+            e["payload"]["arguments"]["path"] for e in events if e["payload"]["tool"] == "read"
+        ]
+        agent.close()
+    assert reads[2000] and all((workspace / p).is_file() for p in reads[2000])
+    assert "lib/calc/ops.py" in reads[0]

@@ -20,7 +20,7 @@ from continual_lsp.policy.grammar import (
     not_prefixed_regex,
 )
 from continual_lsp.policy.render import ChatMLRenderer, call_text
-from continual_lsp.tools.base import TOOL_NAMES, ToolCall
+from continual_lsp.tools.base import TOOL_NAMES, ToolCall, WriteArgs
 from tests.policy.test_render import load_tokenizer, tool_calls
 
 
@@ -177,6 +177,58 @@ def test_a_restriction_blocking_every_tool_keeps_the_tools() -> None:
     forbid = DecodeRestrictions(path_prefixes={tool: [""] for tool in TOOL_NAMES})
     branches = decoding_schema(["bash"], forbid)["oneOf"]
     assert [b["properties"]["tool"]["const"] for b in branches] == ["bash"]
+
+
+def test_a_file_list_names_the_paths_to_read_or_edit() -> None:
+    """With the workspace's files, read / edit / edit_lines name one of them (a blocked
+    prefix still applies); write, glob and grep still take any path; a tool with no file
+    left to name is not in the grammar."""
+    forbid = DecodeRestrictions(
+        path_prefixes={"edit": ["vendor/"]}, files=["svc/glacier.py", "vendor/x.py"]
+    )
+    narrowed = ToolCallGrammar(
+        load_tokenizer(),
+        decoding_schema(None, forbid),
+        ll_tokenizer=ToolCallGrammar(load_tokenizer()).ll_tokenizer,
+    )
+    blocked = [
+        '{"tool":"read","arguments":{"path":"lib/glacier.py"}}',
+        '{"tool":"read","arguments":{"path":"svc/glacier.p"}}',
+        '{"tool":"edit","arguments":{"path":"vendor/x.py","old":"a","new":"b"}}',
+        '{"tool":"edit_lines","arguments":{"path":"svc/x.py","start":1,"end":1,"content":"y"}}',
+    ]
+    allowed = [
+        '{"tool":"read","arguments":{"path":"svc/glacier.py"}}',
+        '{"tool":"read","arguments":{"path":"vendor/x.py"}}',
+        '{"tool":"edit","arguments":{"path":"svc/glacier.py","old":"a","new":"b"}}',
+        '{"tool":"write","arguments":{"path":"lib/new.py","content":"x"}}',
+        '{"tool":"grep","arguments":{"pat":"x","path":"lib"}}',
+    ]
+    for text in blocked:
+        assert not narrowed.accepts(_tokens(narrowed, text)), text
+    for text in allowed:
+        assert narrowed.accepts(_tokens(narrowed, text)), text
+    only_vendor = DecodeRestrictions(path_prefixes={"edit": ["vendor/"]}, files=["vendor/x.py"])
+    tools = [b["properties"]["tool"]["const"] for b in decoding_schema(None, only_vendor)["oneOf"]]
+    assert "edit" not in tools and "read" in tools
+    empty = [
+        b["properties"]["tool"]["const"]
+        for b in decoding_schema(None, DecodeRestrictions(files=[]))["oneOf"]
+    ]
+    assert empty == ["write", "glob", "grep", "bash"]
+
+
+def test_a_new_file_is_never_a_glob(grammar: ToolCallGrammar) -> None:
+    """The glob the model just ran is not a file name: neither the grammar nor the tool
+    takes `*` or `?` in a path to write."""
+    assert not grammar.accepts(
+        _tokens(grammar, '{"tool":"write","arguments":{"path":"app/*.py","content":"x"}}')
+    )
+    assert grammar.accepts(
+        _tokens(grammar, '{"tool":"write","arguments":{"path":"app/a.py","content":"x"}}')
+    )
+    with pytest.raises(ValueError, match="glob pattern, not a file name"):
+        WriteArgs(path="app/*.py", content="x")
 
 
 def test_not_prefixed_regex_is_the_complement() -> None:

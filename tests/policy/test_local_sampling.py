@@ -211,3 +211,18 @@ def test_allowed_tools_restrict_the_call(policy: LocalPolicy) -> None:
         assert policy.renderer.parse_call(completion.text).tool in tools
     with pytest.raises(ValueError, match="unknown tools"):
         policy.sample(prompt, SampleParams(tools=["rm"]))
+
+
+def test_grammars_are_kept_newest_first_and_bounded(policy: LocalPolicy) -> None:
+    """A workspace's file list is part of a grammar's key, so every created file makes a
+    new one: the compiled grammars stay at MAX_GRAMMARS, the one in use is not rebuilt."""
+    from continual_lsp.policy.base import DecodeRestrictions
+    from continual_lsp.policy.local import MAX_GRAMMARS
+
+    lists = [DecodeRestrictions(files=[f"f{i}.py"]) for i in range(MAX_GRAMMARS + 5)]
+    first = policy.grammar_for(None, lists[0])
+    for forbid in lists[1:]:
+        policy.grammar_for(None, forbid)
+    assert policy.grammar_for(None, lists[-1]) is policy.grammar_for(None, lists[-1])
+    assert len(policy.host.grammars) == MAX_GRAMMARS
+    assert policy.grammar_for(None, lists[0]) is not first  # the oldest was dropped

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from typing import Any
 
 import pytest
@@ -58,11 +59,14 @@ def _value(prop: dict[str, Any]) -> st.SearchStrategy[Any]:
         return st.integers(prop.get("minimum", -(2**31)), prop.get("maximum", 2**31))
     assert kind == "string", prop
     # Short strings keep the test fast; the max-length case is covered separately.
-    return st.text(
+    text = st.text(
         alphabet=WRITABLE,
         min_size=prop.get("minLength", 0),
         max_size=min(prop.get("maxLength", 40), 40),
     )
+    if "pattern" in prop:
+        return text.filter(re.compile(prop["pattern"]).fullmatch)
+    return text
 
 
 @st.composite

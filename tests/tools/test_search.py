@@ -68,3 +68,20 @@ def test_non_utf8_file_names_come_out_as_valid_text(tmp_path: Path) -> None:
         out = ws.execute(ToolCall(tool=tool, arguments={"pat": pat})).output
         out.encode("utf-8")  # raises on a lone surrogate
         assert "bad\\xffname.txt" in out
+
+
+def test_listed_files_are_what_glob_sees_up_to_a_limit(tmp_path: Path) -> None:
+    """The files paths are decoded from: the search tools' view (no .git, no
+    node_modules), none that cannot be written as text, and no list at all past the
+    limit or at 0."""
+    import os
+
+    for name in ("src/a.py", "README.md", ".git/config", "node_modules/x/i.js"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x\n")
+    with open(os.path.join(os.fsencode(tmp_path), b"bad\xffname.txt"), "w") as fh:
+        fh.write("x\n")
+    ws = ToolRunner(tmp_path, Settings(sandbox="none"))
+    assert ws.listed_files(3) == ["README.md", "src/a.py"]
+    assert ws.listed_files(2) is None
+    assert ws.listed_files(0) is None
