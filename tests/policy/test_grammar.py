@@ -150,11 +150,6 @@ def test_guard_restrictions_narrow_the_grammar() -> None:
         path_prefixes={"write": [""], "edit_lines": ["vendor/"]},
         command_prefixes=["npm ", "git push "],
     )
-    narrowed = ToolCallGrammar(
-        load_tokenizer(),
-        decoding_schema(None, forbid),
-        ll_tokenizer=ToolCallGrammar(load_tokenizer()).ll_tokenizer,
-    )
     blocked = [
         '{"tool":"write","arguments":{"path":"a.txt","content":"x"}}',
         '{"tool":"edit_lines","arguments":{"path":"vendor/x.py","start":1,"end":1,"content":"y"}}',
@@ -166,6 +161,16 @@ def test_guard_restrictions_narrow_the_grammar() -> None:
         '{"tool":"bash","arguments":{"cmd":"pnpm install lodash"}}',
         '{"tool":"bash","arguments":{"cmd":"git pull"}}',
     ]
+    _assert_narrowed(forbid, blocked, allowed)
+
+
+def _assert_narrowed(forbid: DecodeRestrictions, blocked: list[str], allowed: list[str]) -> None:
+    """The grammar under `forbid` refuses every `blocked` call and accepts every `allowed`."""
+    narrowed = ToolCallGrammar(
+        load_tokenizer(),
+        decoding_schema(None, forbid),
+        ll_tokenizer=ToolCallGrammar(load_tokenizer()).ll_tokenizer,
+    )
     for text in blocked:
         assert not narrowed.accepts(_tokens(narrowed, text)), text
     for text in allowed:
@@ -186,11 +191,6 @@ def test_a_file_list_names_the_paths_to_read_or_edit() -> None:
     forbid = DecodeRestrictions(
         path_prefixes={"edit": ["vendor/"]}, files=["svc/glacier.py", "vendor/x.py"]
     )
-    narrowed = ToolCallGrammar(
-        load_tokenizer(),
-        decoding_schema(None, forbid),
-        ll_tokenizer=ToolCallGrammar(load_tokenizer()).ll_tokenizer,
-    )
     blocked = [
         '{"tool":"read","arguments":{"path":"lib/glacier.py"}}',
         '{"tool":"read","arguments":{"path":"svc/glacier.p"}}',
@@ -204,10 +204,7 @@ def test_a_file_list_names_the_paths_to_read_or_edit() -> None:
         '{"tool":"write","arguments":{"path":"lib/new.py","content":"x"}}',
         '{"tool":"grep","arguments":{"pat":"x","path":"lib"}}',
     ]
-    for text in blocked:
-        assert not narrowed.accepts(_tokens(narrowed, text)), text
-    for text in allowed:
-        assert narrowed.accepts(_tokens(narrowed, text)), text
+    _assert_narrowed(forbid, blocked, allowed)
     only_vendor = DecodeRestrictions(path_prefixes={"edit": ["vendor/"]}, files=["vendor/x.py"])
     tools = [b["properties"]["tool"]["const"] for b in decoding_schema(None, only_vendor)["oneOf"]]
     assert "edit" not in tools and "read" in tools
