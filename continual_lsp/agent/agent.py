@@ -56,7 +56,7 @@ from continual_lsp.protocol import (
 )
 from continual_lsp.protocol import Learned as LearnedPayload
 from continual_lsp.store import Store, StoreError
-from continual_lsp.text import unified_diff
+from continual_lsp.text import split_lines, unified_diff
 from continual_lsp.tools import hunks as hunk_spans
 from continual_lsp.tools.base import (
     FILE_CHANGING_TOOLS,
@@ -867,7 +867,9 @@ class Agent:
         prompt_tokens = self._fit_prompt(task, bullets)
         params = self._batch_params(task, greedy_rows=1, salt=0)
         completions = policy.sample_batch(prompt_tokens, params, self.settings.retry_candidates)
-        swapped = substituted(policy, completions, denied.call, correction, prompt_tokens)
+        swapped = substituted(
+            policy, completions, denied.call, correction, prompt_tokens, self._range_text
+        )
         completions += swapped
         row = self.store.proposal(denied.id)
         student_prompt = row["prompt_tokens"] if row else prompt_tokens
@@ -995,6 +997,21 @@ class Agent:
             self.training.current_version_name(),
             status=status,
         )
+
+    def _range_text(self, call: ToolCall) -> str | None:
+        """The text an edit_lines call's range holds now (None for another tool, or a
+        file or range that is not there)."""
+        if call.tool != "edit_lines":
+            return None
+        start, end = call.arguments["start"], call.arguments["end"]
+        try:
+            text = self.tools.resolve(call.arguments["path"]).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError, ToolError):
+            return None
+        lines = split_lines(text)
+        if not 1 <= start <= end <= len(lines):
+            return None
+        return "".join(lines[start - 1 : end]).removesuffix("\n").removesuffix("\r")
 
     def _preview(self, call: ToolCall) -> tuple[Preview | None, ToolError | None]:
         """The call's preview (computed once per proposal), or why it cannot run.

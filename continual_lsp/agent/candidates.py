@@ -129,10 +129,13 @@ def substituted(
     denied: ToolCall,
     correction: str,
     prompt_tokens: list[int],
+    replaced: Callable[[ToolCall], str | None],
 ) -> list[Completion]:
     """The correction's literal substitutions (substitution.py) applied to the denied
-    call and to every sampled one, each scored by the model in the correction's context
-    (one batched request) so that the lift ranks it like a sample."""
+    call and to every sampled one, both to what each writes and to what it replaces
+    (`replaced(call)`: the text an edit_lines call's range holds now), each scored by the
+    model in the correction's context (one batched request) so that the lift ranks it
+    like a sample."""
     pairs = substitution.substitutions(correction)
     if not pairs:
         return []
@@ -145,9 +148,12 @@ def substituted(
             continue
     variants: dict[str, ToolCall] = {}
     for call in calls:
-        variant = substitution.apply(call, pairs)
-        if variant is not None:
-            variants.setdefault(canonical(variant), variant)
+        for variant in (
+            substitution.apply(call, pairs),
+            substitution.apply_in_place(call, pairs, replaced(call)),
+        ):
+            if variant is not None:
+                variants.setdefault(canonical(variant), variant)
     chosen = list(variants.values())[:MAX_SUBSTITUTED]
     tokens = [renderer.render_call(call) for call in chosen]
     scores = policy.logprobs_batch(prompt_tokens, tokens) if tokens else []

@@ -77,6 +77,12 @@ def substitutions(correction: str) -> list[tuple[str, str]]:
     return found
 
 
+def _swapped(text: str, pairs: list[tuple[str, str]]) -> str:
+    for old, new in pairs:
+        text = text.replace(old, new)
+    return text
+
+
 def apply(call: ToolCall, pairs: list[tuple[str, str]]) -> ToolCall | None:
     """`call` with every pair applied to the text it writes or runs; None when no pair's
     old text occurs there (nothing to offer)."""
@@ -84,9 +90,26 @@ def apply(call: ToolCall, pairs: list[tuple[str, str]]) -> ToolCall | None:
     text = call.arguments.get(key) if key else None
     if not isinstance(text, str):
         return None
-    changed = text
-    for old, new in pairs:
-        changed = changed.replace(old, new)
+    changed = _swapped(text, pairs)
     if changed == text:
         return None
     return ToolCall(tool=call.tool, arguments={**call.arguments, key: changed})
+
+
+def apply_in_place(
+    call: ToolCall, pairs: list[tuple[str, str]], replaced: str | None
+) -> ToolCall | None:
+    """`call` writing what it replaces with every pair applied: the place the model
+    chose, the reviewer's words. `replaced` is the text an edit_lines call's range holds
+    now (an edit's is its `old`). The 135M model finds the line a correction means but
+    rewrites it wrongly as often as it copies it (the README demo after the path grammar
+    changed its samples: none of six copied line 7), so the swap cannot wait for a copy.
+    None when no pair's old text occurs there."""
+    if call.tool == "edit":
+        replaced = call.arguments.get("old")
+    if call.tool not in ("edit", "edit_lines") or not isinstance(replaced, str):
+        return None
+    changed = _swapped(replaced, pairs)
+    if changed == replaced:
+        return None
+    return ToolCall(tool=call.tool, arguments={**call.arguments, NEW_TEXT[call.tool]: changed})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from continual_lsp.agent.substitution import apply, substitutions
+from continual_lsp.agent.substitution import apply, apply_in_place, substitutions
 from continual_lsp.tools.base import ToolCall
 
 
@@ -53,3 +53,25 @@ def test_no_occurrence_no_variant() -> None:
     assert apply(write, [("//", "/")]) is None
     read = ToolCall(tool="read", arguments={"path": "a.py"})
     assert apply(read, [("a", "b")]) is None
+
+
+def test_a_swap_in_place_rewrites_what_the_call_replaces() -> None:
+    """The model's place, the reviewer's words: an edit_lines call gets its range's
+    current text swapped, an edit its `old`; nothing to swap there, no variant."""
+    lines = ToolCall(
+        tool="edit_lines", arguments={"path": "a.py", "start": 7, "end": 7, "content": "junk"}
+    )
+    swapped = apply_in_place(lines, [("//", "/")], "    return a // b")
+    assert swapped is not None and swapped.arguments["content"] == "    return a / b"
+    assert swapped.arguments["start"] == 7 and swapped.arguments["path"] == "a.py"
+    assert apply_in_place(lines, [("//", "/")], "    return a + b") is None
+    assert apply_in_place(lines, [("//", "/")], None) is None
+    edit = ToolCall(tool="edit", arguments={"path": "a.py", "old": "a // b", "new": "junk"})
+    swapped = apply_in_place(edit, [("//", "/")], None)
+    assert swapped is not None and swapped.arguments == {
+        "path": "a.py",
+        "old": "a // b",
+        "new": "a / b",
+    }
+    bash = ToolCall(tool="bash", arguments={"cmd": "npm i"})
+    assert apply_in_place(bash, [("npm", "pnpm")], "npm i") is None
