@@ -850,13 +850,15 @@ class Agent:
         """The retry after a correction: chosen among candidates, not just sampled.
 
         `retry_candidates` calls are sampled in one batch from the conversation with the
-        correction (the teacher's context): the greedy call and warmer samples. A candidate is dropped when it repeats a
-        denied or executed call, a guard blocks it (rewrites apply, as for any
-        proposal), or its preview fails. A correction that spells out a literal swap
-        ("use / instead of //") adds the sampled and denied calls with the swap applied
+        correction (the teacher's context): the greedy call and warmer samples. A
+        candidate is dropped when it repeats a denied or executed call, a guard blocks it
+        (rewrites apply, as for any proposal), or its preview fails. A correction that
+        spells out a literal swap ("use / instead of //") adds the sampled and denied
+        calls with the swap applied, to what they replace and to what they write
         (`candidates.substituted`). The rest are ranked by the correction's lift
-        (`candidates.ranked_by_lift`), ties by the teacher's log-prob. With nothing left,
-        the choice carries the one-line reason instead.
+        (`candidates.ranked_by_lift`), ties by the teacher's log-prob, except that a swap
+        applied in place comes first. With nothing left, the choice carries the one-line
+        reason instead.
         """
         started, cpu_started = time.perf_counter(), time.thread_time()
         policy = self.policy
@@ -867,17 +869,17 @@ class Agent:
         prompt_tokens = self._fit_prompt(task, bullets)
         params = self._batch_params(task, greedy_rows=1, salt=0)
         completions = policy.sample_batch(prompt_tokens, params, self.settings.retry_candidates)
-        swapped = substituted(
+        swaps = substituted(
             policy, completions, denied.call, correction, prompt_tokens, self._range_text
         )
-        completions += swapped
+        completions += swaps.completions
         row = self.store.proposal(denied.id)
         student_prompt = row["prompt_tokens"] if row else prompt_tokens
         kept, drops = self._screen(task).all(completions, prompt_tokens)
         ranked = ranked_by_lift(policy, kept, student_prompt)
         summary = {
             "candidates": len(completions),
-            "substituted": len(swapped),
+            "substituted": len(swaps.completions),
             "tokens": [len(c.tokens) for c in completions],
             "kept": len(ranked),
             "dropped": dict(drops),
@@ -891,7 +893,17 @@ class Agent:
             reason = f"No compliant retry among {len(completions)} candidates: {reasons}."
             self.store.append_event("retry_chosen", {**summary, "winner": None}, task.id)
             return Candidate(denied.call, None, prompt_tokens, denied.preview, None, reason)
-        lift, teacher, choice = max(ranked, key=lambda entry: (entry[0] or 0.0, entry[1]))
+        # The correction's own swap on the line the model chose is what the reviewer
+        # asked for, word for word: it wins over the model's rewrites of that line, which
+        # the lift can rank higher (`return 1 / values` over the fix, on the README demo).
+        lift, teacher, choice = max(
+            ranked,
+            key=lambda entry: (
+                canonical(entry[2].call) in swaps.in_place,
+                entry[0] or 0.0,
+                entry[1],
+            ),
+        )
         self.store.append_event(
             "retry_chosen",
             {**summary, "winner": choice.call.model_dump(), "lift": lift, "teacher": teacher},

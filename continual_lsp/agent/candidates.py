@@ -123,6 +123,16 @@ def ranked_by_lift(
     return ranked
 
 
+@dataclass(frozen=True)
+class Swaps:
+    """The correction's swaps as scored candidates; `in_place` holds the canonical keys
+    of those that rewrite what a call replaces: exactly what the correction says, where
+    the model pointed."""
+
+    completions: list[Completion]
+    in_place: frozenset[str]
+
+
 def substituted(
     policy: Sampler,
     completions: list[Completion],
@@ -130,15 +140,15 @@ def substituted(
     correction: str,
     prompt_tokens: list[int],
     replaced: Callable[[ToolCall], str | None],
-) -> list[Completion]:
+) -> Swaps:
     """The correction's literal substitutions (substitution.py) applied to the denied
-    call and to every sampled one, both to what each writes and to what it replaces
-    (`replaced(call)`: the text an edit_lines call's range holds now), each scored by the
-    model in the correction's context (one batched request) so that the lift ranks it
-    like a sample."""
+    call and to every sampled one, to what each replaces (`replaced(call)`: the text an
+    edit_lines call's range holds now) and to what each writes, each scored by the model
+    in the correction's context (one batched request) so that the lift ranks it like a
+    sample. In-place variants come first under MAX_SUBSTITUTED."""
     pairs = substitution.substitutions(correction)
     if not pairs:
-        return []
+        return Swaps([], frozenset())
     renderer = policy.renderer
     calls = [denied]
     for completion in completions:
@@ -146,18 +156,20 @@ def substituted(
             calls.append(renderer.parse_call(completion.text))
         except ValueError:
             continue
+    in_place = [substitution.apply_in_place(call, pairs, replaced(call)) for call in calls]
+    written = [substitution.apply(call, pairs) for call in calls]
     variants: dict[str, ToolCall] = {}
-    for call in calls:
-        for variant in (
-            substitution.apply(call, pairs),
-            substitution.apply_in_place(call, pairs, replaced(call)),
-        ):
-            if variant is not None:
-                variants.setdefault(canonical(variant), variant)
-    chosen = list(variants.values())[:MAX_SUBSTITUTED]
-    tokens = [renderer.render_call(call) for call in chosen]
+    for variant in [*in_place, *written]:
+        if variant is not None:
+            variants.setdefault(canonical(variant), variant)
+    chosen = dict(list(variants.items())[:MAX_SUBSTITUTED])
+    tokens = [renderer.render_call(call) for call in chosen.values()]
     scores = policy.logprobs_batch(prompt_tokens, tokens) if tokens else []
-    return [
-        Completion(tokens=t, logprobs=lp, text=call_text(call))
-        for call, t, lp in zip(chosen, tokens, scores, strict=True)
-    ]
+    exact = {canonical(v) for v in in_place if v is not None}
+    return Swaps(
+        [
+            Completion(tokens=t, logprobs=lp, text=call_text(call))
+            for call, t, lp in zip(chosen.values(), tokens, scores, strict=True)
+        ],
+        frozenset(key for key in chosen if key in exact),
+    )

@@ -150,11 +150,9 @@ def test_a_literal_swap_in_the_correction_is_applied_to_what_the_model_wrote(
     outcome = agent.decide(proposal.id, "deny", correction="Use / instead of //.")
     retry = outcome.next_proposal
     assert retry is not None and retry.note is None
-    # Swapped in what it wrote, and in line 7 as the file has it (the second variant).
-    assert retry.call.arguments["content"] in (
-        "    return sum(values) / len(values)  # the mean",
-        "    return sum(values) / len(values)",
-    )
+    # Swapped in line 7 as the file has it, and in what the model wrote: the swap in
+    # place is exactly what the correction says, and it is preferred.
+    assert retry.call.arguments["content"] == "    return sum(values) / len(values)"
     (chosen,) = [e["payload"] for e in agent.store.events(kind="retry_chosen")]
     assert chosen["substituted"] == 2 and chosen["winner"] == retry.call.model_dump()
     assert [j["demo"] for j in jobs] == [retry.call]
