@@ -15,7 +15,7 @@ Tasks come from the curriculum's situation builder driven by a held-out vocabula
 * **Nothing general destroyed**: perplexity on a plain-text slice the curriculum does not
   contain, and KL(starter ‖ base) on bench/learning's drift prompts.
 
-    python bench/agent_skill.py [--tasks 12] [--corrections 2] [--adapter DIR]
+    python bench/agent_skill.py [--tasks 36] [--corrections 2] [--adapter DIR]
 
 Writes `bench/results/agent_skill.json` and `bench/results/correction_following.json`
 (the keys issue 13 gives) and `bench/results/agent_skill_detail.json`.
@@ -332,7 +332,10 @@ def mean(values: list[float]) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tasks", type=int, default=12)
+    # Three of each kind: a task whose change cannot run is handed to sampled candidates,
+    # so any change to sampling moves single tasks both ways; 12 tasks could not tell two
+    # adapters apart (issue 13's first measurements used the first 12 of these).
+    parser.add_argument("--tasks", type=int, default=36)
     parser.add_argument("--corrections", type=int, default=2, help="items per correction kind")
     parser.add_argument("--adapter", type=Path, help="a candidate starter adapter directory")
     parser.add_argument("--no-write", action="store_true", help="print only (smoke runs)")

@@ -126,21 +126,31 @@ def test_only_repeats_of_the_denied_call_offer_edit_with_the_reason(
     agent.close()
 
 
-def test_a_literal_swap_in_the_correction_is_applied_to_what_the_model_wrote(
-    tmp_path: Path, workspace: Path, model_and_tokenizer: tuple[Any, Any], monkeypatch: Any
+@pytest.mark.parametrize(
+    ("written", "variants"),
+    [
+        # The model copies line 7 with a comment: the swap applies to what it wrote and to
+        # line 7 as the file has it; the one in place is exactly what the correction says.
+        ("    return sum(values) // len(values)  # the mean", 2),
+        # The model picks line 7 but writes nonsense there: only the swap in place is left.
+        ("    return 5*abs(values)", 1),
+    ],
+)
+def test_a_literal_swap_in_the_correction_is_applied_in_place(
+    tmp_path: Path,
+    workspace: Path,
+    model_and_tokenizer: tuple[Any, Any],
+    monkeypatch: Any,
+    written: str,
+    variants: int,
 ) -> None:
     """The model can only repeat its call (scripted); the correction names the swap, so the
-    retry is that call with `//` made `/` — shown, and the step's demonstration."""
+    retry is line 7 with `//` made `/` — shown, and the step's demonstration."""
     from tests.server.scripted import ForcedCallPolicy
 
     floor = {
         "tool": "edit_lines",
-        "arguments": {
-            "path": "src/calc/ops.py",
-            "start": 7,
-            "end": 7,
-            "content": "    return sum(values) // len(values)  # the mean",
-        },
+        "arguments": {"path": "src/calc/ops.py", "start": 7, "end": 7, "content": written},
     }
     forced = ForcedCallPolicy(Settings(enable_training=False), [floor], model_and_tokenizer)
     agent = make_agent(tmp_path, workspace, forced)
@@ -150,42 +160,10 @@ def test_a_literal_swap_in_the_correction_is_applied_to_what_the_model_wrote(
     outcome = agent.decide(proposal.id, "deny", correction="Use / instead of //.")
     retry = outcome.next_proposal
     assert retry is not None and retry.note is None
-    # Swapped in line 7 as the file has it, and in what the model wrote: the swap in
-    # place is exactly what the correction says, and it is preferred.
     assert retry.call.arguments["content"] == "    return sum(values) / len(values)"
     (chosen,) = [e["payload"] for e in agent.store.events(kind="retry_chosen")]
-    assert chosen["substituted"] == 2 and chosen["winner"] == retry.call.model_dump()
+    assert chosen["substituted"] == variants and chosen["winner"] == retry.call.model_dump()
     assert [j["demo"] for j in jobs] == [retry.call]
-    agent.close()
-
-
-def test_a_literal_swap_applies_to_the_line_the_model_chose_when_it_rewrote_it_wrong(
-    tmp_path: Path, workspace: Path, model_and_tokenizer: tuple[Any, Any], monkeypatch: Any
-) -> None:
-    """The model picks line 7 but writes nonsense there (scripted): the correction's swap
-    applied to line 7 as it is in the file is the retry shown."""
-    from tests.server.scripted import ForcedCallPolicy
-
-    wrong = {
-        "tool": "edit_lines",
-        "arguments": {
-            "path": "src/calc/ops.py",
-            "start": 7,
-            "end": 7,
-            "content": "    return 5*abs(values)",
-        },
-    }
-    forced = ForcedCallPolicy(Settings(enable_training=False), [wrong], model_and_tokenizer)
-    agent = make_agent(tmp_path, workspace, forced)
-    record_jobs(agent, monkeypatch)
-    _, proposal = agent.start_task("Fix mean() in src/calc/ops.py")
-    assert proposal is not None
-    outcome = agent.decide(proposal.id, "deny", correction="Use / instead of //.")
-    retry = outcome.next_proposal
-    assert retry is not None and retry.note is None
-    assert retry.call.arguments["content"] == "    return sum(values) / len(values)"
-    (chosen,) = [e["payload"] for e in agent.store.events(kind="retry_chosen")]
-    assert chosen["substituted"] == 1
     agent.close()
 
 
