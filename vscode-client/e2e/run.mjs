@@ -471,9 +471,16 @@ async function full(page, dirs) {
   const after = snapshot(dirs.ws);
   for (const name of changed) fs.writeFileSync(path.join(OUT, `after-${name.replace(/[\\/]/g, "_")}`), after.get(name) ?? "");
   check("approving changes the file on disk", changed.length > 0, changed.join(", "));
-  await page.waitForTimeout(1500);
+  // The step lands after the approval, in the worker: on a busy machine it takes longer.
+  const status = await until(
+    "the status bar to show the step",
+    async () => {
+      const text = await statusText(page);
+      return /loss/.test(text) ? text : false;
+    },
+    60000,
+  ).catch(async () => statusText(page));
   await shot(page, "05-approved");
-  const status = await statusText(page);
   check("status bar shows the adapter and the last step", /loss/.test(status), status);
 
   // The agent may go on with the task (another proposal): the ledger is reachable anyway.
