@@ -1015,12 +1015,14 @@ class Agent:
         file or range that is not there)."""
         if call.tool != "edit_lines":
             return None
-        start, end = call.arguments["start"], call.arguments["end"]
         try:
-            text = self.tools.resolve(call.arguments["path"]).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError, ToolError):
+            preview = self.tools.preview(call)  # the file as the tool reads it
+        except ToolError:
             return None
-        lines = split_lines(text)
+        if preview is None or preview.old_content is None:
+            return None
+        lines = split_lines(preview.old_content)
+        start, end = call.arguments["start"], call.arguments["end"]
         if not 1 <= start <= end <= len(lines):
             return None
         return "".join(lines[start - 1 : end]).removesuffix("\n").removesuffix("\r")

@@ -127,12 +127,12 @@ def decoding_schema(
     schema: dict[str, Any] = _strip_schema(copy.deepcopy(tool_call_schema()))
     branches = [b for b in schema["oneOf"] if b["properties"]["tool"]["const"] in allowed]
     if forbid is not None:
-        open_tools = [b for b in branches if _open_paths(b, forbid) is not None]
-        branches = open_tools or branches
-        for branch in branches:
+        open_paths = [(b, _open_paths(b, forbid)) for b in branches]
+        open_tools = [(b, paths) for b, paths in open_paths if paths is not None]
+        branches = [b for b, _ in open_tools or open_paths]
+        for branch, paths in open_tools or open_paths:
             tool = branch["properties"]["tool"]["const"]
             args = branch["properties"]["arguments"]["properties"]
-            paths = _open_paths(branch, forbid)
             prefixes = [p for p in forbid.path_prefixes.get(tool, []) if p]
             if paths:
                 args["path"] = {"type": "string", "enum": paths}

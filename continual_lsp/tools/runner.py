@@ -136,7 +136,7 @@ class ToolRunner:
             return None
         names = (self.rel(path) for path in files)
         # A name that is not UTF-8 cannot be written in a JSON call anyway.
-        return [name for name in names if name.isprintable() and _is_utf8_name(name)]
+        return [name for name in names if name.isprintable() and _is_utf8(os.fsencode(name))]
 
     def sandbox_status(self) -> tuple[bool, str | None]:
         """(sandboxed, note): put the note in a bash proposal when it is not None."""
@@ -445,14 +445,6 @@ def _chunked_lines(fh: BinaryIO) -> Iterator[tuple[bytes, int | None, int]]:
             if last:
                 break
         yield head, chars, start
-
-
-def _is_utf8_name(name: str) -> bool:
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:  # surrogate escapes of bytes that are not UTF-8
-        return False
-    return True
 
 
 def _is_utf8(data: bytes) -> bool:
