@@ -131,7 +131,10 @@ def corrections_for(
     c = s.plan[turn]
     out: list[tuple[str, str]] = []
     f = s.facts
-    if c.tool == "edit_lines" and turn == s.change and s.kind != "add_line":
+    if turn in s.untrained:
+        return out
+    inserts = c.tool == "edit_lines" and c.arguments["end"] < c.arguments["start"]
+    if c.tool == "edit_lines" and turn == s.change and not inserts:
         n = c.arguments["start"]
         out.append(("use_edit_lines", phrase(vocab, rng, "use_edit_lines", n=n, path=s.target)))
         out.append(("only_line", phrase(vocab, rng, "only_line", n=n)))
@@ -143,7 +146,7 @@ def corrections_for(
         fn = f.get("fn") or Path(s.target).stem
         out.append(("wrong_file", phrase(vocab, rng, "wrong_file", fn=fn, path=s.target)))
         out.append(("look_first", phrase(vocab, rng, "look_first", path=s.target)))
-    if c.tool == "read" and f.get("protected") and turn == 1:
+    if c.tool == "read" and f.get("protected") and turn == s.change - 1:
         out.append(
             ("protected", phrase(vocab, rng, "protected", dir=f["protected"], path=s.target))
         )
@@ -229,8 +232,8 @@ def walk(
                     renderer.render_prompt(conv.messages(bullets)), target, f"correction:{kind}"
                 )
                 conv.feedback = []
-            prompt = renderer.render_prompt(conv.messages(bullets))
-            out.add(prompt, target, episode)
+            if turn not in s.untrained:
+                out.add(renderer.render_prompt(conv.messages(bullets)), target, episode)
             key = call_text(c)
             if s.kind == "add_dep" and c.tool == "bash":
                 # Never run a package manager here (network, the host's environment).

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,9 @@ class Situation:
     check: str | None  # the command that passes once the task is done
     # What corrections need: the fixed line's number and text, the line it replaced, …
     facts: dict[str, Any] = field(default_factory=dict)
+    # Turns the model did wrong on its own (a look that found nothing): executed and shown
+    # in the history, never trained on, so the next call teaches the recovery.
+    untrained: set[int] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,8 @@ class Defect:
 _OPS = [("+", "-"), ("-", "+"), ("*", "+"), ("+", "*"), ("//", "*")]
 _JS_OPS = [("+", "-"), ("-", "+"), ("*", "+"), ("+", "*")]
 
+
+SLIP_RATE = 0.3  # of the situations whose task names no file
 
 EDIT_SPAN_CHARS = 8  # shorter spans ("+", "30") grow by a word: `a + b`, `= 30`
 
@@ -137,6 +143,34 @@ class Builder:
         if named or fn is None:
             return [call("read", path=path)]
         return [call("grep", pat=fn), call("read", path=path)]
+
+    def slip(self, task: str, fn: str, files: dict[str, str]) -> ToolCall | None:
+        """A wrong first look the small model makes on its own when a task names no file:
+        grep for an ordinary word of the task (it finds nothing) or read the README. Put
+        before the right plan untrained, it teaches what to do next: grep the name."""
+        if self.rng.random() < 0.5 and "README.md" in files:
+            return call("read", path="README.md")
+        words = [
+            w
+            for w in re.findall(r"[A-Za-z]{4,}", task)
+            if w != fn and not any(w in text for text in files.values())
+        ]
+        if not words:
+            return None
+        first = words[0] if self.rng.random() < 0.5 else self.rng.choice(words)
+        return call("grep", pat=first)
+
+    def looked(self, s: Situation, fn: str | None) -> Situation:
+        """`s` with, sometimes, a wrong first look before a grep for `fn` (see `slip`)."""
+        if fn is None or s.plan[0].tool != "grep" or self.rng.random() >= SLIP_RATE:
+            return s
+        wrong = self.slip(s.task, fn, s.files)
+        if wrong is None:
+            return s
+        s.plan.insert(0, wrong)
+        s.change += 1
+        s.untrained = {0}
+        return s
 
     def change_call(self, d: Defect, text: str, words: bool) -> ToolCall:
         """The smallest change of line `d.n`: `edit` of the few words that change (always
@@ -310,7 +344,10 @@ class Builder:
         new = body[1] + "\n    return result"
         task = self.template("missing_return", fn=fn, path=path)
         defect = Defect(path, fn, n, body[1], new)
-        return self._line_fix("missing_return", "py", files, task, defect, "python3 -m pytest -q")
+        # The return is inserted after line n; the line above it is not copied.
+        insert = call("edit_lines", path=path, start=n + 1, end=n, content="    return result")
+        check = "python3 -m pytest -q"
+        return self._line_fix("missing_return", "py", files, task, defect, check, change=insert)
 
     def constant(self) -> Situation:
         lang = self.rng.choice(["py", "js", "go", "sh"])
@@ -408,7 +445,10 @@ class Builder:
         task = self.template("add_line", entry=entry, path=path)
         n = len(lines)
         defect = Defect(path, None, n, lines[-1], lines[-1] + "\n" + entry)
-        return self._line_fix("add_line", "text", files, task, defect, None, prefer_lines=True)
+        # Appended with an insertion (start = n + 1, end = n): only the new line is written,
+        # never a copy of the last one, which a small model garbles.
+        append = call("edit_lines", path=path, start=n + 1, end=n, content=entry)
+        return self._line_fix("add_line", "text", files, task, defect, None, change=append)
 
     def remove_line(self) -> Situation:
         lang = self.rng.choice(["py", "js"])
@@ -437,7 +477,8 @@ class Builder:
         task = self.template("remove_line", fn=fn, path=path)
         n = start + 1
         defect = Defect(path, fn, n, body[1], "")
-        return self._line_fix("remove_line", lang, files, task, defect, None, prefer_lines=True)
+        remove = call("edit_lines", path=path, start=n, end=n, content="")
+        return self._line_fix("remove_line", lang, files, task, defect, None, change=remove)
 
     def rename(self) -> Situation:
         fn, *fillers = self.names(self.rng.randint(1, 3))
@@ -496,9 +537,8 @@ class Builder:
             call("write", path=test_path, content=content),
             call("bash", cmd=check),
         ]
-        return Situation(
-            "add_test", "py", files, task, plan, 2, test_path, check, {"content": content}
-        )
+        s = Situation("add_test", "py", files, task, plan, 2, test_path, check, {"content": content})
+        return self.looked(s, fn)
 
     def run_tests(self) -> Situation:
         s = self.operator() if self.rng.random() < 0.5 else self.off_by_one()
@@ -568,29 +608,31 @@ class Builder:
         task: str,
         defect: Defect,
         check: str | None,
-        prefer_lines: bool = False,
+        change: ToolCall | None = None,
     ) -> Situation:
+        """`change` is the edit when it is not the default `change_call` of the defect."""
         path, fn, n, old, new = defect.path, defect.fn, defect.n, defect.old, defect.new
         plan = self.look(path, fn, path in task)
-        change = len(plan)
-        if prefer_lines:
-            plan.append(call("edit_lines", path=path, start=n, end=n, content=new))
+        first_change = len(plan)
+        if change is not None:
+            plan.append(change)
         else:
             words = kind in ("typo", "config", "rename")
             plan.append(self.change_call(defect, files[path], words))
         # Then the project's check; without one, read the file again (a repeat ends a task).
         plan.append(call("bash", cmd=check) if check else call("read", path=path))
-        return Situation(
+        s = Situation(
             kind,
             lang,
             files,
             task,
             plan,
-            change,
+            first_change,
             path,
             check,
             {"n": n, "old": old, "new": new, "fn": fn},
         )
+        return self.looked(s, fn)
 
     KINDS = (
         "operator", "off_by_one", "missing_return", "constant", "typo", "config",
