@@ -537,7 +537,9 @@ class Builder:
             call("write", path=test_path, content=content),
             call("bash", cmd=check),
         ]
-        s = Situation("add_test", "py", files, task, plan, 2, test_path, check, {"content": content})
+        s = Situation(
+            "add_test", "py", files, task, plan, 2, test_path, check, {"content": content}
+        )
         return self.looked(s, fn)
 
     def run_tests(self) -> Situation:

@@ -38,7 +38,13 @@ import numpy as np
 import torch
 
 from continual_lsp.policy.base import Completion, DecodeRestrictions, SampleParams
-from continual_lsp.tools.base import FILE_PATH_TOOLS, TOOL_NAMES, tool_call_schema
+from continual_lsp.tools.base import (
+    FILE_PATH_TOOLS,
+    NEW_PATH_EXCLUDED,
+    PATH_EXCLUDED,
+    TOOL_NAMES,
+    tool_call_schema,
+)
 
 # No whitespace between JSON tokens: the canonical form has none (render.call_text), and
 # a small model given optional whitespace can loop on newlines until max_tokens.
@@ -84,13 +90,15 @@ def check_tools(tools: list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
     return tuple(name for name in TOOL_NAMES if name in tools)
 
 
-def not_prefixed_regex(prefixes: list[str]) -> str:
-    """An anchored regex for the strings that start with none of `prefixes`.
+def not_prefixed_regex(prefixes: list[str], excluded: str = "") -> str:
+    """An anchored regex for the strings that start with none of `prefixes` (and hold
+    none of the `excluded` characters, a regex character-class body).
 
     A grammar has no negative lookahead, so the complement is spelled out over the trie
     of the prefixes: at each node a string may end, leave the trie on a character no
     prefix continues with, or follow a child that is not itself a forbidden prefix.
     """
+    rest_class = f"[^{excluded}]" if excluded else r"[\s\S]"
     trie: dict[str, Any] = {}
     for prefix in prefixes:
         node = trie
@@ -102,7 +110,8 @@ def not_prefixed_regex(prefixes: list[str]) -> str:
         if "" in node:
             return None
         children = sorted(node)
-        branches = ["", "[^" + "".join(re.escape(c) for c in children) + r"][\s\S]*"]
+        leave = "[^" + "".join(re.escape(c) for c in children) + excluded + "]"
+        branches = ["", leave + rest_class + "*"]
         for char in children:
             rest = below(node[char])
             if rest is not None:
@@ -137,7 +146,8 @@ def decoding_schema(
             if paths:
                 args["path"] = {"type": "string", "enum": paths}
             elif prefixes and "path" in args:
-                args["path"]["pattern"] = not_prefixed_regex(prefixes)
+                excluded = NEW_PATH_EXCLUDED if tool == "write" else PATH_EXCLUDED
+                args["path"]["pattern"] = not_prefixed_regex(prefixes, excluded)
             if tool == "bash" and forbid.command_prefixes and "cmd" in args:
                 args["cmd"]["pattern"] = not_prefixed_regex(forbid.command_prefixes)
     schema["oneOf"] = branches

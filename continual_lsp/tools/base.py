@@ -20,7 +20,30 @@ FILE_CHANGING_TOOLS: frozenset[str] = frozenset({"write", "edit", "edit_lines"})
 # The tools whose `path` must name a file that exists (glob and grep take a folder too).
 FILE_PATH_TOOLS: frozenset[str] = frozenset({"read", "edit", "edit_lines"})
 
-PathStr = Annotated[str, Field(min_length=1, max_length=200)]
+# A path or a search pattern is one line: no control character (a small model writes a
+# newline into `mod\npy`, a name no one means). The excluded characters are in the schema
+# too, so the decoding grammar never writes them; the validator words the refusal for
+# backends that decode without a grammar.
+PATH_EXCLUDED = r"\x00-\x1f"
+NEW_PATH_EXCLUDED = PATH_EXCLUDED + r"*?"
+
+
+def _one_line(value: str) -> str:
+    if any(ord(c) < 0x20 for c in value):
+        raise ValueError(f"{value!r} has a newline or control character: write one line")
+    return value
+
+
+PathStr = Annotated[
+    str,
+    Field(min_length=1, max_length=200, json_schema_extra={"pattern": f"^[^{PATH_EXCLUDED}]+$"}),
+    AfterValidator(_one_line),
+]
+PatternStr = Annotated[
+    str,
+    Field(min_length=1, max_length=200, json_schema_extra={"pattern": f"^[^{PATH_EXCLUDED}]+$"}),
+    AfterValidator(_one_line),
+]
 ContentStr = Annotated[str, Field(max_length=4000)]
 
 
@@ -47,7 +70,10 @@ def _not_a_glob(path: str) -> str:
 
 NewPathStr = Annotated[
     str,
-    Field(min_length=1, max_length=200, json_schema_extra={"pattern": r"^[^*?]+$"}),
+    Field(
+        min_length=1, max_length=200, json_schema_extra={"pattern": f"^[^{NEW_PATH_EXCLUDED}]+$"}
+    ),
+    AfterValidator(_one_line),
     AfterValidator(_not_a_glob),
 ]
 
@@ -80,14 +106,14 @@ class EditLinesArgs(_Args):
 class GlobArgs(_Args):
     """List files matching a glob pattern."""
 
-    pat: Annotated[str, Field(min_length=1, max_length=200)]
+    pat: PatternStr
     path: PathStr | None = None
 
 
 class GrepArgs(_Args):
     """Search file contents with a regular expression."""
 
-    pat: Annotated[str, Field(min_length=1, max_length=200)]
+    pat: PatternStr
     path: PathStr | None = None
 
 

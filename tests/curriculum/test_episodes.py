@@ -7,7 +7,7 @@ import random
 import pytest
 
 from continual_lsp.agent.conversation import Conversation
-from continual_lsp.curriculum.episodes import generate
+from continual_lsp.curriculum.episodes import generate, walk
 from continual_lsp.curriculum.situations import Builder, load_vocab
 from continual_lsp.policy.grammar import ToolCallGrammar
 from continual_lsp.policy.render import ChatMLRenderer
@@ -46,3 +46,23 @@ def test_sequences_match_the_agents_prompt_and_the_grammar(renderer: ChatMLRende
             renderer.parse_call(renderer.decode(target))
     denial = next(s for s in sequences if s.episode.startswith("correction"))
     assert "The reviewer denied your last call:" in renderer.decode(denial.tokens)
+
+
+def test_a_wrong_first_look_is_shown_but_not_trained(renderer: ChatMLRenderer) -> None:
+    """A slip (grep of a plain word, or reading the README, when the task names no file)
+    is in the history the next call sees, but no loss span covers it; the first span is
+    the recovery, a grep for the name."""
+    builder = Builder(load_vocab(), random.Random(2))
+    s = next(
+        s for s in (builder.situation("remove_line") for _ in range(200)) if s.untrained == {0}
+    )
+    slip, recovery = s.plan[0], s.plan[1]
+    assert recovery.tool == "grep" and recovery.arguments["pat"] == s.facts["fn"]
+    trajectory = next(
+        q for q in walk(s, renderer, load_vocab(), random.Random(0)) if q.episode == "trajectory"
+    )
+    text = renderer.decode(trajectory.tokens)
+    assert renderer.decode(renderer.render_call(slip)).strip() in text
+    trained = [renderer.decode(trajectory.tokens[a:b]) for a, b in trajectory.spans]
+    assert renderer.parse_call(trained[0]) == recovery
+    assert all(renderer.parse_call(t) != slip for t in trained)

@@ -228,6 +228,34 @@ def test_a_new_file_is_never_a_glob(grammar: ToolCallGrammar) -> None:
         WriteArgs(path="app/*.py", content="x")
 
 
+@pytest.mark.parametrize(
+    "call",
+    [
+        '{"tool":"write","arguments":{"path":"mod\\npy/a.py","content":"x"}}',
+        '{"tool":"glob","arguments":{"pat":"mod\\npy"}}',
+        '{"tool":"grep","arguments":{"pat":"a\\tb"}}',
+        '{"tool":"read","arguments":{"path":"a\\n.py"}}',
+    ],
+)
+def test_a_path_or_pattern_is_one_line(grammar: ToolCallGrammar, call: str) -> None:
+    """A newline or tab in a path or a search pattern names nothing anyone means: the
+    grammar does not write one and the tools refuse one in words."""
+    assert not grammar.accepts(_tokens(grammar, call))
+    assert grammar.accepts(_tokens(grammar, call.replace("\\n", "_").replace("\\t", "_")))
+    with pytest.raises(ValueError, match="newline or control character"):
+        ToolCall.model_validate(json.loads(call)).parsed()
+
+
+def test_a_forbidden_prefix_keeps_a_path_on_one_line() -> None:
+    import re
+
+    pattern = not_prefixed_regex(["vendor/"], r"\x00-\x1f*?")
+    for text in ["src/a.py", "vendo", "vendorx/a"]:
+        assert re.fullmatch(pattern, text), text
+    for text in ["vendor/a", "src/\na.py", "v\tx", "src/*.py", "vendorx/\n"]:
+        assert not re.fullmatch(pattern, text), text
+
+
 def test_not_prefixed_regex_is_the_complement() -> None:
     import re
 
