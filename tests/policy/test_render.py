@@ -106,8 +106,11 @@ def test_round_trip_every_tool_at_max_lengths(renderer: ChatMLRenderer, tool: st
     for key, prop in schema["properties"].items():
         branch = next((b for b in prop.get("anyOf", [prop]) if b.get("type") != "null"), prop)
         if branch["type"] == "string":
-            # Quotes, backslashes, newlines, DEL and non-ASCII: everything JSON escapes.
-            arguments[key] = ('a"\\\n\t\x7fé😀' * 1000)[: branch.get("maxLength", 50)]
+            # Quotes, backslashes, newlines, DEL and non-ASCII: everything JSON escapes
+            # (no newline or tab where the schema keeps the string on one line).
+            fill = 'a"\\\n\t\x7fé😀' if "pattern" not in branch else 'a"\\\x7fé😀'
+            arguments[key] = (fill * 1000)[: branch.get("maxLength", 50)]
+            assert re.fullmatch(branch.get("pattern", "^.*$"), arguments[key], re.S)
         elif branch["type"] == "integer":
             arguments[key] = branch["maximum"]
         else:
