@@ -237,11 +237,16 @@ def _write_cache(lm: Any, tokenizer: Any, target: Path) -> None:
     try:
         lm.to(torch.bfloat16).save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        lm.to(torch.float32)
         os.replace(tmp, target)
     except OSError as exc:
-        log.warning("could not cache the model at %s: %s", target, exc)
         shutil.rmtree(tmp, ignore_errors=True)
+        # The name is the content's key: another process that got there first (two
+        # benches, or an editor and a CI job, loading the same new starter) wrote the
+        # same files, so there is nothing to report.
+        if not (target / "model.safetensors").is_file():
+            log.warning("could not cache the model at %s: %s", target, exc)
+    finally:
+        lm.to(torch.float32)
 
 
 def _load_with_starter(device: str, dtype: str) -> tuple[Any, Any]:

@@ -34,3 +34,50 @@ def test_the_embedded_tokenizer_loads_from_local_files(embedded_tokenizer: objec
     tokens = tokenizer.encode("def f(): pass")
     assert len(tokens) > 1
     assert tokenizer.decode(tokens) == "def f(): pass"
+
+
+class _FakeModel:
+    """What _write_cache touches of a model: its dtype moves and save_pretrained."""
+
+    def __init__(self) -> None:
+        self.config = type("Config", (), {})()
+        self.dtypes: list[object] = []
+
+    def to(self, dtype: object) -> _FakeModel:
+        self.dtypes.append(dtype)
+        return self
+
+    def save_pretrained(self, path: Path) -> None:
+        (Path(path) / "model.safetensors").write_bytes(b"weights")
+
+
+def test_a_cache_another_process_wrote_first_is_kept_quietly(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two processes merging the same starter race to one content-keyed folder: the
+    loser's copy is dropped without a warning, nothing partial is left, and its model
+    is back in float32 either way."""
+    import torch
+
+    from continual_lsp.policy.model_files import _write_cache
+
+    target = tmp_path / "SmolLM2-starter-abc"
+    target.mkdir()
+    (target / "model.safetensors").write_bytes(b"weights")
+    (target / "tokenizer.json").write_text("{}")
+    tokenizer = type("Tok", (), {"save_pretrained": lambda self, p: None})()
+    lm = _FakeModel()
+    with caplog.at_level("WARNING"):
+        _write_cache(lm, tokenizer, target)
+    assert not caplog.records
+    assert sorted(p.name for p in tmp_path.iterdir()) == [target.name]
+    assert lm.dtypes[-1] == torch.float32
+
+    # A folder in the way that is not a cache: the failed write is reported.
+    (target / "model.safetensors").unlink()
+    lm = _FakeModel()
+    with caplog.at_level("WARNING"):
+        _write_cache(lm, tokenizer, target)
+    assert "could not cache the model" in caplog.text
+    assert sorted(p.name for p in tmp_path.iterdir()) == [target.name]
+    assert lm.dtypes[-1] == torch.float32
