@@ -156,7 +156,8 @@ def substituted(
             calls.append(renderer.parse_call(completion.text))
         except ValueError:
             continue
-    in_place = [substitution.apply_in_place(call, pairs, replaced(call)) for call in calls]
+    anchored = [substitution.at_a_line(call) for call in calls]
+    in_place = [substitution.apply_in_place(call, pairs, replaced(call)) for call in anchored]
     written = [substitution.apply(call, pairs) for call in calls]
     variants: dict[str, ToolCall] = {}
     for variant in [*in_place, *written]:

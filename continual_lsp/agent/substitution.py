@@ -96,6 +96,17 @@ def apply(call: ToolCall, pairs: list[tuple[str, str]]) -> ToolCall | None:
     return ToolCall(tool=call.tool, arguments={**call.arguments, key: changed})
 
 
+def at_a_line(call: ToolCall) -> ToolCall:
+    """An edit_lines insertion (end = start - 1) as the replacement of the line it goes
+    before; any other call as it is. The model pointed there, and a swap applies to what
+    a line holds, not to the gap before it (the README demo's retries after the starter
+    learned to insert a missing `return`: "insert before line 7" for "change line 7")."""
+    args = call.arguments
+    if call.tool != "edit_lines" or args.get("end") != args.get("start", 0) - 1:
+        return call
+    return ToolCall(tool="edit_lines", arguments={**args, "end": args["start"]})
+
+
 def apply_in_place(
     call: ToolCall, pairs: list[tuple[str, str]], replaced: str | None
 ) -> ToolCall | None:

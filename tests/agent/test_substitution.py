@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from continual_lsp.agent.substitution import apply, apply_in_place, substitutions
+from continual_lsp.agent.substitution import apply, apply_in_place, at_a_line, substitutions
 from continual_lsp.tools.base import ToolCall
 
 
@@ -75,3 +75,33 @@ def test_a_swap_in_place_rewrites_what_the_call_replaces() -> None:
     }
     bash = ToolCall(tool="bash", arguments={"cmd": "npm i"})
     assert apply_in_place(bash, [("npm", "pnpm")], "npm i") is None
+
+
+def test_an_insertion_is_swapped_on_the_line_it_goes_before() -> None:
+    """The retrained starter answers "change line 7: use / instead of //" by inserting
+    before line 7; the in-place variant replaces line 7 itself, swapped."""
+    insert = ToolCall(
+        tool="edit_lines",
+        arguments={"path": "a.py", "start": 7, "end": 6, "content": "    return result"},
+    )
+    anchored = at_a_line(insert)
+    assert anchored.arguments == {
+        "path": "a.py",
+        "start": 7,
+        "end": 7,
+        "content": "    return result",
+    }
+    swapped = apply_in_place(anchored, [("//", "/")], "    return a // b")
+    assert swapped is not None
+    assert swapped.arguments == {
+        "path": "a.py",
+        "start": 7,
+        "end": 7,
+        "content": "    return a / b",
+    }
+    replace = ToolCall(
+        tool="edit_lines", arguments={"path": "a.py", "start": 7, "end": 7, "content": "x"}
+    )
+    assert at_a_line(replace) is replace
+    edit = ToolCall(tool="edit", arguments={"path": "a.py", "old": "a", "new": "b"})
+    assert at_a_line(edit) is edit
