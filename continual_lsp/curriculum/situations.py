@@ -144,16 +144,15 @@ class Builder:
             return [call("read", path=path)]
         return [call("grep", pat=fn), call("read", path=path)]
 
-    def slip(self, task: str, fn: str, files: dict[str, str]) -> ToolCall | None:
+    def slip(self, task: str, files: dict[str, str]) -> ToolCall | None:
         """A wrong first look the small model makes on its own when a task names no file:
         grep for an ordinary word of the task (it finds nothing) or read the README. Put
         before the right plan untrained, it teaches what to do next: grep the name."""
         if self.rng.random() < 0.5 and "README.md" in files:
             return call("read", path="README.md")
+        # A word no file holds: never the name itself, which the right grep finds.
         words = [
-            w
-            for w in re.findall(r"[A-Za-z]{4,}", task)
-            if w != fn and not any(w in text for text in files.values())
+            w for w in re.findall(r"[A-Za-z]{4,}", task) if not any(w in t for t in files.values())
         ]
         if not words:
             return None
@@ -164,7 +163,7 @@ class Builder:
         """`s` with, sometimes, a wrong first look before a grep for `fn` (see `slip`)."""
         if fn is None or s.plan[0].tool != "grep" or self.rng.random() >= SLIP_RATE:
             return s
-        wrong = self.slip(s.task, fn, s.files)
+        wrong = self.slip(s.task, s.files)
         if wrong is None:
             return s
         s.plan.insert(0, wrong)

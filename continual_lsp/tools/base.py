@@ -39,11 +39,7 @@ PathStr = Annotated[
     Field(min_length=1, max_length=200, json_schema_extra={"pattern": f"^[^{PATH_EXCLUDED}]+$"}),
     AfterValidator(_one_line),
 ]
-PatternStr = Annotated[
-    str,
-    Field(min_length=1, max_length=200, json_schema_extra={"pattern": f"^[^{PATH_EXCLUDED}]+$"}),
-    AfterValidator(_one_line),
-]
+PatternStr = PathStr  # a glob or grep pattern: the same one-line rule and bound
 ContentStr = Annotated[str, Field(max_length=4000)]
 
 
