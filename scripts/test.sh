@@ -4,14 +4,26 @@
 # code-server through Chromium on the embedded model, and the review flows on a scripted
 # server), then the Python suite (real model,
 # real SQLite, real Neovim, real bubblewrap).
+#
+#   bash scripts/test.sh --fast [pytest args]   the inner loop: ruff, lint-imports and the
+#                                                tests that need no model, editor or browser
 set -euo pipefail
 cd "$(dirname "$0")/.."
+fast=0
+if [ "${1:-}" = "--fast" ]; then
+  fast=1
+  shift
+fi
 bash scripts/setup.sh --test
 export TRL_EXPERIMENTAL_SILENCE=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 # The layer contracts in pyproject.toml: server -> agent -> {lanes, learning} -> policy -> ...
 .venv/bin/lint-imports
+if [ "$fast" = 1 ]; then
+  exec .venv/bin/python -m pytest -q -p no:cacheprovider \
+    -m "not model and not nvim and not emacs and not vscode" "$@"
+fi
 if [ "${CONTINUAL_SKIP_VSCODE:-0}" != 1 ]; then
   bash vscode-client/scripts/test.sh
   bash vscode-client/scripts/e2e.sh
