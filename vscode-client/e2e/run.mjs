@@ -225,12 +225,28 @@ async function shot(page, name) {
 
 async function runCommand(page, title) {
   await page.keyboard.press("F1");
-  const input = page.locator(".quick-input-widget input.input");
-  await input.waitFor({ state: "visible", timeout: 10000 });
-  await input.fill(`>${title}`);
+  await typeInQuickInput(page, `>${title}`);
   const row = page.locator(".quick-input-list .monaco-list-row", { hasText: title }).first();
   await row.waitFor({ state: "visible", timeout: 10000 });
   await page.keyboard.press("Enter");
+}
+
+/**
+ * Fill the quick input once it can take text: visible is not enough, since on a loaded
+ * machine the widget is shown while still inert ("element is inert" ended a run), so this
+ * waits until no inert ancestor is left and the box is enabled, then checks the value.
+ */
+async function typeInQuickInput(page, text) {
+  const input = page.locator(".quick-input-widget input.input");
+  await input.waitFor({ state: "visible", timeout: left(30000) });
+  await until(
+    "the quick input to accept text",
+    () => input.evaluate((el) => !el.closest("[inert]") && !el.disabled && !el.readOnly),
+    30000,
+    100,
+  );
+  await input.fill(text);
+  await until("the quick input to hold the text", async () => (await input.inputValue()) === text, 10000, 100);
 }
 
 async function statusText(page) {
@@ -315,7 +331,7 @@ async function smoke(page) {
   const status = await until("the Continual status bar item", async () => (await statusText(page)) || false, 60000);
   check("extension active: status bar item shown", Boolean(status), status);
   await page.locator('.activitybar [aria-label^="Continual"]').first().click();
-  await page.waitForTimeout(1500);
+  await until("the Ledger view", async () => (await page.locator('.pane-header:has-text("Ledger")').count()) > 0, 15000, 200).catch(() => false);
   await shot(page, "00-smoke");
   check("activity bar container opens the Ledger view", (await page.locator('.pane-header:has-text("Ledger")').count()) > 0);
 }
@@ -340,10 +356,7 @@ function changedFiles(before, after) {
 
 async function deny(page, correction, shotName) {
   await clickEditorAction(page, "Deny…");
-  const pick = page.locator(".quick-input-widget input.input");
-  await pick.waitFor({ state: "visible", timeout: 10000 });
-  await pick.fill(correction);
-  await page.waitForTimeout(400);
+  await typeInQuickInput(page, correction);
   if (shotName) await shot(page, shotName);
   await page.keyboard.press("Enter");
 }
@@ -375,9 +388,7 @@ async function full(page, dirs) {
   const startTask = async () => {
     await page.keyboard.press("Escape");
     await runCommand(page, "Continual: Start Task");
-    const taskInput = page.locator(".quick-input-widget input.input");
-    await taskInput.waitFor({ state: "visible", timeout: 10000 });
-    await taskInput.fill(TASK);
+    await typeInQuickInput(page, TASK);
     await page.keyboard.press("Enter");
     log("task started");
   };
@@ -424,7 +435,8 @@ async function full(page, dirs) {
         (!isFile || (await diffTabs(page)).length > 0),
       30000,
     );
-    await page.waitForTimeout(1200);
+    // The buttons are there; act once they can be clicked, not after a fixed pause.
+    await page.locator('.editor-actions .action-label[aria-label^="Deny…"]').first().waitFor({ state: "visible", timeout: 10000 });
     if (isFile && !diffShown) {
       diffShown = true;
       check("a file-changing proposal opens in the diff view", (await page.locator(".monaco-diff-editor").count()) > 0, (await diffTabs(page)).join(", "));
@@ -489,7 +501,6 @@ async function full(page, dirs) {
     "the ledger to show the correction",
     async () => {
       await runCommand(page, "Continual: Refresh Ledger");
-      await page.waitForTimeout(800);
       const texts = await ledgerRows(page);
       return texts.some((t) => t.includes(CORRECTION.slice(0, 30))) ? texts : false;
     },
@@ -524,20 +535,22 @@ async function editRoundTrip(page, dirs) {
   await page.keyboard.press("Escape");
   const before = snapshot(dirs.ws);
   await runCommand(page, "Continual: Start Task");
-  const taskInput = page.locator(".quick-input-widget input.input");
-  await taskInput.waitFor({ state: "visible", timeout: 10000 });
-  await taskInput.fill("Tidy up src/calc/ops.py");
+  await typeInQuickInput(page, "Tidy up src/calc/ops.py");
   await page.keyboard.press("Enter");
   await until("a proposal to edit", async () => (await diffTabs(page)).some((t) => t.includes("proposed")), 300000, 1000);
-  await page.waitForTimeout(1000);
   await clickEditorAction(page, "Edit…");
   await until("the edit diff", async () => (await diffTabs(page)).some((t) => t.includes("your edit")), 15000);
-  await page.waitForTimeout(1000);
+  await page.locator(".monaco-diff-editor .editor.modified .view-line").last().waitFor({ state: "visible", timeout: 15000 });
   // Type at the end of the proposed side (the modified editor of the diff).
   await page.locator(".monaco-diff-editor .editor.modified .view-line").last().click();
   await page.keyboard.press("Control+End");
   await page.keyboard.type("# reviewed by a person\n");
-  await page.waitForTimeout(500);
+  await until(
+    "the typed line in the edit",
+    async () => (await page.locator(".monaco-diff-editor .editor.modified .view-lines").innerText()).includes("reviewed by a person"),
+    10000,
+    100,
+  );
   await shot(page, "07-edit");
   await clickEditorAction(page, "Submit Edit");
   const changed = await until(
@@ -607,9 +620,7 @@ async function notificationButton(page, text, label) {
 
 async function startTask(page, text) {
   await runCommand(page, "Continual: Start Task…");
-  const input = page.locator(".quick-input-widget input.input");
-  await input.waitFor({ state: "visible", timeout: 10000 });
-  await input.fill(text);
+  await typeInQuickInput(page, text);
   await page.keyboard.press("Enter");
 }
 
@@ -622,9 +633,7 @@ async function review(page, dirs) {
   // accept one hunk, reject the other with a reason: the file holds exactly the accepted hunk
   await clickLens(page, "Accept hunk 1/2");
   await clickLens(page, "Reject hunk 2/2…");
-  const reason = page.locator(".quick-input-widget input.input");
-  await reason.waitFor({ state: "visible", timeout: 10000 });
-  await reason.fill("Keep mean() as it is for now.");
+  await typeInQuickInput(page, "Keep mean() as it is for now.");
   await shot(page, "r1-reject-hunk");
   await page.keyboard.press("Enter");
   const text = await until("the accepted hunk on disk", () => {
@@ -638,9 +647,7 @@ async function review(page, dirs) {
 
   // undo it: the file restored on disk, a learning job queued (a late denial)
   await runCommand(page, "Continual: Undo Last Applied Change…");
-  const why = page.locator(".quick-input-widget input.input");
-  await why.waitFor({ state: "visible", timeout: 10000 });
-  await why.fill("No docstrings in this change.");
+  await typeInQuickInput(page, "No docstrings in this change.");
   await page.keyboard.press("Enter");
   // the agent finishes the decision (its training step) before it takes the undo
   await until("the file restored", () => fs.readFileSync(ops, "utf8") === original, 400000);
@@ -662,8 +669,15 @@ async function review(page, dirs) {
   check("always allow: the next identical call runs without a prompt", auto === 1, `${auto} auto-approved`);
   await shot(page, "r3-allowed");
   await openLedger(page);
-  await page.waitForTimeout(1500);
-  const rows = await ledgerRows(page);
+  const rows = await until(
+    "the allow rule in the ledger",
+    async () => {
+      const texts = await ledgerRows(page);
+      return texts.some((t) => t.includes("Always allow bash")) ? texts : false;
+    },
+    30000,
+    500,
+  ).catch(() => ledgerRows(page));
   check("always allow: the rule is in the ledger", rows.some((t) => t.includes("Always allow bash")), rows.join(" | ").slice(0, 300));
   await shot(page, "r4-ledger");
 }
