@@ -143,6 +143,11 @@ class StoreError(ReviewerError):
     """A store operation that cannot be done; the message says why."""
 
 
+def _is_full(exc: sqlite3.Error) -> bool:
+    """SQLITE_FULL: the disk (or `max_page_count`) has no room for the change."""
+    return getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
+
+
 def _loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
@@ -200,24 +205,38 @@ class Store:
             try:
                 yield self._db
             except sqlite3.OperationalError as exc:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                if "full" in str(exc):
-                    raise StoreError(
-                        f"the disk holding {self.path} is full: nothing was recorded; "
-                        "free some space and try again"
-                    ) from exc
+                self._rollback()
+                if _is_full(exc):
+                    raise self._full_error() from exc
                 raise
             except BaseException:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
+                self._rollback()
                 raise
             else:
                 try:
                     self._db.execute("COMMIT")
                 except sqlite3.OperationalError as exc:
-                    self._db.execute("ROLLBACK")
+                    # A full disk usually fails here, when the pages reach the WAL, and
+                    # SQLite has then rolled back already: ROLLBACK would answer "no
+                    # transaction is active" and hide the cause.
+                    self._rollback()
+                    if _is_full(exc):
+                        raise self._full_error() from exc
                     raise StoreError(f"could not commit to {self.path}: {exc}") from exc
+
+    def _rollback(self) -> None:
+        """End a failed transaction, if SQLite has not already; never replaces the error
+        being raised (a rollback that fails leaves nothing committed either)."""
+        if self._db.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                self._db.execute("ROLLBACK")
+
+    def _full_error(self) -> StoreError:
+        return StoreError(
+            f"the disk holding {self.path} is full: nothing was recorded (this change was "
+            "not committed; everything committed before is kept); free some space and "
+            "try again"
+        )
 
     def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
         with self._lock:

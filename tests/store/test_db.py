@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -129,6 +131,49 @@ def test_a_full_disk_is_a_clear_error_and_loses_nothing_committed(store: Store) 
     assert store.decision(pid) is not None
     store._db.execute("PRAGMA max_page_count=1073741823")
     store.append_event("note", {"text": "after"})  # usable again once there is room
+
+
+def test_a_really_full_disk_says_so_and_loses_nothing(tmp_path: Path) -> None:
+    """Issue 32: on a full filesystem COMMIT fails with SQLITE_FULL and SQLite has already
+    rolled back, so the reviewer read "cannot rollback - no transaction is active". A
+    400 KB tmpfs in a private mount namespace (root only) is the real full disk."""
+    if shutil.which("unshare") is None or not hasattr(os, "geteuid") or os.geteuid() != 0:
+        pytest.skip("mounting a tiny tmpfs needs root and unshare")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    script = textwrap.dedent(
+        f"""
+        import subprocess
+        from continual_lsp.store import Store, StoreError
+        disk = {str(disk)!r}
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", disk], check=True)
+        s = Store(disk + "/s.sqlite3")
+        t = s.create_task("t", "/ws")
+        p = s.add_proposal(t, 0, "read", {{"path": "a"}}, [1], [2], [-1.0], None, None)
+        s.record_decision(p, "approve")
+        try:
+            for _ in range(1000):
+                s.append_event("note", {{"text": "x" * 4000}})
+        except StoreError as exc:
+            print("ERROR", exc)
+        assert s.decision(p) is not None, "a committed decision was lost"
+        subprocess.run(["mount", "-o", "remount,size=8m", disk], check=True)
+        s.append_event("note", {{"text": "after"}})
+        print("USABLE", len(s.events(kind="note")) > 0)
+        """
+    )
+    proc = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if "mount" in proc.stderr and "ERROR" not in proc.stdout:
+        pytest.skip(f"could not mount a tmpfs here: {proc.stderr.strip()[-200:]}")
+    assert proc.returncode == 0, proc.stderr
+    assert "is full: nothing was recorded" in proc.stdout, proc.stdout + proc.stderr
+    assert "no transaction is active" not in proc.stdout + proc.stderr
+    assert "USABLE True" in proc.stdout
 
 
 def test_a_released_job_waits_in_the_queue(store: Store) -> None:
