@@ -88,7 +88,7 @@ class Settings(BaseModel):
     # the rule by itself after `allow_learn_after` approvals (None: only when asked).
     allow_offer_after: int = Field(default=2, ge=1)
     allow_learn_after: int | None = Field(default=None, ge=2)
-    allowed_tools: list[str] | None = None  # None = all seven tools
+    allowed_tools: list[str] | None = None  # None = the seven tools and done
     # read / edit / edit_lines name one of the workspace's files (the ones glob and grep
     # see) when it has at most this many; 0: any path. A small model guesses a path that
     # looks right (`lib/x.py` for `svc/x.py`), and a read that fails teaches it nothing.

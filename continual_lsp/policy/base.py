@@ -51,7 +51,7 @@ class SampleParams(BaseModel):
     temperature: float = 0.0  # 0 = greedy
     max_tokens: int = 256
     seed: int | None = None
-    # Restrict the grammar to these tools (None = all seven): a per-task or per-user
+    # Restrict the grammar to these tools (None = every tool and done): a per-task or per-user
     # allow-list, like other agents' "allowed tools" setting.
     tools: list[str] | None = None
     # Guards expressed as grammar restrictions (local backend; Tinker samples without a

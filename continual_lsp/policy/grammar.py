@@ -79,7 +79,7 @@ def _strip_schema(node: Any) -> Any:
 
 
 def check_tools(tools: list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
-    """The allowed tools in canonical order (None = all seven); ValueError if unknown/empty."""
+    """The allowed tools in canonical order (None = all eight answers, `done` too); ValueError if unknown/empty."""
     if tools is None:
         return TOOL_NAMES
     unknown = sorted(set(tools) - set(TOOL_NAMES))

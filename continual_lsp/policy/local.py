@@ -110,7 +110,7 @@ class LocalPolicy:
         self._slot = host.slot(settings.user)
         # The prompt lists only the allowed tools; SampleParams.tools can narrow further.
         self._renderer = ChatMLRenderer(self.tokenizer, tools=settings.allowed_tools)
-        self.grammar = host.grammar  # all seven tools
+        self.grammar = host.grammar  # every tool and done
         # Set by whoever saves or loads this policy's weights (policy/training.py).
         self.adapter_version: str | None = None
         # KV of the last prompts; consecutive agent turns share most of their prompt. Its
@@ -180,7 +180,9 @@ class LocalPolicy:
         """One tool call decoded under the grammar, with per-token logprobs (grammar.py).
 
         `params.tools` restricts the call to those tools (ValueError if one is unknown);
-        when it is None, `settings.allowed_tools` applies (None there too: all seven).
+        when it is None, `settings.allowed_tools` applies (None there too: every tool and done).
+        On a host that decodes together (`ModelHost.enable_batching`), the prompt is
+        prefilled here and the decode steps run in the host's batch with other users'.
         """
         return self._decode(constrained_decode, prompt_tokens, params)
 

@@ -123,7 +123,7 @@ class ModelHost:
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*")
             self.model: PeftModel = get_peft_model(base, config)
         self.model.eval()
-        self.grammar = ToolCallGrammar(tokenizer)  # all seven tools; shared by every policy
+        self.grammar = ToolCallGrammar(tokenizer)  # every tool and done; shared by every policy
         # Newest last; a workspace's file list is part of the key, so every created file
         # makes a new grammar: the oldest are dropped past MAX_GRAMMARS.
         self.grammars: OrderedDict[tuple[tuple[str, ...], str], ToolCallGrammar] = OrderedDict()

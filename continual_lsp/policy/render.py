@@ -1,4 +1,4 @@
-"""ChatML renderer: messages + the seven tools → prompt tokens; completion text → one call.
+"""ChatML renderer: messages + the tools and done → prompt tokens; completion text → one call.
 
 Formats, chosen for a 135M model with an ~8k window where CPU prefill costs ~2 ms/token:
 
@@ -65,7 +65,7 @@ def compact_schema(name: str) -> str:
 
 
 def default_system_prompt(tools: list[str] | tuple[str, ...] | None = None) -> str:
-    """The instruction and one line per tool (all seven, or the allowed `tools`)."""
+    """The instruction and one line per tool (all eight answers, or the allowed `tools`)."""
     lines = [SYSTEM_INSTRUCTION]
     for name in TOOL_NAMES:
         if tools is not None and name not in tools:

@@ -63,7 +63,7 @@ class RendererUnavailable(RuntimeError):
 
 
 def tool_specs() -> list[dict[str, Any]]:
-    """The seven tools as OpenAI-style function specs (name, description, JSON schema).
+    """The tools and done as OpenAI-style function specs (name, description, JSON schema).
 
     Generated from `tools.base`, like the local system prompt, so a tool change cannot leave
     a remote model's prompt stale. Pydantic's `title` keys are dropped: they only repeat the

@@ -1,4 +1,5 @@
-"""The seven tools (read, write, edit, edit_lines, glob, grep, bash) and their sandbox.
+"""The seven tools (read, write, edit, edit_lines, glob, grep, bash), `done` (the task's
+end, with the model's summary) and their sandbox.
 
 The agent needs only `ToolRunner` and `sandbox_status`; the lanes run generated guard
 code with `run_sandboxed`.

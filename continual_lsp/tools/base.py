@@ -13,8 +13,19 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from continual_lsp.errors import ReviewerError
 
-ToolName = Literal["read", "write", "edit", "edit_lines", "glob", "grep", "bash"]
-TOOL_NAMES: tuple[ToolName, ...] = ("read", "write", "edit", "edit_lines", "glob", "grep", "bash")
+ToolName = Literal["read", "write", "edit", "edit_lines", "glob", "grep", "bash", "done"]
+# `done` is the eighth answer: not a tool that acts but the model saying the task is
+# finished, with its own summary; a proposal like any other (DESIGN §7).
+TOOL_NAMES: tuple[ToolName, ...] = (
+    "read",
+    "write",
+    "edit",
+    "edit_lines",
+    "glob",
+    "grep",
+    "bash",
+    "done",
+)
 READ_ONLY_TOOLS: frozenset[str] = frozenset({"read", "glob", "grep"})
 FILE_CHANGING_TOOLS: frozenset[str] = frozenset({"write", "edit", "edit_lines"})
 # The tools whose `path` must name a file that exists (glob and grep take a folder too).
@@ -120,6 +131,20 @@ class BashArgs(_Args):
     timeout: Annotated[int, Field(ge=1, le=600)] | None = None
 
 
+class DoneArgs(_Args):
+    """Finish the task: one paragraph on what changed and why the task is done."""
+
+    # One paragraph, bounded: the reviewer reads it in a code action's title or a
+    # notification, and a small model given room writes on until max_tokens.
+    summary: Annotated[
+        str,
+        Field(
+            min_length=1, max_length=300, json_schema_extra={"pattern": f"^[^{PATH_EXCLUDED}]+$"}
+        ),
+        AfterValidator(_one_line),
+    ]
+
+
 ARG_MODELS: dict[str, type[_Args]] = {
     "read": ReadArgs,
     "write": WriteArgs,
@@ -128,6 +153,7 @@ ARG_MODELS: dict[str, type[_Args]] = {
     "glob": GlobArgs,
     "grep": GrepArgs,
     "bash": BashArgs,
+    "done": DoneArgs,
 }
 
 

@@ -1,4 +1,5 @@
-"""The workspace: previews and runs the seven tools, every path jailed to the root.
+"""The workspace: previews and runs the seven tools, every path jailed to the root
+(`done`, the eighth answer, runs as a no-op: the agent ends the task).
 
 Lifecycle of a file-changing call (write, edit, edit_lines):
 
@@ -32,6 +33,7 @@ from continual_lsp.tools import jail
 from continual_lsp.tools.base import (
     FILE_CHANGING_TOOLS,
     BashArgs,
+    DoneArgs,
     EditArgs,
     EditLinesArgs,
     GlobArgs,
@@ -297,6 +299,8 @@ class ToolRunner:
         if isinstance(args, GrepArgs):
             base = self.resolve(args.path) if args.path else self.root
             return run_grep(self.root, args.pat, base, self.settings.output_cap)
+        if isinstance(args, DoneArgs):
+            return ToolResult(ok=True, output="task finished")
         if isinstance(args, BashArgs):
             return run_bash(
                 args.cmd,

@@ -212,7 +212,7 @@ def test_a_file_list_names_the_paths_to_read_or_edit() -> None:
         b["properties"]["tool"]["const"]
         for b in decoding_schema(None, DecodeRestrictions(files=[]))["oneOf"]
     ]
-    assert empty == ["write", "glob", "grep", "bash"]
+    assert empty == ["write", "glob", "grep", "bash", "done"]
 
 
 def test_a_new_file_is_never_a_glob(grammar: ToolCallGrammar) -> None:
@@ -298,3 +298,22 @@ def test_prompt_cache_drops_an_entry_the_newer_one_mostly_covers() -> None:
     half = [*system[:13], *range(500, 513)]  # 13 of second's 26 tokens
     cache.store(half, _kv(half), key="w")
     assert [tokens for tokens, _, _ in cache.entries] == [half, second]
+
+
+def test_done_is_an_answer_and_the_grammar_narrows_to_it() -> None:
+    """`done` carries one paragraph of summary: the narrowed grammar writes only that."""
+    only_done = [b["properties"]["tool"]["const"] for b in decoding_schema(["done"])["oneOf"]]
+    assert only_done == ["done"]
+    tokenizer = load_tokenizer()
+    narrowed = ToolCallGrammar(
+        tokenizer, decoding_schema(["done"]), ll_tokenizer=ToolCallGrammar(tokenizer).ll_tokenizer
+    )
+    finish = '{"tool":"done","arguments":{"summary":"mean() divides with /; the test passes."}}'
+    assert narrowed.accepts(_tokens(narrowed, finish))
+    for text in (
+        '{"tool":"read","arguments":{"path":"a.py"}}',
+        '{"tool":"done","arguments":{"summary":""}}',
+        '{"tool":"done","arguments":{"summary":"fixed\\n\\nand more"}}',
+        '{"tool":"done","arguments":{"summary":"' + "x" * 301 + '"}}',
+    ):
+        assert not narrowed.accepts(_tokens(narrowed, text)), text

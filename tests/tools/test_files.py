@@ -437,3 +437,17 @@ def test_fifo_is_refused_not_blocking(ws: ToolRunner) -> None:
     with pytest.raises(ToolError, match="not a regular file"):
         run(ws, "write", path="pipe", content="x")
     assert "No matches" in run(ws, "grep", pat="x").output
+
+
+# -- done ----------------------------------------------------------------------------
+
+
+def test_done_changes_nothing_and_checks_its_summary(ws: ToolRunner) -> None:
+    (ws.root / "f.py").write_text("x = 1\n")
+    finish = call("done", summary="Nothing left to change.")
+    assert ws.preview(finish) is None
+    assert ws.execute(finish) == ToolResult(ok=True, output="task finished")
+    assert [p.name for p in ws.root.iterdir()] == ["f.py"]
+    for summary in ("", "two\nparagraphs", "x" * 301):
+        with pytest.raises(ToolError, match="invalid arguments for done"):
+            ws.execute(call("done", summary=summary))
