@@ -5,7 +5,10 @@ The agent's entry points (import from the submodules; this package imports nothi
 at import time so that `import continual_lsp.lanes` stays cheap):
 
 - `allocator.route_correction(store, text, context, settings, *, denial=False, source=None)
-  -> LaneItem | None` — detect, cluster, allocate, persist one correction.
+  -> LaneItem | None` — detect, cluster, allocate, persist one correction. Before the
+  lanes, a correction on a proposal that speaks of that change only comes back
+  task-scoped (`lane == "NONE"`, `kind == scope.TASK_KIND`; see `scope.py`): no guard,
+  no bullet; `routing_ledger.promote(store, item_id, settings) -> LaneItem` makes it standing.
 - `guards.check_guards(store, call, preview, history=()) -> GuardVerdict` — run every
   active guard; `history` (the task's executed calls, oldest first) lets sequence rules
   ("after changing X run Y") block a `git commit` that skips the step, and

@@ -53,6 +53,7 @@ from continual_lsp.lanes.guards import (
     rule_summary,
 )
 from continual_lsp.lanes.learned import shipped_heads
+from continual_lsp.lanes.scope import TASK_KIND, TaskScope, task_scope
 from continual_lsp.store.db import Store
 
 LaneName = Literal["CODE", "WEIGHTS", "CONTEXT", "NONE"]
@@ -354,8 +355,13 @@ def route_correction(
     source: str | None = None,
     use_llm: bool | None = None,
     embedder: Embedder | None = None,
+    standing: bool = False,
 ) -> LaneItem | None:
     """Detect, cluster, allocate and persist one correction; None when it is not one.
+
+    Before the lanes, a correction made on a proposal (`context` given) that speaks of
+    that change only is task-scoped (`scope.py`): stored as a `NONE`/"task" item that no
+    guard or bullet reads, unclustered; `standing=True` (promotion) skips that reading.
 
     A correction that joins a cluster with an active item in the same lane updates that
     item (recurrence, reason) instead of adding a duplicate bullet or guard; a cluster
@@ -371,6 +377,10 @@ def route_correction(
     if not detection.is_correction:
         store.append_event("not_a_correction", {"confidence": detection.confidence})
         return None
+    if context is not None and not standing:
+        scope = task_scope(text)
+        if scope.task_scoped:
+            return _persist_task(store, text, scope, context, source)
     cluster = assign_cluster(store, text, settings, embedder=embedder)
     decision = allocate(
         text, cluster.count, settings, context=context, use_llm=use_llm, embedder=embedder
@@ -394,6 +404,30 @@ def route_correction(
     if lane_item.lane == "WEIGHTS":
         _after_weights(store, lane_item, text, context, settings)
     return lane_item
+
+
+def _persist_task(
+    store: Store, text: str, scope: TaskScope, context: dict[str, Any], source: str | None
+) -> LaneItem:
+    """A task-scoped correction: kept (for the ledger and promotion), acting nowhere."""
+    kept = {k: context[k] for k in ("tool", "path", "task_text") if context.get(k)}
+    cmd = (context.get("arguments") or {}).get("cmd") if context.get("tool") == "bash" else None
+    if isinstance(cmd, str):
+        kept["arguments"] = {"cmd": cmd}
+    item_id = store.add_lane_item(
+        {
+            "text": text,
+            "lane": "NONE",
+            "reason": scope.reason(),
+            "kind": TASK_KIND,
+            "spec": {"task": {"cues": scope.cues, "context": kept}},
+            "source": source,
+        }
+    )
+    store.append_event("task_scoped", {"itemId": item_id, "cues": scope.cues})
+    row = store.lane_item(item_id)
+    assert row is not None
+    return LaneItem.from_row(row)
 
 
 def _persist(

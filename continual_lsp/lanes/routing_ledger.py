@@ -1,4 +1,5 @@
-"""The ledger: where every correction went, with its recurrence; revert for bullets and guards.
+"""The ledger: where every correction went, with its recurrence; revert for bullets and
+guards; promote for a task-scoped correction (`scope.py`) the reviewer wants kept.
 
 Adapter versions are reverted by the agent (it owns the policy that must reload weights);
 `revert` recognises their ids and raises `AdapterRevertNeeded` so the agent can do it,
@@ -9,6 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from continual_lsp.config import Settings
+from continual_lsp.lanes.allocator import LaneItem, route_correction
+from continual_lsp.lanes.scope import TASK_KIND
 from continual_lsp.protocol import GateCompliance, LedgerItem, LedgerResult
 from continual_lsp.store.db import Store
 
@@ -43,6 +47,7 @@ def build_ledger(store: Store) -> LedgerResult:
             approvals=(row["spec"].get("allow") or {}).get("approvals")
             if row.get("kind") == "allow"
             else None,
+            overridden=_overridden(store, row),
         )
         for row in store.lane_items()
     ]
@@ -51,6 +56,13 @@ def build_ledger(store: Store) -> LedgerResult:
         context_tokens=int(store.counter("context_tokens")),
         notes_only_tokens=int(store.counter("notes_only_tokens")),
     )
+
+
+def _overridden(store: Store, row: dict[str, Any]) -> int | None:
+    """A guard's overrides (also once it retired for them); None for other items."""
+    count = int(store.counter(f"overridden:{row['id']}"))
+    is_guard = row["lane"] == "CODE" and (row["spec"] or {}).get("rules")
+    return count if count or is_guard else None
 
 
 def _recurred_after(row: dict[str, Any], events: list[dict[str, Any]]) -> int:
@@ -85,6 +97,37 @@ def _gate(store: Store, row: dict[str, Any]) -> GateCompliance | None:
         after=float(metrics["candidate"]["compliance"]),
         promoted=row["spec"].get("promoted") == runs[-1]["name"],
     )
+
+
+def promote(store: Store, item_id: str, settings: Settings | None = None) -> LaneItem:
+    """Make a task-scoped correction a standing one: its text is routed again through the
+    lanes (with the corrected call it was made on) and may become a guard, a bullet or
+    a WEIGHTS item; the task item is deactivated and names what it became."""
+    row = store.lane_item(item_id)
+    if row is None or row.get("kind") != TASK_KIND:
+        raise LedgerError(f"{item_id!r} is not a task-scoped correction")
+    task = dict((row["spec"] or {}).get("task") or {})
+    if task.get("promoted_to"):
+        raise LedgerError(f"{item_id!r} was already promoted to {task['promoted_to']!r}")
+    item = route_correction(
+        store,
+        row["text"],
+        task.get("context") or {},
+        settings,
+        denial=True,
+        source=row.get("source"),
+        standing=True,
+    )
+    assert item is not None  # a denial is a correction by construction
+    task["promoted_to"] = item.id
+    store.update_lane_item(
+        item_id,
+        active=False,
+        spec={**row["spec"], "task": task},
+        reason=f"{row['reason']} Promoted by the reviewer: now {item.lane} ({item.id}).",
+    )
+    store.append_event("promote", {"itemId": item_id, "to": item.id, "lane": item.lane})
+    return item
 
 
 def revert(store: Store, item_id: str) -> str:
