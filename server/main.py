@@ -174,15 +174,23 @@ def shared_server_settings(base: Settings, tokens_file: Path | None) -> Settings
 
 
 def user_settings(base: Settings, user: str) -> Settings:
-    """The same settings with the store and adapters of `user` (TCP, one user per token)."""
+    """The same settings with the store, adapters and workspace roots of `user` (TCP, one
+    user per token): under each configured root, only the folder named after the user,
+    so a token never opens the roots folder itself or another user's folder (issue 32)."""
     if base.store_path:
         store = Path(base.store_path)
         store_path = store.parent / "users" / user / store.name
     else:
         store_path = default_store_path(user)
     adapters = str(Path(base.adapters_dir) / user) if base.adapters_dir else None
+    roots = [str(Path(root).expanduser() / user) for root in base.workspace_roots]
     return base.model_copy(
-        update={"user": user, "store_path": str(store_path), "adapters_dir": adapters}
+        update={
+            "user": user,
+            "store_path": str(store_path),
+            "adapters_dir": adapters,
+            "workspace_roots": roots,
+        }
     )
 
 

@@ -41,13 +41,16 @@ def register(ls: LanguageServer) -> None:
             raise JsonRpcInvalidParams(
                 message="initialize: no workspace; send rootUri or workspaceFolders"
             )
-        if not root.is_dir():
-            raise JsonRpcInvalidParams(message=f"initialize: workspace {root} is not a directory")
+        # The roots first: a folder outside them is refused without saying whether it
+        # exists (another user's folder on a team server).
         if not session.settings.allows_workspace(root):
             raise JsonRpcInvalidParams(
-                message=f"initialize: workspace {root} is outside the server's workspace roots "
-                f"({', '.join(session.settings.workspace_roots)})"
+                message=f"initialize: workspace {root} is outside the workspace roots this "
+                f"connection may open ({', '.join(session.settings.workspace_roots)}; "
+                "symlinks are resolved); nothing was opened"
             )
+        if not root.is_dir():
+            raise JsonRpcInvalidParams(message=f"initialize: workspace {root} is not a directory")
         session.attach(root, ClientCapabilities.resolve(params))
         session.spawn(watcher.watch(session))
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
@@ -302,6 +303,9 @@ def test_tcp_requires_a_token_and_keeps_users_apart(workspace: Path, tmp_path: P
     tokens.write_text(json.dumps({"alice-token-123": "alice", "bob-token-4567": "bob"}))
     store = tmp_path / "store.sqlite3"
     secret = "alice's private correction: never touch tests/"
+    roots = tmp_path / "roots"  # each user opens only roots/<user> (issue 32)
+    shutil.copytree(workspace, roots / "alice")
+    shutil.copytree(workspace, roots / "bob")
 
     async def scenario() -> None:
         process, port, server_log = await start_tcp_server(
@@ -309,7 +313,7 @@ def test_tcp_requires_a_token_and_keeps_users_apart(workspace: Path, tmp_path: P
             str(tokens),
             "--script",
             "flow",
-            env={"CONTINUAL_LSP_WORKSPACE_ROOTS": str(workspace)},
+            env={"CONTINUAL_LSP_WORKSPACE_ROOTS": str(roots)},
         )
         try:
             # no token, a wrong token, a first request other than initialize: refused
@@ -329,11 +333,11 @@ def test_tcp_requires_a_token_and_keeps_users_apart(workspace: Path, tmp_path: P
             # a valid token, but a workspace outside the server's workspace roots
             outside = Editor(tmp_path)
             await outside.start_tcp(port)
-            with pytest.raises(JsonRpcException, match="outside the server's workspace roots"):
+            with pytest.raises(JsonRpcException, match="outside the workspace roots"):
                 await asyncio.wait_for(outside.initialize(token="alice-token-123"), 10)
             await outside.stop(quiet=True)  # the connection stays open for another try
 
-            alice = Editor(workspace, understands_proposals=True)
+            alice = Editor(roots / "alice", understands_proposals=True)
             await alice.start_tcp(port)
             await alice.initialize(token="alice-token-123")
             await alice.request("continual/startTask", {"text": "fix mean()"})
@@ -344,7 +348,7 @@ def test_tcp_requires_a_token_and_keeps_users_apart(workspace: Path, tmp_path: P
             )
             await alice.command("continual.deny", second["proposalId"], secret)
 
-            bob = Editor(workspace, understands_proposals=True)
+            bob = Editor(roots / "bob", understands_proposals=True)
             await bob.start_tcp(port)
             await bob.initialize(token="bob-token-4567")
             bob_ledger = await bob.request("continual/ledger", {})
@@ -359,7 +363,7 @@ def test_tcp_requires_a_token_and_keeps_users_apart(workspace: Path, tmp_path: P
             await alice.stop()
 
             # the same process serves the next connection of the same user
-            again = Editor(workspace, understands_proposals=True)
+            again = Editor(roots / "alice", understands_proposals=True)
             await again.start_tcp(port)
             await again.initialize(token="alice-token-123")
             assert (await again.request("continual/status", {}))["backend"]
@@ -377,6 +381,59 @@ def test_tcp_requires_a_token_and_keeps_users_apart(workspace: Path, tmp_path: P
     assert any(d["correction"] == secret for d in decisions(alice_store).values())
     assert not decisions(bob_store)
     assert not store.exists()
+
+
+def test_a_tcp_token_opens_only_its_own_root(tmp_path: Path) -> None:
+    """Issue 32: alice's token opened bob's folder, or the roots folder holding everyone's,
+    and unreviewed read and grep then showed bob's files. A TCP workspace must resolve
+    (symlinks included) to inside roots/<user>."""
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(json.dumps({"alice-token-123": "alice", "bob-token-4567": "bob"}))
+    roots = tmp_path / "roots"
+    for user in ("alice", "bob"):
+        (roots / user / "src").mkdir(parents=True)
+    (roots / "bob" / "src" / "secret.py").write_text("BOB_SECRET = 1\n")
+    (roots / "alice" / "to-bob").symlink_to(roots / "bob")
+    (roots / "alice-2").mkdir()  # a sibling whose name starts with alice's
+
+    async def scenario() -> None:
+        process, port, server_log = await start_tcp_server(
+            tmp_path / "store.sqlite3",
+            str(tokens),
+            "--script",
+            "flow",
+            env={"CONTINUAL_LSP_WORKSPACE_ROOTS": str(roots)},
+        )
+        try:
+            refused = [
+                roots / "bob",
+                roots,
+                roots / "alice" / "to-bob",
+                roots / "alice" / ".." / "bob",
+                roots / "alice-2",
+                roots / "nobody",  # refused as outside, not as missing
+            ]
+            for folder in refused:
+                editor = Editor(folder)
+                await editor.start_tcp(port)
+                with pytest.raises(JsonRpcException, match="outside the workspace roots") as err:
+                    await asyncio.wait_for(editor.initialize(token="alice-token-123"), 30)
+                assert str(roots / "alice") in str(err.value)  # the root alice may open
+                await editor.stop(quiet=True)
+            for user, token in (("alice", "alice-token-123"), ("bob", "bob-token-4567")):
+                own = Editor(roots / user)
+                await own.start_tcp(port)
+                await asyncio.wait_for(own.initialize(token=token), 30)
+                assert "backend" in await own.request("continual/status", {})
+                await own.stop(quiet=True)
+        except BaseException:
+            print("\n".join(server_log), file=sys.stderr)
+            raise
+        finally:
+            process.terminate()
+            await process.wait()
+
+    run(scenario)
 
 
 def _review(tmp_path: Path, workspace: Path, decisions_text: str, *extra: str) -> Any:
