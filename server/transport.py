@@ -40,6 +40,8 @@ MAX_MESSAGE_BYTES = 64 << 20
 # be small and come soon, or the connection ends without buffering anything large.
 AUTH_MAX_BYTES = 64 << 10
 AUTH_TIMEOUT_S = 10.0
+# How long `exit` waits for a shutdown still being handled (edit signals flushed).
+SHUTDOWN_ANSWER_S = 5.0
 
 
 async def read_message(reader: AsyncReader, limit: int = MAX_MESSAGE_BYTES) -> bytes | None:
@@ -119,7 +121,7 @@ async def serve_connection(
     the user is known. Without, `make_server(None)` is called at once.
     """
     ls = make_server(None) if tokens is None else None
-    initialized = False
+    initialized = shutting_down = False
     while True:
         if ls is None:
             try:
@@ -148,15 +150,34 @@ async def serve_connection(
                     write(frame(error_response(data["id"], UNAUTHORIZED, why)))
                 return None
             ls = make_server(user)
-        if data.get("method") == "exit":
+        method = data.get("method")
+        request = "id" in data and isinstance(method, str)
+        if method == "exit":
+            if shutting_down:
+                await _answered_shutdown(ls)
             break
-        if data.get("method") == "initialize":
+        if shutting_down:
+            # pygls drops every message after shutdown without a word: a client that
+            # asks anything (initialize again, status) would wait forever.
+            if request:
+                why = "the server is shutting down: only exit is accepted now"
+                write(frame(error_response(data["id"], INVALID_REQUEST, why)))
+            continue
+        if method == "initialize":
             if initialized:
-                if "id" in data:
+                if request:
                     why = "already initialized: initialize is accepted once per connection"
                     write(frame(error_response(data["id"], INVALID_REQUEST, why)))
                 continue
             initialized = True
+        elif not initialized and method is not None and method != "shutdown":
+            # LSP: before initialize a request is answered ServerNotInitialized and a
+            # notification dropped; shutdown is answered (nothing to stop) so a client
+            # whose initialize failed can still end cleanly.
+            if request:
+                why = "the server is not initialized: send initialize first"
+                write(frame(error_response(data["id"], SERVER_NOT_INITIALIZED, why)))
+            continue
         try:
             message = ls.protocol.structure_message(data)
         except RecursionError:
@@ -170,6 +191,7 @@ async def serve_connection(
             else:
                 log.warning("dropped a malformed notification: %s", _explain(data, exc))
             continue
+        shutting_down = method == "shutdown" and request
         try:
             ls.protocol.handle_message(message)
         except SystemExit:
@@ -180,6 +202,14 @@ async def serve_connection(
             if "id" in data and "method" in data:
                 write(frame(error_response(data["id"], -32603, "internal error; see server log")))
     return ls
+
+
+async def _answered_shutdown(ls: ContinualServer) -> None:
+    """Wait (briefly) until the shutdown request has been answered: a client may send
+    `exit` right behind it, and ending first would lose the answer it waits for."""
+    deadline = asyncio.get_running_loop().time() + SHUTDOWN_ANSWER_S
+    while not ls.protocol._shutdown and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.01)
 
 
 def _explain(data: dict[str, Any], exc: JsonRpcException) -> str:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -127,3 +130,86 @@ def test_unauthenticated_peer_cannot_make_the_server_buffer_much() -> None:
 def test_unauthenticated_peer_is_dropped_when_idle(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(transport, "AUTH_TIMEOUT_S", 0.3)
     assert _run(b"", eof=False, tokens=TOKENS) == []  # returns, instead of waiting for ever
+
+
+class _StdioServer:
+    """`continual-lsp serve` on stdio, its answers collected by id from a reader thread."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "continual_lsp", "serve", "--store", str(tmp_path / "s")],
+            cwd=tmp_path,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        self.answers: dict[Any, dict[str, Any]] = {}
+        self._cond = threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        out = self.proc.stdout
+        while True:
+            length = None
+            while (line := out.readline()) and (line.strip() or length is None):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            if not line or length is None:
+                return  # the server closed its output
+            message = json.loads(out.read(length))
+            with self._cond:
+                self.answers[message.get("id")] = message
+                self._cond.notify_all()
+
+    def send(self, *messages: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(b"".join(frame(m) for m in messages))  # one write: pipelined
+        self.proc.stdin.flush()
+
+    def answer(self, msg_id: Any, timeout: float = 30) -> dict[str, Any]:
+        with self._cond:
+            if not self._cond.wait_for(lambda: msg_id in self.answers, timeout):
+                pytest.fail(f"request {msg_id} got no answer in {timeout:g} s: the server hangs")
+            return self.answers[msg_id]
+
+
+def _request(msg_id: int, method: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": msg_id, "method": method, "params": None}
+
+
+def test_shutdown_before_initialize_on_stdio_is_answered_and_exit_ends(tmp_path: Path) -> None:
+    """Issue 32: `shutdown` before `initialize` left a stdio connection hanging (pygls
+    drops every request after a shutdown without an answer)."""
+    server = _StdioServer(tmp_path)
+    try:
+        server.send(_request(1, "continual/status"))
+        early = server.answer(1, timeout=120)  # the process starts under any load
+        assert early["error"]["code"] == transport.SERVER_NOT_INITIALIZED
+        server.send(_request(2, "shutdown"))
+        assert "result" in server.answer(2) and server.answer(2)["result"] is None
+        server.send(_initialize(3), _request(4, "continual/status"))
+        for msg_id in (3, 4):
+            error = server.answer(msg_id, timeout=10)["error"]
+            assert error["code"] == transport.INVALID_REQUEST
+            assert "shutting down" in error["message"]
+        server.send({"jsonrpc": "2.0", "method": "exit"})
+        assert server.proc.wait(15) == 0  # a shutdown came first: exit code 0
+    finally:
+        if server.proc.poll() is None:
+            server.proc.kill()
+            server.proc.wait()
+
+
+def test_exit_right_behind_shutdown_still_answers_the_shutdown(tmp_path: Path) -> None:
+    server = _StdioServer(tmp_path)
+    try:
+        server.send(_initialize(1))
+        assert "result" in server.answer(1, timeout=120)
+        server.send(_request(2, "shutdown"), {"jsonrpc": "2.0", "method": "exit"})
+        assert server.proc.wait(15) == 0
+        assert server.answer(2, timeout=5)["result"] is None
+    finally:
+        if server.proc.poll() is None:
+            server.proc.kill()
+            server.proc.wait()
