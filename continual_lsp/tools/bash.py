@@ -55,6 +55,13 @@ def _explained(
     return output, exit_code
 
 
+def _removed_note(removed: list[str]) -> str:
+    return (
+        f"\n[refused: the command made a git repository at {', '.join(removed)}; it was"
+        " removed (the host's git would run the programs its config and hooks name)]"
+    )
+
+
 def run_bash(
     cmd: str,
     workspace: str | os.PathLike[str],
@@ -95,7 +102,7 @@ def run_bash(
     )
     try:
         with (
-            protect_git([root] if sandboxed else []) as protected,
+            protect_git([root] if sandboxed else []) as guard,
             process_limit(settings.bash_max_processes) as join_cgroup,
         ):
             if sandboxed:
@@ -105,7 +112,8 @@ def run_bash(
                     writable_dirs=[root],
                     allow_network=settings.allow_network,
                     home=home if home is not None else home_dir(base_env),
-                    protected=protected,
+                    protected=list(guard.protected),
+                    frozen=guard.frozen,
                     hidden=settings.sandbox_hidden_paths,
                     env=base_env,
                     tmp_size_bytes=settings.bash_tmp_size_mb << 20,
@@ -123,6 +131,9 @@ def run_bash(
         raise ToolError(f"cannot start the shell: {exc}") from exc
 
     output, exit_code = _explained(result, limit, cpu_limit, settings)
+    if guard.removed:
+        output += _removed_note(guard.removed)
+        exit_code = exit_code or 1
     if not output.strip():
         output = "(no output)"
     return ToolResult(

@@ -48,6 +48,7 @@ from continual_lsp.tools.base import (
     _Args,
 )
 from continual_lsp.tools.bash import run_bash
+from continual_lsp.tools.gitlayout import is_git_path
 from continual_lsp.tools.output import cap_text, looks_binary
 from continual_lsp.tools.sandbox import sandbox_status
 from continual_lsp.tools.search import iter_files, run_glob, run_grep
@@ -222,6 +223,10 @@ class ToolRunner:
         rel = self.rel(path)
         if path == self.root:
             raise ToolError(f"{args.path!r} is the workspace root, not a file")
+        why = is_git_path(self.root, path)
+        if why is not None:
+            # The host's git runs what a repository's config and hooks name.
+            raise ToolError(f"{why}: the file tools do not write git metadata")
         data = self._read_current(path, rel)
         sha = hashlib.sha256(data).hexdigest() if data is not None else None
         if isinstance(args, WriteArgs):

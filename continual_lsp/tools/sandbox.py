@@ -11,13 +11,21 @@ Layout inside the sandbox, in mount order (later mounts cover earlier ones):
    and the secret covers so that a workspace under /tmp or under ~/.config stays
    visible and writable; a secret path *inside* a writable directory is covered again
    after the bind;
-6. git's metadata read-only (`git_protected_paths`): the ``.git`` entry of a writable
-   directory and every hooks directory its config places inside it. Hooks, config
-   (``core.fsmonitor``, aliases) and a swapped-in ``.git`` all name programs that git
-   later runs on the host, outside any sandbox. A bind mount cannot be renamed or
-   removed, so ``mv .git .g && mkdir .git`` fails too; a missing ``.git`` gets an empty
-   placeholder directory for the length of the call (git ignores an empty ``.git``)
-   so that none can be created (`protect_git`).
+6. git's metadata read-only (`git_protected_paths`; where git looks is in `gitlayout`).
+   Hooks, config (``core.fsmonitor``, ``core.worktree``, aliases, included files) and a
+   swapped-in ``.git`` all name programs that git later runs on the host, outside any
+   sandbox. Bound read-only: every ``.git`` entry in a writable directory (a directory
+   or gitfile; a symlinked one cannot be a mount point, so the folder holding it is
+   *frozen* instead: read-only itself, its children read-write again, so the link
+   cannot be removed or renamed), every bare-repository folder, and each one's git
+   directories, hooks directories and included config files that lie inside. A bind
+   mount cannot be renamed or removed, so ``mv .git .g && mkdir .git`` fails. The
+   workspace root cannot become a repository: a missing ``.git``, and a missing
+   ``HEAD`` unless ``.git`` holds a repository, get an empty placeholder directory for
+   the length of the call (git ignores an empty ``.git``, and a HEAD that is a
+   directory is no HEAD), and a root whose HEAD git accepts is refused outright
+   (`protect_git`). A repository made anywhere deeper is removed when the call ends
+   and the call fails saying so (``GitGuard.removed``).
 
 Namespaces: pid, ipc, uts always; network unless allowed. ``--cap-drop ALL`` matters
 when the server runs as root: without it, root inside the sandbox keeps
@@ -41,22 +49,29 @@ import os
 import re
 import shutil
 import stat
-import subprocess
 import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from continual_lsp.config import Settings
 from continual_lsp.tools.base import ToolError
+from continual_lsp.tools.gitlayout import (
+    git_dirs,
+    git_layouts,
+    git_read_paths,
+    is_git_dir,
+    is_head_ref,
+)
 from continual_lsp.tools.process import ProcessResult, run_process
 
 __all__ = [
     "HOST_SOCKETS",
     "SECRET_HOME_PATHS",
     "SECRET_SYSTEM_PATHS",
+    "GitGuard",
     "SandboxResult",
     "bwrap_argv",
     "bwrap_available",
@@ -72,6 +87,7 @@ __all__ = [
     "sandbox_status",
     "scrub_env",
 ]
+
 
 # Relative to the home directory. Directories get an empty tmpfs, files /dev/null.
 SECRET_HOME_PATHS: tuple[str, ...] = (
@@ -235,97 +251,134 @@ def _cover(path: Path) -> list[str]:
     return []
 
 
-def _git_dirs(root: Path) -> list[Path]:
-    """The git directories whose config applies to a work tree at `root`."""
-    dot_git = root / ".git"
-    if dot_git.is_dir():
-        return [dot_git]
-    try:
-        line = dot_git.read_text(encoding="utf-8", errors="replace").strip()
-    except OSError:
-        return []
-    if not line.startswith("gitdir:"):
-        return []
-    gitdir = (root / line.removeprefix("gitdir:").strip()).resolve()
-    dirs = [gitdir]
-    with contextlib.suppress(OSError):
-        common = (gitdir / "commondir").read_text(encoding="utf-8").strip()
-        dirs.append((gitdir / common).resolve())
-    return dirs
+@dataclass
+class GitGuard:
+    """What the sandbox of one call does about git (see `protect_git`).
 
-
-def _hooks_paths(root: Path) -> list[str]:
-    """Every `core.hooksPath` set in the repository's own config files.
-
-    Read with `git config --file`, which parses one file and never runs anything (no
-    repository discovery, no hooks, no fsmonitor).
+    `protected`: bound read-only over the writable dirs, each with whether a missing
+    one gets an empty file (an included config) rather than a directory as placeholder;
+    `frozen`: folders whose own entries are fixed (the folder read-only, its children
+    bound read-write again), because the symlinked ``.git`` in it cannot itself be a
+    mount point; `known`: the identities of the layouts found before the call;
+    `removed`: what the call left that git would take for a new repository, removed
+    after it (root-relative).
     """
-    git = shutil.which("git")
-    if git is None:
-        return []
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_CONFIG_NOSYSTEM": "1"}
-    found: list[str] = []
-    for gitdir in _git_dirs(root):
-        for name in ("config", "config.worktree"):
-            config = gitdir / name
-            if not config.is_file():
-                continue
-            with contextlib.suppress(OSError, subprocess.SubprocessError):
-                out = subprocess.run(
-                    [git, "config", "--file", str(config), "--get-all", "core.hooksPath"],
-                    capture_output=True,
-                    env=env,
-                    timeout=5,
-                    check=False,
-                )
-                found += out.stdout.decode("utf-8", "replace").splitlines()
-    return found
+
+    protected: dict[Path, bool] = field(default_factory=dict)
+    frozen: list[Path] = field(default_factory=list)
+    known: set[tuple[int, int]] = field(default_factory=set)
+    removed: list[str] = field(default_factory=list)
 
 
-def git_protected_paths(root: str | os.PathLike[str]) -> list[Path]:
-    """Paths under `root` that name programs the host's git runs: read-only in the sandbox.
+def git_protected_paths(root: str | os.PathLike[str]) -> GitGuard:
+    """What to protect in a sandbox writing `root`: every git layout already in it (its
+    ``.git`` entry or bare folder, and its git directories, hooks directories and
+    included config files inside `root`) and the names that would make `root` itself
+    one: ``.git``, and ``HEAD`` unless ``.git`` already holds a repository.
 
-    `.git` itself, and each configured hooks directory inside `root` (husky's
-    `.husky/_` protects `.husky`, whose scripts `_` sources).
+    ToolError if `root` holds a HEAD that git accepts: it is (or, after `mkdir objects
+    refs`, becomes) a repository whose config the host's git would run.
     """
     top = Path(os.path.realpath(root))
-    paths = [top / ".git"]
-    for value in _hooks_paths(top):
-        hooks = Path(os.path.realpath(top / os.path.expanduser(value.strip())))
-        if hooks.name == "_":
-            hooks = hooks.parent
-        if hooks != top and _inside(hooks, top) and hooks not in paths:
-            paths.append(hooks)
-    return paths
+    if is_head_ref(top / "HEAD"):
+        raise ToolError(
+            f"bash will not run in {top}: its HEAD file makes it a git directory (or one"
+            " `mkdir objects refs` away from it), whose config the host's git would run"
+        )
+    guard = GitGuard(protected={top / ".git": False})
+    layouts = git_layouts(top)
+    guard.known = {g.identity for g in layouts}
+    if not any(is_git_dir(d) for g in layouts if g.entry == top / ".git" for d in git_dirs(g)):
+        guard.protected[top / "HEAD"] = False  # git would next take the root for a bare one
+    for layout in layouts:
+        if layout.entry.is_symlink():
+            guard.frozen.append(layout.where)
+        else:
+            guard.protected.setdefault(layout.where if layout.bare else layout.entry, False)
+        for path, is_file in git_read_paths(layout).items():
+            if path != top and _inside(path, top):
+                guard.protected.setdefault(path, is_file)
+    return guard
+
+
+def _placeholder(path: Path, is_file: bool) -> list[Path]:
+    """Create `path` (and its missing parents) empty; returns what was made, deepest last.
+    Nothing when this process cannot write there (then neither can the sandbox)."""
+    missing = [*(p for p in reversed(path.parents) if not p.exists()), path]
+    try:
+        if is_file:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
+        else:
+            path.mkdir(parents=True)
+    except OSError:
+        return []
+    return missing
+
+
+def _roll_back(root: Path, before: set[tuple[int, int]]) -> list[str]:
+    """Remove every git layout under `root` that was not one before (a layout only moved
+    keeps its identity); returns them root-relative."""
+    removed = []
+    for layout in git_layouts(root):
+        if layout.identity in before:
+            continue
+        target = layout.entry
+        with contextlib.suppress(OSError):
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            else:
+                target.unlink()
+        rel = layout.where.relative_to(root) if layout.bare else target.relative_to(root)
+        removed.append(rel.as_posix() or ".")
+    return removed
 
 
 @contextlib.contextmanager
-def protect_git(writable_dirs: Sequence[str | os.PathLike[str]]) -> Iterator[list[Path]]:
-    """The paths to bind read-only for a sandbox writing `writable_dirs`.
+def protect_git(writable_dirs: Sequence[str | os.PathLike[str]]) -> Iterator[GitGuard]:
+    """The git protection of a sandbox writing `writable_dirs`, for the length of the block.
 
-    A protected path that does not exist yet gets an empty placeholder directory for
-    the length of the block, so the sandbox cannot create it; placeholders (and any
-    parent made for them) are removed afterwards if still empty.
+    A protected path that does not exist yet gets an empty placeholder, so the sandbox
+    cannot create it; placeholders (and parents made for them) are removed afterwards if
+    still empty. Then every git layout that was not there before the block is removed
+    (`GitGuard.removed`): a repository made in a subfolder, where an editor's scan for
+    repositories or a user's `cd` would run git, does not outlive the call.
     """
+    guard = GitGuard()
     made: list[Path] = []
-    paths: list[Path] = []
+    before: dict[Path, set[tuple[int, int]]] = {}
     try:
         for d in writable_dirs:
-            for path in git_protected_paths(d):
+            top = Path(os.path.realpath(d))
+            found = git_protected_paths(top)
+            before[top] = found.known
+            guard.frozen += found.frozen
+            for path, is_file in found.protected.items():
                 if not path.exists() and not path.is_symlink():
-                    missing = [path, *(p for p in path.parents if not p.exists())]
-                    try:
-                        path.mkdir(parents=True)
-                    except OSError:
-                        continue  # a work tree this process cannot write: nor can bash
-                    made += reversed(missing)
-                if not path.is_symlink():
-                    paths.append(path)
-        yield paths
+                    made += _placeholder(path, is_file)
+                if path.exists() and not path.is_symlink():
+                    guard.protected[path] = is_file
+        yield guard
     finally:
         for path in reversed(made):
             with contextlib.suppress(OSError):
-                path.rmdir()
+                if path.is_dir():
+                    path.rmdir()
+                elif path.stat().st_size == 0:
+                    path.unlink()
+        for top, identities in before.items():
+            guard.removed += _roll_back(top, identities)
+
+
+def _frozen_binds(frozen: Sequence[str | os.PathLike[str]]) -> list[str]:
+    args = []
+    for folder in (Path(os.path.realpath(f)) for f in frozen):
+        args += ["--ro-bind", str(folder), str(folder)]
+        for child in sorted(folder.iterdir()):
+            # A symlink cannot be a mount point, and a fifo or socket needs no writes.
+            if not child.is_symlink() and (child.is_dir() or child.is_file()):
+                args += ["--bind", str(child), str(child)]
+    return args
 
 
 def bwrap_argv(
@@ -337,6 +390,7 @@ def bwrap_argv(
     home: str | os.PathLike[str] | None = None,
     readable_dirs: Sequence[str | os.PathLike[str]] = (),
     protected: Sequence[str | os.PathLike[str]] = (),
+    frozen: Sequence[str | os.PathLike[str]] = (),
     hidden: Sequence[str | os.PathLike[str]] = (),
     hide_secrets: bool = True,
     env: Mapping[str, str] | None = None,
@@ -348,7 +402,9 @@ def bwrap_argv(
     `readable_dirs` are bound read-only (needed for paths under /tmp, which is private
     otherwise). `home` is the home directory whose secrets are hidden (default $HOME).
     `protected` paths inside the writable dirs are bound read-only over them (see
-    `protect_git`). `hidden` paths are covered like the home secrets, even without
+    `protect_git`). `frozen` folders inside the writable dirs keep their own entries:
+    the folder is bound read-only, each of its files and folders read-write again, so
+    nothing in it can be created, removed or renamed. `hidden` paths are covered like the home secrets, even without
     `hide_secrets`. `env` (default: this process's) is the command's environment,
     whose DOCKER_HOST socket is covered too. The private /tmp holds at most
     `tmp_size_bytes` (it is RAM).
@@ -384,6 +440,7 @@ def bwrap_argv(
         args += ["--ro-bind", str(d), str(d)]
     for d in writable:
         args += ["--bind", str(d), str(d)]
+    args += _frozen_binds(frozen)
     args += covers_after
     # Empty covers are made read-only last (a workspace inside one needed its mount
     # point first): they would otherwise be writable, unbounded RAM.
