@@ -54,6 +54,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
 from continual_lsp.config import Settings
@@ -89,50 +90,15 @@ __all__ = [
 ]
 
 
+def _secret_home_paths() -> tuple[str, ...]:
+    """The home-directory deny list, kept as data (`continual_lsp/data/secret_home_paths.txt`)."""
+    text = resources.files("continual_lsp.data").joinpath("secret_home_paths.txt").read_text()
+    lines = (line.split("#", 1)[0].strip() for line in text.splitlines())
+    return tuple(dict.fromkeys(line for line in lines if line))
+
+
 # Relative to the home directory. Directories get an empty tmpfs, files /dev/null.
-SECRET_HOME_PATHS: tuple[str, ...] = (
-    ".ssh",
-    ".aws",
-    ".config",
-    ".gnupg",
-    ".netrc",
-    ".docker",
-    ".kube",
-    ".azure",
-    ".gcloud",
-    ".git-credentials",
-    ".npmrc",
-    ".pypirc",
-    ".password-store",
-    ".local/share/keyrings",
-    ".cargo/credentials",
-    ".cargo/credentials.toml",
-    ".terraform.d",
-    ".vault-token",
-    ".pgpass",
-    ".my.cnf",
-    ".gem/credentials",
-    ".bash_history",
-    ".zsh_history",
-    ".python_history",
-    ".mozilla",
-    ".cache/huggingface/token",
-    ".cache/huggingface/stored_tokens",
-    ".huggingface",
-    ".claude",
-    ".claude.json",
-    ".codex",
-    ".m2/settings.xml",
-    ".m2/settings-security.xml",
-    ".gradle/gradle.properties",
-    ".ivy2/.credentials",
-    ".composer/auth.json",
-    ".boto",
-    ".s3cfg",
-    ".oci",
-    ".pulumi",
-    ".terraformrc",
-)
+SECRET_HOME_PATHS: tuple[str, ...] = _secret_home_paths()
 
 # Host files that hold credentials; readable inside the sandbox when the server runs
 # as root (cap-drop does not take away plain file permissions of uid 0).
@@ -158,15 +124,24 @@ HOST_SOCKETS: tuple[str, ...] = (
     "/run/user",
 )
 
-# Environment variables whose names suggest a credential are not passed in, nor any
-# whose value is a URL with a password (DATABASE_URL=postgres://app:pw@db/prod).
+# Environment variables whose names suggest a credential are not passed in (PWD and
+# OLDPWD, the shell's directories, excepted), nor any whose value carries one: a URL
+# with a user or password (DATABASE_URL=postgres://app:pw@db/prod, a Sentry DSN), a
+# connection string with a key or password, a JWT, a chat webhook.
 _SECRET_ENV = re.compile(
-    r"(TOKEN|SECRET|PASSW|API_?KEY|ACCESS_?KEY|CREDENTIAL|PRIVATE|AUTH|SESSION_KEY|COOKIE"
-    r"|(^|_)(KEY|SK|PAT)$)",
+    r"(TOKEN|SECRET|PASS|PWD|JWT|WEBHOOK|DSN|CONN(ECTION)?_?STR(ING)?|API_?KEY|ACCESS_?KEY"
+    r"|CREDENTIAL|PRIVATE|AUTH|SESSION_KEY|COOKIE|SIGNING|(^|_)(KEY|KEYS|SK|PAT|SALT)$)",
     re.IGNORECASE,
 )
-_URL_WITH_PASSWORD = re.compile(r"^[a-z][a-z0-9+.-]*://[^/@\s:]*:[^/@\s]+@", re.IGNORECASE)
+_SECRET_VALUE = re.compile(
+    r"^[a-z][a-z0-9+.-]*://[^/@\s]+@"
+    r"|(AccountKey|SharedAccessKey|SharedAccessSignature|Password|Pwd)\s*="
+    r"|\beyJ[\w-]{8,}\.eyJ[\w-]{8,}\."
+    r"|hooks\.slack\.com/|discord(app)?\.com/api/webhooks/",
+    re.IGNORECASE,
+)
 _SECRET_ENV_NAMES = frozenset({"SSH_AUTH_SOCK", "GPG_AGENT_INFO", "KRB5CCNAME", "NETRC"})
+_KEPT_ENV_NAMES = frozenset({"PWD", "OLDPWD"})
 
 
 @dataclass
@@ -186,9 +161,12 @@ def scrub_env(env: Mapping[str, str]) -> dict[str, str]:
     return {
         name: value
         for name, value in env.items()
-        if name not in _SECRET_ENV_NAMES
-        and not _SECRET_ENV.search(name)
-        and not _URL_WITH_PASSWORD.match(value)
+        if name in _KEPT_ENV_NAMES
+        or (
+            name not in _SECRET_ENV_NAMES
+            and not _SECRET_ENV.search(name)
+            and not _SECRET_VALUE.search(value)
+        )
     }
 
 

@@ -239,3 +239,78 @@ def test_edit_refuses_a_file_inside_a_bare_repository(tmp_path: Path) -> None:
     )
     with pytest.raises(ToolError, match="git"):
         runner.preview(call)
+
+
+# -- secrets (finding 7) -----------------------------------------------------------------
+
+SECRET_ENV = {
+    "MYSQL_PWD": "env-mysql-1",
+    "PGPASS": "env-pgpass-2",
+    "GPG_PASSPHRASE": "env-gpg-3",
+    "KEYSTORE_PASS": "env-keystore-4",
+    "CI_JOB_JWT": "env-jwt-5",
+    "AZURE_STORAGE_CONNECTION_STRING": "DefaultEndpointsProtocol=https;AccountKey=env-az-6",
+    "SLACK_WEBHOOK_URL": "https://hooks.slack.com/services/T0/B0/env-slack-7",
+    "SENTRY_DSN": "https://env-sentry-8@o1.ingest.sentry.io/1",
+    "DB_URL": "mysql://env-user-9@db/prod",
+    "BUILD_INFO": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.env-jwt-value-10",
+}
+
+SECRET_FILES = [
+    ".kaggle/kaggle.json",
+    ".pip/pip.conf",
+    ".dbt/profiles.yml",
+    ".yarnrc.yml",
+    ".databrickscfg",
+    ".psql_history",
+    ".mysql_history",
+    ".netrc",
+    ".npmrc",
+    ".pypirc",
+    ".docker/config.json",
+    ".kube/config",
+    ".aws/credentials",
+    ".azure/accessTokens.json",
+    ".config/gcloud/credentials.db",
+    ".config/gh/hosts.yml",
+    ".config/hub",
+    ".ssh/id_ed25519",
+    ".gnupg/private-keys-v1.d/k.key",
+    ".git-credentials",
+    ".terraform.d/credentials.tfrc.json",
+    ".cargo/credentials.toml",
+    ".gem/credentials",
+    ".m2/settings.xml",
+    ".gradle/gradle.properties",
+    ".bash_history",
+    ".zsh_history",
+    ".python_history",
+    ".node_repl_history",
+    ".sqlite_history",
+    ".rediscli_history",
+    ".vault-token",
+    ".boto",
+    ".s3cfg",
+]
+
+
+@requires_bwrap
+def test_secret_env_and_home_files_are_invisible(
+    tmp_path: Path, sandboxed: Settings, secret_home: Path
+) -> None:
+    for i, rel in enumerate(SECRET_FILES):
+        (secret_home / rel).parent.mkdir(parents=True, exist_ok=True)
+        (secret_home / rel).write_text(f"file-secret-{i}-x\n")
+    env = dict(os.environ, HOME=str(secret_home), **SECRET_ENV, GREETING="visible-hello")
+    cmd = "env; echo PWD=$PWD; " + "; ".join(f"cat $HOME/{rel}" for rel in SECRET_FILES)
+    result = run_bash(cmd, tmp_path, sandboxed, env=env)
+    assert "visible-hello" in result.output  # the command ran and printed its environment
+    assert f"PWD={tmp_path}" in result.output  # the shell's own PWD still works
+    leaked = [name for name, value in SECRET_ENV.items() if value in result.output]
+    assert leaked == []
+    shown = [rel for i, rel in enumerate(SECRET_FILES) if f"file-secret-{i}-x" in result.output]
+    assert shown == []
+    # Without the sandbox the same command sees them: the test plants them right.
+    plain = run_bash(cmd, tmp_path, Settings(sandbox="none"), env=env)
+    assert all(f"file-secret-{i}-x" in plain.output for i in range(len(SECRET_FILES)))
+    assert all(value in plain.output for value in SECRET_ENV.values())
