@@ -44,7 +44,9 @@ from continual_lsp.lanes.guards import (
 from continual_lsp.lanes.policy_shapes import POLICY_SHAPES
 from continual_lsp.lanes.shapes import (
     SHAPES,
+    dir_globs,
     fires,
+    new_ones_allowed,
     program_pattern,
     shaped_rules,
     synthesise,
@@ -241,7 +243,7 @@ def compile_guard(text: str, context: dict[str, Any] | None = None) -> GuardSpec
     mentioned = [it for c in _clauses(t) for it in _items(c)]
     rules.extend(_command_rules(mentioned))
     for clause in _clauses(t):
-        rules.extend(_clause_rules(clause))
+        rules.extend(_clause_rules(clause, t))
     m = SIZE.search(t)
     if m and re.search(r"\b(must|should|never|always|keep|no)\b", t, re.I):
         rules.append(SizeRule(max_lines=int(m.group(2) or m.group(1))))
@@ -329,7 +331,7 @@ def _command_rules(items: list[Item]) -> list[Rule]:
     return rules
 
 
-def _clause_rules(clause: str) -> list[Rule]:
+def _clause_rules(clause: str, text: str) -> list[Rule]:
     rules: list[Rule] = []
     items = _items(clause)
     neg = [i for i in items if i.polarity == "neg"]
@@ -376,9 +378,9 @@ def _clause_rules(clause: str) -> list[Rule]:
                 rules.append(CommandRule(pattern=regex))
         # path prohibitions: "never edit files under vendor/", "never edit pubspec.yaml"
         if EDIT_VERBS.search(span):
-            globs = _globs_in(span)
+            globs = dir_globs(_globs_in(span))
             if globs:
-                rules.append(PathRule(globs=globs))
+                rules.append(PathRule(globs=globs, existing_only=new_ones_allowed(clause, text)))
 
     # 4. "NO CSS files", "no new .js files"
     for m in re.finditer(

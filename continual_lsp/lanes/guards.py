@@ -56,6 +56,9 @@ class PathRule(_Rule):
     # The files the rule governs (empty: every file): "notebooks only under notebooks/"
     # is `files=["*.ipynb"], globs=["notebooks/**"], mode="allow"`.
     files: list[str] = Field(default_factory=list)
+    # Deny changes to files that exist, let new ones through: "never modify an existing
+    # migration; add a new one" (an edit, a write over an old file, rm/mv/sed -i on one).
+    existing_only: bool = False
 
 
 class CommandRule(_Rule):
@@ -190,7 +193,12 @@ class GuardSpec(BaseModel):
             if isinstance(rule, ToolRule) and not rule.existing_files_only:
                 for tool in rule.deny:
                     out.tools_blocked[tool] = ["**"]
-            elif isinstance(rule, PathRule) and rule.mode == "deny" and not rule.files:
+            elif (
+                isinstance(rule, PathRule)
+                and rule.mode == "deny"
+                and not rule.files
+                and not rule.existing_only  # a new file there is allowed
+            ):
                 prefixes = [p for p in map(directory_prefix, rule.globs) if p]
                 if set(rule.tools) >= FILE_CHANGING_TOOLS:
                     out.path_prefixes_never.extend(prefixes)
@@ -376,6 +384,8 @@ def _eval_tool_rule(rule: ToolRule, call: ToolCall, preview: Preview | None) -> 
 
 
 def _eval_path_rule(rule: PathRule, call: ToolCall, preview: Preview | None) -> tuple[str, Any]:
+    if rule.existing_only:
+        return _eval_existing_path_rule(rule, call, preview)
     path = call_path(call, preview)
     if path is not None and rule.files and not path_matches(path, rule.files):
         return "allow", None
@@ -391,6 +401,26 @@ def _eval_path_rule(rule: PathRule, call: ToolCall, preview: Preview | None) -> 
         ):
             return "block", None
     return "allow", None
+
+
+def _eval_existing_path_rule(
+    rule: PathRule, call: ToolCall, preview: Preview | None
+) -> tuple[str, Any]:
+    """A deny rule on existing files only: an edit changes one by definition, a write only
+    when its preview found the file; in a shell command, what rewrites or removes files."""
+    if call.tool == "bash":
+        cmd = _cmd(call)
+        hit = _BASH_REWRITES.search(cmd) and any(
+            path_matches(p, rule.globs) for p in _bash_paths(cmd)
+        )
+        return ("block", None) if hit else ("allow", None)
+    path = call_path(call, preview)
+    if call.tool not in rule.tools or path is None or not path_matches(path, rule.globs):
+        return "allow", None
+    if rule.files and not path_matches(path, rule.files):
+        return "allow", None
+    exists = call.tool != "write" or (preview is not None and preview.old_content is not None)
+    return ("block", None) if exists else ("allow", None)
 
 
 def _eval_command_rule(rule: CommandRule, call: ToolCall) -> tuple[str, Any]:
@@ -721,7 +751,8 @@ def rule_summary(rule: Rule) -> str:
         return f"command {'rewrite' if rule.replace else 'deny'} `{what}`"
     if isinstance(rule, PathRule):
         which = f" for {', '.join(rule.files)}" if rule.files else ""
-        return f"path {rule.mode} {', '.join(rule.globs)}{which}"
+        existing = " (existing files; new files allowed)" if rule.existing_only else ""
+        return f"path {rule.mode} {', '.join(rule.globs)}{which}{existing}"
     if isinstance(rule, ContentRule):
         where = f" in {', '.join(rule.path_globs)}" if rule.path_globs else ""
         return (

@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from continual_lsp.lanes.features import FILE_TYPES, KNOWN_CLI, PATHISH, is_commandish
+from continual_lsp.lanes.features import FILE_TYPES, KNOWN_CLI, KNOWN_FILES, PATHISH, is_commandish
 from continual_lsp.lanes.guards import (
     SEGMENT_START,
     CommandRule,
@@ -119,6 +119,38 @@ def _globs(text: str) -> list[str]:
         if p and not p.startswith("http") and not re.search(r"<\w+>", p):
             out.append(p + "**" if p.endswith("/") else p)
     return out
+
+
+def dir_globs(globs: list[str]) -> list[str]:
+    """A path that names a directory covers its files: `db/migrations` (no extension, no
+    wildcard) also reads as `db/migrations/**`; a known extensionless file stays itself."""
+    out: list[str] = []
+    for g in globs:
+        out.append(g)
+        last = g.rstrip("/").rsplit("/", 1)[-1]
+        if "/" in g and "*" not in g and "." not in last and last.lower() not in KNOWN_FILES:
+            out.append(g.rstrip("/") + "/**")
+    return out
+
+
+# "Never modify an existing migration", "applied migrations are immutable": the rule is
+# about files that exist; new ones are what it asks for.
+EXISTING = re.compile(
+    r"\b(?:existing|already[- ](?:applied|merged|released|committed|published|shipped|"
+    r"deployed|run)|applied|released|published|shipped|merged|past|old)\b",
+    re.I,
+)
+
+
+def new_ones_allowed(clause: str, text: str) -> bool:
+    """The prohibition speaks of existing files, or the text asks for a new one of the
+    kind it forbids changing ("…; add a new migration instead")."""
+    if EXISTING.search(clause):
+        return True
+    return any(
+        re.search(r"\b" + re.escape(m.group(1)[:6]), clause, re.I)
+        for m in re.finditer(r"\b(?:add|create|write|make)\s+(?:a\s+)?new\s+(\w{4,})", text, re.I)
+    )
 
 
 def _languages(text: str) -> list[str]:
@@ -634,7 +666,8 @@ def naming_shapes(text: str) -> list[Shaped]:
 
 
 PATH_PROHIBITION = re.compile(
-    r"\b(do not|don'?t|never)\s+(hand[- ]?)?(edit|modify|write|touch)\b|\bhand[- ]?(edit|writ)\w*\b",
+    r"\b(do not|don'?t|never)\s+(hand[- ]?)?(edit|modify|write|touch|change)\b"
+    r"|\bhand[- ]?(edit|writ)\w*\b|\b(?:is|are)\s+(?:auto-?)?generated\b",
     re.I,
 )
 
@@ -663,10 +696,23 @@ def path_shapes(text: str) -> list[Shaped]:
     ticked = [g for g in globs if f"`{g.removesuffix('**')}`" in t or f"`{g}`" in t]
     last = (ticked or globs)[-1:]
     target = last if len(globs) > 1 and not re.search(r"\bavoid\b", t, re.I) else globs
+    target = dir_globs(target)
+    literal = next((g for g in target if "*" not in g), None)
+    inside = literal or _example_path(target, "x.txt").replace("**", "x").replace("*", "x")
+    if new_ones_allowed(t, text):
+        return [existing_only_shape(PathRule(globs=target, existing_only=True))]
     rule = PathRule(globs=target)
-    inside = _example_path(target, "x.txt").replace("**", "x")
-    inside = inside if "*" not in inside else inside.replace("*", "x")
     return [Shaped(rule, _write(inside, "x\n"), _write("elsewhere/ok.txt", "x\n"))]
+
+
+def existing_only_shape(rule: PathRule) -> Shaped:
+    """Violating: a write over a file that exists there; compliant: a new file there."""
+    base = rule.globs[-1].replace("/**", "").replace("*", "x")
+    old = f"{base}/0001_old.py" if rule.globs[-1].endswith("/**") else base
+    preview = Preview(path=old, old_content="old\n", new_content="x\n", diff="", old_sha256=None)
+    over = Situation(ToolCall(tool="write", arguments={"path": old, "content": "x\n"}), [], preview)
+    new = f"{base}/0002_new.py" if rule.globs[-1].endswith("/**") else "elsewhere/new.py"
+    return Shaped(rule, over, _write(new, "x\n"))
 
 
 # -- conventions a regex on the added lines can keep -----------------------------------------
@@ -842,14 +888,16 @@ def _hardcoded(t: str) -> list[Shaped]:
 
 
 def _logger_instead(t: str) -> list[Shaped]:
-    """ "`console.log` in runtime code: use the shared logger" forbids the named call."""
-    if not re.search(r"\blog(?:ger|ging)\b", t, re.I) or re.search(
-        r"\b(?:use|prefer)\s+`?(?:console\.log|print)\b", t, re.I
-    ):
+    """ "`console.log` in runtime code: use the shared logger", "Don't use print for
+    debugging; use the logger" forbid the named call on added lines of code files."""
+    if not re.search(r"\b(?:log(?:ger|ging|s)?|tracing|slog|structlog)\b", t, re.I):
         return []
+    for m in re.finditer(r"\b(?:use|prefer)\s+`?(?:console\.log|print)\b", t, re.I):
+        if not re.search(NEG + r"\s*$", t[: m.start()], re.I):
+            return []  # "use print for CLI output": stdout is what the rule wants
     out = []
     for name, (pattern, globs) in OUTPUT_CALLS.items():
-        if re.search(r"(?<![\w.])" + re.escape(name) + r"(?![\w.])", t):
+        if re.search(r"(?<![\w.])" + re.escape(name) + r"(?:\(\))?(?![\w.])", t):
             call = name + "('x')"
             path = _example_path(globs, "src/example.js")
             out.append(
@@ -1097,6 +1145,8 @@ def synthesise(rule: Rule) -> Shaped | None:
             return None
         bad = literal if literal.startswith("-") is False else f"tool {literal}"
         return Shaped(rule, _bash(f"{bad} x"), _bash("echo ok"))
+    if isinstance(rule, PathRule) and rule.mode == "deny" and rule.existing_only:
+        return existing_only_shape(rule)
     if isinstance(rule, PathRule) and rule.mode == "deny":
         tool = "write" if "write" in rule.tools else rule.tools[0]
         inside = rule.globs[0].replace("**", "x").replace("*", "x")
