@@ -8,22 +8,23 @@ ledger with the approvals it came from, and reverted like any item.
 What a rule may never cover, whatever the reviewer clicks: a command that reaches the
 network or writes outside the workspace, a shell or interpreter given the command line,
 a destructive or history-rewriting command, anything run without the OS sandbox. A
-compound command is judged segment by segment (`guards.command_segments`, the one
-parser): each segment must be a `cd` inside the workspace or match a rule, and
-substitutions, redirections and background jobs are never allowed. Guards run first and
-win: the agent consults allow rules only for a call every guard let through unchanged.
+command line is split by the shell's own word rules (`commands.parse`, the parser the
+guards use too) and is judged segment by segment: each segment must be a `cd` inside
+the workspace or match a rule. A line that is not plain words (a substitution, variable,
+redirection, here-document, background job, newline, an operator other than `;`, `&&`,
+`||`, `|`) is never allowed. Guards run first and win: the agent consults allow rules
+only for a call every guard let through unchanged.
 """
 
 from __future__ import annotations
 
-import re
 import shlex
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from continual_lsp.lanes.guards import command_segments
+from continual_lsp.lanes import commands
 from continual_lsp.store.db import Store
 from continual_lsp.tools.base import FILE_CHANGING_TOOLS, Preview, ToolCall
 
@@ -61,15 +62,6 @@ NEVER_SUBCOMMANDS = {
 }  # fmt: skip
 # Interpreters: allowed only with what they run named (`python -m pytest`, not `python`).
 INTERPRETERS = frozenset({"python", "python3", "node", "perl", "ruby", "php", "deno", "bun"})
-# Anything the shell expands into a new command or a file outside the words: command or
-# process substitution, parameter expansion, redirection, a background job, a newline.
-_UNSAFE = re.compile(r"[`$<>\n\r\\]|(?<![&|])&(?![&>])")
-_ASSIGNMENT = re.compile(r"(?:^|[\s;&|(])[A-Za-z_]\w*=")
-# `command_segments` drops wrappers to judge what they run; a rule never allows them.
-_WRAPPED = re.compile(
-    r"(?:^|[;&|(])\s*(?:sudo|doas|su|env|exec|eval|xargs|nohup|time|nice|command|builtin"
-    r"|timeout|watch)(?:\s|$)"
-)
 
 
 class AllowSpec(BaseModel):
@@ -91,28 +83,20 @@ class AllowMatch(BaseModel):
     summary: str
 
 
-def _words(segment: str) -> list[str]:
-    try:
-        return shlex.split(segment)
-    except ValueError:
-        return segment.split()
-
-
 def _outside(word: str) -> bool:
     """A word that names a place outside the workspace (or could)."""
     path = word.split("=", 1)[-1]
     return path.startswith(("/", "~")) or ".." in PurePosixPath(path).parts
 
 
-def _unsafe(cmd: str) -> str | None:
-    """Why no rule may allow this command line as a whole, or None."""
-    if _UNSAFE.search(cmd):
-        return "it uses a substitution, redirection, variable or background job"
-    if _ASSIGNMENT.search(cmd):
-        return "it sets environment variables"
-    if _WRAPPED.search(cmd):
-        return "it runs a command through a wrapper (sudo, env, xargs, …)"
-    return None
+def _plain_segments(cmd: str) -> tuple[list[list[str]] | None, str]:
+    """The words of each simple command of `cmd`, or (None, why no rule may allow it).
+
+    Wrappers (`sudo`, `env`, `xargs`, …) stay the first word, where `NEVER` refuses them."""
+    parsed = commands.parse(cmd)
+    if not parsed.plain:
+        return None, parsed.problems[0]
+    return parsed.segments, ""
 
 
 def _never(words: list[str]) -> str | None:
@@ -137,10 +121,9 @@ def _is_cd(words: list[str]) -> bool:
 
 def bash_class(cmd: str) -> tuple[str | None, str]:
     """The command prefix a rule for `cmd` would allow, or (None, why it cannot be)."""
-    why = _unsafe(cmd)
-    if why:
+    segments, why = _plain_segments(cmd)
+    if segments is None:
         return None, why
-    segments = [_words(s) for s in command_segments(cmd)]
     work = [w for w in segments if not _is_cd(w)]
     if len(work) != 1:
         return None, "only a single command (after any `cd`) can become a rule"
@@ -199,7 +182,7 @@ def rules(store: Store, workspace: str) -> list[tuple[str, AllowSpec]]:
 
 
 def _prefix_of(words: list[str], prefix: str) -> bool:
-    want = _words(prefix)
+    want = shlex.split(prefix)
     return words[: len(want)] == want
 
 
@@ -214,12 +197,11 @@ def match(
     if not active:
         return None
     if call.tool == "bash":
-        cmd = str(call.arguments.get("cmd", ""))
-        if _unsafe(cmd):
+        segments, _ = _plain_segments(str(call.arguments.get("cmd", "")))
+        if segments is None:
             return None
         hit: tuple[str, AllowSpec] | None = None
-        for segment in command_segments(cmd):
-            words = _words(segment)
+        for words in segments:
             if _is_cd(words):
                 continue
             if _never(words):

@@ -26,6 +26,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from continual_lsp.lanes import commands
 from continual_lsp.store.db import Store
 from continual_lsp.text import changed_lines
 from continual_lsp.tools.base import FILE_CHANGING_TOOLS, Preview, ToolCall
@@ -267,23 +268,20 @@ _OPERATORS = frozenset({"&&", "||", ";", "|", "&", "|&", ";;", "(", ")", "((", "
 def command_segments(cmd: str) -> list[str]:
     """Every simple command of a compound one, normalised, for judging one at a time.
 
-    Split with `shlex` (quotes respected, control operators `&&`, `||`, `;`, `|`, `&`
-    and subshell parentheses as tokens); each segment loses its `VAR=value` prefixes and
-    wrappers (`sudo`, `env`, …); `npx X` / `pnpm dlx X` also yield `X …`. A command
-    shlex cannot parse (an unclosed quote) is split on the operators by a regex.
+    Split by the shell's word rules (`commands.parse`: every control operator, the
+    commands inside substitutions too); each segment loses its `VAR=value` prefixes and
+    wrappers (`sudo`, `env`, …); `npx X` / `pnpm dlx X` also yield `X …`. A command with
+    an unclosed quote (bash runs none of it) is split on the operators by a regex.
     """
-    try:
-        lexer = shlex.shlex(cmd, posix=True, punctuation_chars=";&|()")
-        lexer.whitespace_split = True
-        tokens = list(lexer)
-    except ValueError:
-        tokens = [t for t in re.split(r"(&&|\|\||[;&|()])|\s+", cmd) if t]
-    segments: list[list[str]] = [[]]
-    for tok in tokens:
-        if tok in _OPERATORS or set(tok) <= set(";&|()"):
-            segments.append([])
-        else:
-            segments[-1].append(tok)
+    parsed = commands.parse(cmd)
+    segments = parsed.segments
+    if commands.UNCLOSED in parsed.problems:
+        segments = [[]]
+        for tok in (t for t in re.split(r"(&&|\|\||[;&|()])|\s+", cmd) if t):
+            if tok in _OPERATORS or set(tok) <= set(";&|()"):
+                segments.append([])
+            else:
+                segments[-1].append(tok)
     out: list[str] = []
     for words in segments:
         while words and (re.fullmatch(r"[A-Za-z_]\w*=.*", words[0]) or words[0] in _WRAPPERS):

@@ -73,3 +73,16 @@ def test_a_missing_step_is_due_before_a_commit_or_the_end(store: Any) -> None:
     assert facade.due_step([change, test], None) is None
     assert facade.due_step([test, change], commit) == "pytest -q"  # changed after the run
     assert facade.due_step([docs], None) is None  # outside the rule's files
+
+
+def test_a_hash_inside_a_word_hides_nothing_from_the_allow_rules(store: Any) -> None:
+    """Issue 32, finding 1: shlex read `x#; touch F` as a comment, so the rule for
+    `git status` approved the whole line and `touch F` ran unasked."""
+    facade = LanesFacade(store, Settings(), len)
+    for cmd in ("git status", "pytest -q"):
+        facade.add_allow_rule(ToolCall(tool="bash", arguments={"cmd": cmd}), None, "/ws", "p", True)
+    for cmd in ("git status x#", "git status # a comment; touch F", "pytest -q x"):
+        assert facade.allow_match(ToolCall(tool="bash", arguments={"cmd": cmd}), None, "/ws"), cmd
+    for cmd in ("git status x#; touch F", "git status .#; rm -rf src", "pytest -q x#||touch F"):
+        call = ToolCall(tool="bash", arguments={"cmd": cmd})
+        assert facade.allow_match(call, None, "/ws") is None, cmd
