@@ -2,8 +2,10 @@
 
 A file change commits the file's bytes before it runs; a bash call commits an open
 checkpoint, keeps a snapshot of the workspace in memory while it runs, then commits the
-files it changed (their bytes before, their hashes after). Undo puts the bytes back only
-when every file still holds what the change left there: newer work is never overwritten.
+files it changed (their bytes before, their hashes after). A change is found by content,
+not by size and mtime, which a command can keep (`touch -r`). Undo puts the bytes back
+only when every file still holds what the change left there: newer work is never
+overwritten.
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ SKIP_DIRS = frozenset(
         ".tox",
     }
 )
-MAX_FILE_BYTES = 1024 * 1024  # larger files are watched by size and mtime only
+MAX_FILE_BYTES = 1024 * 1024  # larger files are hashed, not kept: a change cannot be undone
 MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
+MAX_HASHED_BYTES = 512 * 1024 * 1024  # past this, files are watched by size and mtime only
 
 
 class UndoError(Exception):
@@ -44,10 +47,12 @@ class UndoError(Exception):
 
 @dataclass
 class Snapshot:
-    """The workspace before a bash call: (size, mtime) per file, bytes of the small ones."""
+    """The workspace before a bash call: (size, mtime) per file, bytes of the small ones,
+    sha256 of the larger ones (within MAX_HASHED_BYTES)."""
 
     stats: dict[str, tuple[int, int]] = field(default_factory=dict)
     data: dict[str, bytes] = field(default_factory=dict)
+    hashes: dict[str, str | None] = field(default_factory=dict)
 
 
 def _walk(root: Path) -> dict[str, tuple[int, int]]:
@@ -91,13 +96,16 @@ class Checkpoints:
     def before_bash(self, proposal_id: str) -> Snapshot:
         self.store.open_checkpoint(proposal_id, "bash", {})
         snap = Snapshot(stats=_walk(self.workspace.root))
-        budget = MAX_SNAPSHOT_BYTES
+        budget, hash_budget = MAX_SNAPSHOT_BYTES, MAX_HASHED_BYTES
         for rel, (size, _mtime) in snap.stats.items():
             if size <= MAX_FILE_BYTES and size <= budget:
                 data = _read(self.workspace.root / rel)
                 if data is not None:
                     snap.data[rel] = data
                     budget -= len(data)
+            elif size <= hash_budget:
+                snap.hashes[rel] = sha256_of(self.workspace.root / rel)
+                hash_budget -= size
         return snap
 
     def after_bash(self, proposal_id: str, snap: Snapshot) -> list[str]:
@@ -107,13 +115,18 @@ class Checkpoints:
         changed: dict[str, tuple[bytes | None, str | None]] = {}
         unknown: list[str] = []
         for rel in sorted(set(snap.stats) | set(now)):
-            if snap.stats.get(rel) == now.get(rel):
-                continue  # same size and nanosecond mtime
-            before = snap.data.get(rel) if rel in snap.stats else None
+            before = snap.data.get(rel)
             if rel in snap.stats and before is None:
-                unknown.append(rel)
+                # Too large to keep: a change is seen (by hash when one was taken) but
+                # cannot be undone.
+                same_stat = snap.stats[rel] == now.get(rel)
+                if rel in snap.hashes:
+                    if snap.hashes[rel] != sha256_of(root / rel):
+                        unknown.append(rel)
+                elif not same_stat:
+                    unknown.append(rel)
                 continue
-            after = sha256_of(root / rel)
+            after = sha256_of(root / rel) if rel in now else None
             if before is not None and after == hashlib.sha256(before).hexdigest():
                 continue
             changed[rel] = (before, after)
@@ -126,8 +139,13 @@ class Checkpoints:
     # -- undo ---------------------------------------------------------------------------
 
     def latest(self) -> str | None:
-        found = self.store.checkpoints(("applied", "partial"))
-        return found[0] if found else None
+        """The newest checkpoint of a change that changed something (a bash call that
+        changed no file is not one)."""
+        for proposal_id in self.store.checkpoints(("applied", "partial")):
+            cp = self.store.checkpoint(proposal_id)
+            if cp is not None and (cp["files"] or cp["state"] == "partial"):
+                return proposal_id
+        return None
 
     def check(self, proposal_id: str) -> dict[str, bytes | None]:
         """The bytes to put back per path; UndoError unless every file is as the change
@@ -142,6 +160,8 @@ class Checkpoints:
             raise UndoError(f"proposal {proposal_id!r} cannot be undone: {cp['note']}")
         if state != "applied":
             raise UndoError(f"proposal {proposal_id!r} was not applied ({state}): nothing to undo")
+        if not cp["files"]:
+            raise UndoError(f"proposal {proposal_id!r} changed no file: nothing to undo")
         restore: dict[str, bytes | None] = {}
         changed: list[str] = []
         for rel, entry in cp["files"].items():
