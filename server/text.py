@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from continual_lsp.text import shown_path
 from continual_lsp.text import unified_diff as shared_diff
 
 # LSP ends a line at \r\n, \r or \n only; str.splitlines() also splits on \v, \f, \x1c…
@@ -75,6 +76,7 @@ def line_position(text: str, line: int, units: Callable[[str], int] = len) -> tu
 
 def unified_diff(before: str, after: str, name: str, a_label: str, b_label: str) -> str:
     """The one diff (`continual_lsp.text`), labelled with where each side came from."""
+    name = shown_path(name)
     return shared_diff(before, after, f"a/{name} ({a_label})", f"b/{name} ({b_label})")
 
 
@@ -85,7 +87,7 @@ def clip(text: str, limit: int = 60) -> str:
 
 def describe_call(tool: str, arguments: dict[str, Any]) -> str:
     """One line a reviewer can read in a diagnostic or a message box."""
-    path = arguments.get("path", "")
+    path = shown_path(str(arguments.get("path", "")))
     if tool == "edit_lines":
         start, end = arguments.get("start"), arguments.get("end")
         span = f"line {start}" if start == end else f"lines {start}-{end}"
@@ -100,7 +102,7 @@ def describe_call(tool: str, arguments: dict[str, Any]) -> str:
     if tool == "bash":
         return f"run `{clip(str(arguments.get('cmd', '')), 80)}`"
     if tool in ("glob", "grep"):
-        where = f" in {arguments['path']}" if arguments.get("path") else ""
+        where = f" in {shown_path(str(arguments['path']))}" if arguments.get("path") else ""
         return f"{tool} '{clip(str(arguments.get('pat', '')), 40)}'{where}"
     return f"{tool} {path}".strip()
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from continual_lsp.text import changed_lines, clip, split_lines, unified_diff
+from continual_lsp.text import changed_lines, clip, shown_path, split_lines, unified_diff
 
 
 def test_only_newline_ends_a_line() -> None:
@@ -38,3 +38,15 @@ def test_clip() -> None:
 def test_changed_lines_leave_out_headers_and_the_no_newline_marker() -> None:
     diff = unified_diff("a\n-x\n", "a\n+y", "a/f", "b/f")
     assert changed_lines(diff) == (["-x"], ["+y"])
+
+
+def test_shown_path_escapes_hidden_characters_and_mixed_script_words() -> None:
+    """Issue 32 finding 8: `src/a\\u202etxt.exe` reached the reviewer as `src/aexe.txt`."""
+    assert shown_path("src/a\u202etxt.exe") == "src/a\\u202etxt.exe"
+    assert shown_path("a\u200bb\u00a0c\x1bd") == "a\\u200bb\\u00a0c\\u001bd"
+    assert shown_path("src/p\u0430ypal.py") == "src/p\\u0430ypal.py"  # Cyrillic а
+    assert shown_path("\u0440\u200bay.py") == "\\u0440\\u200bay.py"  # split by a hidden one
+    assert shown_path("docs/\u0444\u0430\u0439\u043b.txt") == "docs/\u0444\u0430\u0439\u043b.txt"
+    assert shown_path("caf\u00e9/na\u00efve.md") == "caf\u00e9/na\u00efve.md"  # all Latin
+    assert shown_path("a\\u202e") == "a\\\\u202e"  # a literal escape cannot pass for one
+    assert shown_path("src/calc/ops.py") == "src/calc/ops.py"

@@ -56,7 +56,7 @@ from continual_lsp.protocol import (
 )
 from continual_lsp.protocol import Learned as LearnedPayload
 from continual_lsp.store import Store, StoreError
-from continual_lsp.text import split_lines, unified_diff
+from continual_lsp.text import shown_path, split_lines, unified_diff
 from continual_lsp.tools import hunks as hunk_spans
 from continual_lsp.tools.base import (
     FILE_CHANGING_TOOLS,
@@ -662,7 +662,7 @@ class Agent:
             after = None
         if proposal.preview and after:
             before_text, after_text = proposal.preview.new_content, after.new_content
-            name = after.path
+            name = shown_path(after.path)
         else:
             before_text = json.dumps(
                 {"tool": proposal.call.tool, **proposal.call.arguments}, indent=1, sort_keys=True

@@ -28,7 +28,7 @@ from typing import BinaryIO
 from pydantic import ValidationError
 
 from continual_lsp.config import Settings
-from continual_lsp.text import split_lines
+from continual_lsp.text import hidden_char, shown_path, split_lines
 from continual_lsp.tools import jail
 from continual_lsp.tools.base import (
     FILE_CHANGING_TOOLS,
@@ -219,6 +219,14 @@ class ToolRunner:
     def _preview(self, args: _Args) -> Preview:
         if not isinstance(args, WriteArgs | EditArgs | EditLinesArgs):
             raise ToolError(f"{type(args).__name__} does not change files")
+        hidden = "".join(dict.fromkeys(ch for ch in args.path if hidden_char(ch)))
+        if hidden:
+            codes = ", ".join(f"U+{ord(ch):04X}" for ch in hidden)
+            raise ToolError(
+                f"path {shown_path(args.path)} holds {codes}: invisible or text-reordering"
+                " characters; a file name with them is not written (a reviewer could not"
+                " see the name it gets)"
+            )
         path = self.resolve(args.path)
         rel = self.rel(path)
         if path == self.root:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 
-from continual_lsp.text import split_lines, unified_diff
+from continual_lsp.text import shown_path, split_lines, unified_diff
 from continual_lsp.tools.base import ToolError
 
 __all__ = [
@@ -123,7 +123,9 @@ def changed_range(old: str, new: str) -> tuple[int, int] | None:
 
 
 def file_diff(old: str | None, new: str, rel: str, *, binary: bool = False) -> str:
-    """A git-style unified diff with a/ b/ prefixes; /dev/null for a new file."""
+    """A git-style unified diff with a/ b/ prefixes; /dev/null for a new file. The path
+    in the headers is as a reviewer must see it (`shown_path`)."""
+    rel = shown_path(rel)
     if binary:
         return f"Binary files a/{rel} and b/{rel} differ\n"
     return unified_diff(old or "", new, f"a/{rel}" if old is not None else "/dev/null", f"b/{rel}")

@@ -89,3 +89,11 @@ def test_proposal_message() -> None:
         "edit_lines", {"path": "src/a.py", "start": 6, "end": 7, "content": "x\n"}
     )
     assert message == "Proposed edit_lines: replace lines 6-7 of src/a.py with 1 line"
+
+
+def test_a_path_in_a_message_is_shown_escaped() -> None:
+    """Issue 32 finding 8: a bidi override in a path must not reorder what the reviewer reads."""
+    message = proposal_message("write", {"path": "src/a\u202etxt.exe", "content": "x\n"})
+    assert message == "Proposed write: write src/a\\u202etxt.exe (1 line)"
+    grep = proposal_message("grep", {"pat": "x", "path": "p\u0430y"})
+    assert grep.endswith("in p\\u0430y")

@@ -451,3 +451,18 @@ def test_done_changes_nothing_and_checks_its_summary(ws: ToolRunner) -> None:
     for summary in ("", "two\nparagraphs", "x" * 301):
         with pytest.raises(ToolError, match="invalid arguments for done"):
             ws.execute(call("done", summary=summary))
+
+
+@pytest.mark.parametrize("name", ["a\u202etxt.exe", "a\u200b.py", "a\u2066b.py", "a\u00adb.py"])
+def test_write_refuses_a_path_with_hidden_characters(ws: ToolRunner, name: str) -> None:
+    with pytest.raises(ToolError, match="U\\+") as err:
+        ws.preview(call("write", path=f"src/{name}", content="x\n"))
+    assert name not in str(err.value)  # the message itself shows the name escaped
+    assert not (ws.root / "src").exists()
+
+
+def test_the_diff_header_shows_a_confusable_path_escaped(ws: ToolRunner) -> None:
+    preview = ws.preview(call("write", path="p\u0430ypal.py", content="x\n"))
+    assert preview is not None and preview.path == "p\u0430ypal.py"  # the file's real name
+    assert "+++ b/p\\u0430ypal.py" in preview.diff
+    assert "\u0430" not in preview.diff
