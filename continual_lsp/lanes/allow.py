@@ -1,9 +1,12 @@
 """Allow rules: permissions learned from approvals, in the CODE lane.
 
 A rule names a class of calls the reviewer approved again and again: a command prefix
-(`pytest -q`, `git status`) or file changes under a directory. It is a lane item of kind
-`allow` (per user: the store; per workspace: `spec.allow.workspace`), shown in the
-ledger with the approvals it came from, and reverted like any item.
+(`pytest -q`, `git status`) with the options those calls gave it, or file changes under a
+directory. A command matches when it starts with the prefix and every other option it
+passes is one the rule was learned with: a rule learned from `find . -name x` does not
+allow `find . -delete` or `find . -exec …`, nor one from `sed -n` allow `sed -i`. It is a
+lane item of kind `allow` (per user: the store; per workspace: `spec.allow.workspace`),
+shown in the ledger with the approvals it came from, and reverted like any item.
 
 What a rule may never cover, whatever the reviewer clicks: a command that reaches the
 network or writes outside the workspace, a shell or interpreter given the command line,
@@ -71,11 +74,23 @@ class AllowSpec(BaseModel):
     prefix: str  # bash: command words; file: a directory ("" is the workspace root)
     workspace: str
     approvals: list[str] = []
+    # bash: the options (name before any `=`) the approved calls passed after the prefix;
+    # any other option is not allowed. A rule stored before options were named has none.
+    flags: list[str] = []
 
     def summary(self) -> str:
-        if self.tool == "bash":
-            return f"bash: `{self.prefix} …`"
-        return f"file changes under {self.prefix or 'the workspace root'}"
+        if self.tool == "file":
+            return f"file changes under {self.prefix or 'the workspace root'}"
+        if not self.flags:
+            return f"bash: `{self.prefix} …`, no other options"
+        return f"bash: `{self.prefix} …`, options {' '.join(self.flags)} only"
+
+    def covers(self, words: list[str]) -> bool:
+        """A simple command this bash rule allows: its prefix, then only known options."""
+        want = shlex.split(self.prefix)
+        if words[: len(want)] != want:
+            return False
+        return all(o is None or o in self.flags for o in map(_option, words[len(want) :]))
 
 
 class AllowMatch(BaseModel):
@@ -119,8 +134,19 @@ def _is_cd(words: list[str]) -> bool:
     return len(words) == 2 and words[0] == "cd" and not _outside(words[1]) and words[1] != "-"
 
 
-def bash_class(cmd: str) -> tuple[str | None, str]:
-    """The command prefix a rule for `cmd` would allow, or (None, why it cannot be)."""
+def _option(word: str) -> str | None:
+    """The option a word passes (`-delete`, `--max=3` -> `--max`), None for an operand.
+
+    Every word after `--` is judged too: a rule is learned from what it saw, not from
+    each program's option grammar."""
+    if len(word) > 1 and word[0] == "-":
+        return word.split("=", 1)[0]
+    return None
+
+
+def bash_class(cmd: str) -> tuple[tuple[str, list[str]] | None, str]:
+    """The command prefix and options a rule for `cmd` would allow, or (None, why it
+    cannot be)."""
     segments, why = _plain_segments(cmd)
     if segments is None:
         return None, why
@@ -136,7 +162,8 @@ def bash_class(cmd: str) -> tuple[str | None, str]:
         if "/" in word or "=" in word or (prefix and "." in word):
             break
         prefix.append(word)
-    return shlex.join(prefix), ""
+    flags = sorted({o for o in map(_option, words[len(prefix) :]) if o is not None})
+    return (shlex.join(prefix), flags), ""
 
 
 def file_class(call: ToolCall, preview: Preview | None) -> tuple[str | None, str]:
@@ -153,21 +180,17 @@ def call_class(
 ) -> tuple[AllowSpec | None, str]:
     """The rule that would allow `call`, or (None, why none can)."""
     if call.tool == "bash":
-        prefix, why = bash_class(str(call.arguments.get("cmd", "")))
-        tool: Literal["bash", "file"] = "bash"
-    elif call.tool in FILE_CHANGING_TOOLS:
-        prefix, why = file_class(call, preview)
-        tool = "file"
-    else:
+        found, why = bash_class(str(call.arguments.get("cmd", "")))
+        if found is None:
+            return None, why
+        prefix, flags = found
+        return AllowSpec(tool="bash", prefix=prefix, flags=flags, workspace=workspace), ""
+    if call.tool not in FILE_CHANGING_TOOLS:
         return None, f"{call.tool} is read-only: the read-only autonomy mode covers it"
-    if prefix is None:
+    directory, why = file_class(call, preview)
+    if directory is None:
         return None, why
-    return AllowSpec(tool=tool, prefix=prefix, workspace=workspace), ""
-
-
-def _same(spec: AllowSpec, call: ToolCall, preview: Preview | None) -> bool:
-    other, _ = call_class(call, preview, spec.workspace)
-    return other is not None and other.tool == spec.tool and other.prefix == spec.prefix
+    return AllowSpec(tool="file", prefix=directory, workspace=workspace), ""
 
 
 def rules(store: Store, workspace: str) -> list[tuple[str, AllowSpec]]:
@@ -181,19 +204,20 @@ def rules(store: Store, workspace: str) -> list[tuple[str, AllowSpec]]:
     return out
 
 
-def _prefix_of(words: list[str], prefix: str) -> bool:
-    want = shlex.split(prefix)
-    return words[: len(want)] == want
-
-
 def match(
     store: Store, call: ToolCall, preview: Preview | None, workspace: str
 ) -> AllowMatch | None:
     """The rule that allows `call` to run without the reviewer, or None.
 
-    A command is allowed only when every segment is a `cd` inside the workspace or starts
-    with one rule's prefix, and no segment is one a rule may never allow."""
-    active = rules(store, workspace)
+    A command is allowed only when every segment is a `cd` inside the workspace or one a
+    rule covers (its prefix, no option the rule was not learned with), and no segment is
+    one a rule may never allow."""
+    return _first(rules(store, workspace), call, preview, workspace)
+
+
+def _first(
+    active: list[tuple[str, AllowSpec]], call: ToolCall, preview: Preview | None, workspace: str
+) -> AllowMatch | None:
     if not active:
         return None
     if call.tool == "bash":
@@ -207,7 +231,7 @@ def match(
             if _never(words):
                 return None
             found = next(
-                ((i, s) for i, s in active if s.tool == "bash" and _prefix_of(words, s.prefix)),
+                ((i, s) for i, s in active if s.tool == "bash" and s.covers(words)),
                 None,
             )
             if found is None:
@@ -224,7 +248,7 @@ def match(
 
 
 def approvals_of(store: Store, spec: AllowSpec) -> list[str]:
-    """Proposal ids the reviewer approved in the rule's workspace that fall in its class."""
+    """Proposal ids the reviewer approved in the rule's workspace that the rule covers."""
     out = []
     for row in store.approved_proposals(spec.workspace):
         call = ToolCall(tool=row["tool"], arguments=row["arguments"])
@@ -233,7 +257,7 @@ def approvals_of(store: Store, spec: AllowSpec) -> list[str]:
             preview = Preview(
                 path=row["path"], old_content=None, new_content="", diff="", old_sha256=None
             )
-        if _same(spec, call, preview):
+        if _first([("", spec)], call, preview, spec.workspace) is not None:
             out.append(row["id"])
     return out
 
@@ -253,7 +277,7 @@ def offer(
 def add_rule(store: Store, spec: AllowSpec, source: str | None, learned: bool) -> str:
     """Persist `spec` as an allow item (or return the active one for the same class)."""
     for item_id, existing in rules(store, spec.workspace):
-        if existing.tool == spec.tool and existing.prefix == spec.prefix:
+        if (existing.tool, existing.prefix, existing.flags) == (spec.tool, spec.prefix, spec.flags):
             return item_id
     n = len(spec.approvals)
     how = f"learned after {n} approvals" if learned else f"allowed by the reviewer ({n} approvals)"

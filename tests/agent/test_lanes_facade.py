@@ -86,3 +86,32 @@ def test_a_hash_inside_a_word_hides_nothing_from_the_allow_rules(store: Any) -> 
     for cmd in ("git status x#; touch F", "git status .#; rm -rf src", "pytest -q x#||touch F"):
         call = ToolCall(tool="bash", arguments={"cmd": cmd})
         assert facade.allow_match(call, None, "/ws") is None, cmd
+
+
+def test_an_allow_rule_names_the_options_it_was_learned_with(store: Any) -> None:
+    """Issue 32, finding 6: a rule learned from `find . -name …` was the prefix `find`,
+    so it allowed `find … -delete` and `find . -exec …`."""
+    facade = LanesFacade(store, Settings(), len)
+
+    def bash(cmd: str) -> ToolCall:
+        return ToolCall(tool="bash", arguments={"cmd": cmd})
+
+    _, summary = facade.add_allow_rule(bash("find . -name '*.py'"), None, "/ws", "p", True)
+    assert summary == "bash: `find …`, options -name only"
+    facade.add_allow_rule(bash("sed -n 1,5p notes.txt"), None, "/ws", "p", True)
+    facade.add_allow_rule(bash("git log --oneline -n 5"), None, "/ws", "p", True)
+    for cmd in ("find src -name '*.txt'", "find .", "sed -n 1,5p a.txt", "git log --oneline"):
+        assert facade.allow_match(bash(cmd), None, "/ws") is not None, cmd
+    for cmd in (
+        "find . -name x -delete",
+        "find . -delete",
+        "find . -name x -exec rm {} \\;",
+        "find . -name x -execdir sh -c id \\;",
+        "find . -name x -fprint out",
+        "sed -i 1,5p a.txt",
+        "sed -n 1,5p -i a.txt",
+        "sed -ni 1p a.txt",
+        "git log --oneline --output=log.txt",
+        "git log --oneline --ext-diff -p",
+    ):
+        assert facade.allow_match(bash(cmd), None, "/ws") is None, cmd

@@ -182,7 +182,7 @@ def test_always_allow_runs_the_next_identical_call_without_a_prompt(
     assert second is not None and second.call.tool == "bash"
     assert second.allow_offer is not None and second.allow_offer.approvals == 1
     allowed = agent.allow(second.id)
-    assert allowed.rule == "bash: `git status …`"
+    assert allowed.rule == "bash: `git status …`, no other options"
     agent.decide(second.id, "approve")
     _, third = agent.start_task("and again")
     # git status ran unasked; the task moved on to the write.

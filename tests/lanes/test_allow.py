@@ -70,7 +70,12 @@ def test_the_class_of_a_command_is_its_prefix() -> None:
     spec, _ = allow.call_class(bash("cd sub && pytest -q tests/test_ops.py"), None, WS)
     assert spec is not None and (spec.tool, spec.prefix) == ("bash", "pytest -q")
     spec, _ = allow.call_class(bash("python -m pytest -x"), None, WS)
-    assert spec is not None and spec.prefix == "python -m pytest"
+    assert spec is not None and (spec.prefix, spec.flags) == ("python -m pytest", ["-x"])
+    spec, _ = allow.call_class(bash("find . -type f -name '*.py' -newer a --max=1"), None, WS)
+    assert spec is not None and (spec.prefix, spec.flags) == (
+        "find",
+        ["--max", "-name", "-newer", "-type"],
+    )
 
 
 def test_file_rules_cover_their_directory_only(store: Any) -> None:

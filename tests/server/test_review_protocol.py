@@ -63,7 +63,7 @@ def test_hunks_allow_and_undo_over_the_wire(workspace: Path, tmp_path: Path) -> 
             again = (await ed.request("continual/startTask", {"text": "status"}))["proposal"]
             assert again["arguments"] == {"cmd": "git status"}
             allowed = await ed.request("continual/allow", {"proposalId": again["proposalId"]})
-            assert allowed["ok"] and allowed["rule"] == "bash: `git status …`"
+            assert allowed["ok"] and allowed["rule"] == "bash: `git status …`, no other options"
             await ed.request(
                 "continual/decide", {"proposalId": again["proposalId"], "decision": "approve"}
             )
