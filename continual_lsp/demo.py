@@ -51,6 +51,8 @@ BUG_LINE = "    return sum(values) // len(values)"
 # `allowed_tools` setting), so every turn the reviewer sees is a change to review (reads
 # are approved without asking, the default).
 DEMO_TOOLS = "read,edit_lines,edit,write"
+# The demo's task ends as any task does: the agent says `done` and the reviewer finishes it.
+DEMO_ANSWERS = DEMO_TOOLS + ",done"
 # The file the scripted reviewer "has open": the task starts with it in view, as it does
 # from an editor (`continual/startTask` files).
 IN_VIEW = "src/calc/ops.py"
@@ -140,7 +142,7 @@ async def _demo(settings: Settings, task: str, workspace: Path, store: Path) -> 
     args = ["-m", "continual_lsp", "serve", "--store", str(store), "--model", settings.model]
     if not settings.enable_training:
         args.append("--no-training")
-    env = {**os.environ, "CONTINUAL_LSP_ALLOWED_TOOLS": DEMO_TOOLS}
+    env = {**os.environ, "CONTINUAL_LSP_ALLOWED_TOOLS": DEMO_ANSWERS}
     await client.start_io(sys.executable, *args, cwd=str(workspace), env=env)
     assert client._server is not None and client._server.stderr is not None
     stderr = client._server.stderr
@@ -166,7 +168,7 @@ async def _demo(settings: Settings, task: str, workspace: Path, store: Path) -> 
     client.initialized(lsp.InitializedParams())
     _say(
         f"workspace: {workspace}\nstore:     {store}\ntask:      {task}\n"
-        f"tools:     {DEMO_TOOLS.replace(',', ', ')} (the demo narrows the grammar to these)"
+        f"tools:     {DEMO_ANSWERS.replace(',', ', ')} (the demo narrows the grammar to these)"
     )
     files = [IN_VIEW] if (workspace / IN_VIEW).is_file() else []
     if files:
@@ -279,6 +281,10 @@ async def _review(
         if proposal is None:
             break
         _show_proposal(proposal)
+        if proposal["tool"] == "done":
+            _say("  ✓ finish task")
+            await _decide(client, {"proposalId": proposal["proposalId"], "decision": "approve"})
+            break
         _say(f"  ✗ deny: {FIXED}")
         await _decide(client, {"proposalId": proposal["proposalId"], "decision": "deny",
                                "correction": FIXED})  # fmt: skip

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 APPROVE, DENY, EDIT = "Approve", "Deny…", "Edit…"
+FINISH = "Finish task"  # Approve, for the model's `done`: approving ends the task
 
 
 def offer(session: Session, proposal: Proposal) -> None:
@@ -50,12 +51,13 @@ async def _reveal(session: Session, uri: str, proposal: Proposal) -> None:
 
 async def _ask(session: Session, proposal: Proposal) -> None:
     message = proposal_message(proposal.call.tool, proposal.call.arguments, proposal.note)
+    first = FINISH if proposal.call.tool == "done" else APPROVE
     try:
         choice = await session.ls.window_show_message_request_async(
             lsp.ShowMessageRequestParams(
                 type=lsp.MessageType.Info,
                 message=message,
-                actions=[lsp.MessageActionItem(title=a) for a in (APPROVE, DENY, EDIT)],
+                actions=[lsp.MessageActionItem(title=a) for a in (first, DENY, EDIT)],
             )
         )
     except Exception as exc:
@@ -65,7 +67,7 @@ async def _ask(session: Session, proposal: Proposal) -> None:
     if title is None and isinstance(choice, dict):
         title = choice.get("title")
     try:
-        if title == APPROVE:
+        if title in (APPROVE, FINISH):
             await decisions.decide(session, proposal.id, "approve")
         elif title == DENY:
             await reviewer_files.open_correction(session, proposal)

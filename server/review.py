@@ -20,6 +20,9 @@ with `#` are skipped); an optional "proposalId" must match the proposal it answe
     {"decision": "edit", "editedArguments": {"path": "a.py", "start": 3, "end": 3, "content": "x\\n"}}
     {"decision": "edit", "hunks": [{"index": 0, "accept": true}, {"index": 1, "accept": false, "reason": "keep it"}]}
 
+A proposal with "tool": "done" is the agent saying the task is finished, in its own
+words (`arguments.summary`): approving it ends the task (a `taskDone` line with that
+summary); denying it ("not done: the test still fails") is a correction like any other.
 A proposal line lists a multi-hunk change's `hunks`; deciding them one by one makes a
 partial accept an edit (the rejected hunks' reasons are its correction).
 

@@ -101,6 +101,9 @@ def describe_call(tool: str, arguments: dict[str, Any]) -> str:
         return f"write {path} ({count} line{'s' * (count != 1)})"
     if tool == "bash":
         return f"run `{clip(str(arguments.get('cmd', '')), 80)}`"
+    if tool == "done":
+        # The model's own summary, whole (at most 300 characters): it is the proposal.
+        return f"finish the task: {clip(str(arguments.get('summary', '')), 300)}"
     if tool in ("glob", "grep"):
         where = f" in {shown_path(str(arguments['path']))}" if arguments.get("path") else ""
         return f"{tool} '{clip(str(arguments.get('pat', '')), 40)}'{where}"

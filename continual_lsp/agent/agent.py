@@ -185,10 +185,10 @@ class _Task:
 
 
 def _repeats(task: _Task, call: ToolCall) -> bool:
-    """Whether `call` repeats one already run: the end of a task, once re-sampled. Looking
-    again right after a call that could not run is not a repeat: the model is checking
-    the text it got wrong (the starter ends tasks by re-reading a file it changed, never
-    after a failure)."""
+    """Whether `call` repeats one already run: it gives way to another sample (a task ends
+    by `done`, the turn limit or the reviewer, never by a repeat). Looking again right
+    after a call that could not run is not a repeat: the model is checking the text it
+    got wrong."""
     if call.read_only and task.invalid_streak > 0:
         return False
     return canonical(call) in task.executed
@@ -686,6 +686,9 @@ class Agent:
         task.denied = []
         task.retries = 0
         task.turn += 1
+        if call.tool == "done":
+            # Approved (or edited): the task ends with the summary the reviewer accepted.
+            self._finish(task, str(call.arguments["summary"]))
         return result
 
     def _checkpointed(
@@ -753,20 +756,21 @@ class Agent:
         """Sample until a proposal needs the reviewer, or the task ends.
 
         Read-only calls are executed at once when auto-approve is on; a guard block is
-        an automatic denial; a call identical to one already executed, sampled again
-        after two warmer tries (`_sample`), ends the task (a small model repeats itself
-        once it has nothing new to do). When a sequence guard's step ("after changing
-        src/ run pytest") is missing, a commit or that end is answered by proposing it.
+        an automatic denial; a call identical to one already executed is sampled again
+        (`_sample`); `done` is a proposal like any other, and approving it ends the task
+        (`_execute`). When a sequence guard's step ("after changing src/ run pytest") is
+        missing, a commit or a `done` is answered by proposing it.
         """
         while task.done is None:
             if task.turn >= self.settings.max_turns:
                 self._finish(task, f"reached the turn limit ({self.settings.max_turns})")
                 break
-            call, completion, prompt_tokens = self._sample(task)
-            if call is None:
+            call, completion, prompt_tokens, repeated = self._sample(task)
+            if call is None and not repeated:
                 self._finish(task, "the model could not produce a valid tool call")
                 break
-            finishing = _repeats(task, call)
+            # Only repeats (`done` not allowed) would end the task as `done` does.
+            finishing = call is None or call.tool == "done"
             note: str | None = None
             step = self.lanes.due_step(task.history, None if finishing else call)
             if step is not None:
@@ -780,8 +784,8 @@ class Agent:
                 completion = Completion(
                     tokens=tokens, logprobs=self.policy.logprobs(prompt_tokens, tokens), text=""
                 )
-            elif finishing:
-                self._finish(task, f"done: the agent repeated an executed call ({call.tool})")
+            elif call is None:
+                self._finish(task, "stopped: the model only repeated calls already run")
                 break
             preview, error = self._preview(call)
             verdict = self.lanes.check_guards(call, preview, task.history)
@@ -868,6 +872,10 @@ class Agent:
         )
         prompt_tokens = self._fit_prompt(task, bullets)
         params = self._batch_params(task, greedy_rows=1, salt=0)
+        if denied.call.tool == "done":
+            # "Not done" asks for more work: the retry acts, it does not finish again.
+            tools = [t for t in params.tools or TOOL_NAMES if t != "done"]
+            params = params.model_copy(update={"tools": tools or params.tools})
         completions = policy.sample_batch(prompt_tokens, params, self.settings.retry_candidates)
         swaps = substituted(
             policy, completions, denied.call, correction, prompt_tokens, self._range_text
@@ -1041,8 +1049,21 @@ class Agent:
             return None, ToolError(f"{call.tool} would leave {preview.path} as it is")
         return preview, None
 
-    def _sample(self, task: _Task) -> tuple[ToolCall | None, Completion, list[int]]:
-        """A call for the turn, or None when no try gave a valid, new one."""
+    def _sample(self, task: _Task) -> tuple[ToolCall | None, Completion, list[int], bool]:
+        """A call for the turn, or None when no try gave a valid, new one (and whether the
+        tries only repeated calls already run).
+
+        A repeat is sampled again, warmer. When the first two tries only repeat, the last
+        is decoded under a narrowed grammar: with nothing done yet (only looks), it may
+        only act, so a task never ends on its first look with nothing shown; else it may
+        only be `done`, in the model's own words. A model that keeps repeating what it
+        ran has nothing new to do, which is what `done` says, and the reviewer, not the
+        repeat, decides whether the task is finished ("not done: the test still fails" is
+        a correction like any other). This is the fallback for weights never trained to
+        say `done` (the shipped starter, until it is); without it such tasks would run
+        to the turn limit. When `done` is not an allowed tool, the last try is not
+        narrowed.
+        """
         policy = self.policy
         self.await_steps()
         # A step may have landed in the background (a resumed job, a timed-out wait):
@@ -1054,14 +1075,11 @@ class Agent:
         prompt_tokens = self._fit_prompt(task, bullets)
         completion = Completion(tokens=[], logprobs=[], text="")
         forbid = self._decode_limits()
-        repeated = False
+        repeats = 0
         for attempt in range(3):
             tools = self.settings.allowed_tools
-            if attempt == 2 and repeated and all(c.read_only for c in task.history):
-                # Nothing done yet and the model keeps asking to look again: the last try
-                # may only act, so a task never ends on its first look with nothing shown.
-                acting = [t for t in tools or TOOL_NAMES if t not in READ_ONLY_TOOLS]
-                tools = acting or tools
+            if attempt == 2 and repeats == 2:
+                tools = self._last_try_tools(task, tools)
             params = SampleParams(
                 temperature=self.settings.temperature if attempt == 0 else 0.8,
                 max_tokens=self.settings.max_new_tokens,
@@ -1077,15 +1095,23 @@ class Agent:
                     "parse_error", {"text": completion.text, "error": str(exc)}, task_id=task.id
                 )
                 continue
-            if _repeats(task, call) and attempt < 2:
+            if _repeats(task, call):
                 # Already ran: the model may be done, or stuck re-reading a file (a 135M
-                # model often is). Sample again, warmer, before `_advance` ends the task
-                # on a repeat.
+                # model often is).
                 self.store.append_event("repeat_of_executed", {"call": call.model_dump()}, task.id)
-                repeated = True
+                repeats += 1
                 continue
-            return call, completion, prompt_tokens
-        return None, completion, prompt_tokens
+            return call, completion, prompt_tokens, False
+        return None, completion, prompt_tokens, repeats == 3
+
+    @staticmethod
+    def _last_try_tools(task: _Task, tools: list[str] | None) -> list[str] | None:
+        """The tools of a turn's last try after two repeats (`_sample`)."""
+        allowed = list(tools or TOOL_NAMES)
+        if all(c.read_only for c in task.history):
+            acting = [t for t in allowed if t not in READ_ONLY_TOOLS and t != "done"]
+            return acting or tools
+        return ["done"] if "done" in allowed else tools
 
     def _fit_prompt(self, task: _Task, bullets: list[str]) -> list[int]:
         """The turn's prompt, dropping the oldest calls (summarised in one line) until it
@@ -1195,6 +1221,9 @@ class Agent:
         call = ToolCall(tool=args.pop("tool", row["tool"]), arguments=args)
         if call.tool == "bash":
             return {"ok": False, "output": "interrupted by a crash; bash is not re-run"}
+        if call.tool == "done":
+            self.store.set_task_status(row["task_id"], "done", str(call.arguments["summary"]))
+            return {"ok": True, "output": "task finished"}
         if call.read_only:
             return {"ok": True, "output": "read-only call; nothing to recover"}
         if not row["preview"]:

@@ -34,6 +34,8 @@ from typing import Protocol
 import numpy as np
 import platformdirs
 
+from continual_lsp.policy.hf_lock import loads
+
 log = logging.getLogger(__name__)
 
 PACKAGE = "all_minilm_l6_v2"
@@ -103,6 +105,7 @@ class MiniLMEmbedder:
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._cache_size = cache_size
 
+    @loads  # not beside the policy's model load in another thread (`hf_lock`)
     def _load(self) -> None:
         if self._model is not None:
             return

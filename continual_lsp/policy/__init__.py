@@ -6,14 +6,17 @@ from typing import cast
 
 from continual_lsp.config import Settings
 from continual_lsp.policy.base import Policy, Sampler
+from continual_lsp.policy.hf_lock import loads
 
 
+@loads
 def make_policy(settings: Settings, *, shared: bool = False) -> Sampler:
     """The configured backend's policy (a `Policy`, but for vLLM, which only samples).
 
     `shared` (local backend): on the process's one copy of the model
     (`model_host.shared_host`) in `sample_dtype`, with this policy's own adapter; the
     server's agents use it, a training worker does not (it trains in place, in float32).
+    Built under the process's load lock (`hf_lock`): a routed correction's embedder waits.
     """
     if settings.backend == "tinker":
         from continual_lsp.policy.tinker_backend import TinkerPolicy

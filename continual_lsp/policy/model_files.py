@@ -27,6 +27,7 @@ from typing import Any
 import platformdirs
 
 from continual_lsp.config import EMBEDDED_MODEL
+from continual_lsp.policy.hf_lock import loads
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +124,7 @@ def _local_files(model: str) -> tuple[Path, dict[str, Any]]:
     return directory, kwargs
 
 
+@loads
 def load_tokenizer(model: str) -> Any:
     """`model`'s tokenizer alone, from local files only (never the network): `model` as
     `resolve_model` finds it, else a hub name already in the Hugging Face cache (a Tinker
@@ -155,6 +157,7 @@ def resolve_dtype(choice: str, device: str) -> str:
     return "bfloat16" if native else "float32"
 
 
+@loads
 def load_model_and_tokenizer(
     model: str, device: str = "cpu", starter: bool = False, dtype: str = "float32"
 ) -> tuple[Any, Any]:

@@ -104,12 +104,20 @@ Asynchronously: see the commentary for why."
         (insert (format "Proposal %s: %s\n" id tool))
         (when-let ((note (plist-get proposal :note)))
           (insert note "\n"))
-        (insert (or diff (format "%S\n" (plist-get proposal :arguments)))))
+        (insert (cond (diff)
+                      ;; The model's own end of the task: its summary is the proposal.
+                      ((equal tool "done")
+                       (format "The agent says the task is done:\n%s\n"
+                               (plist-get (plist-get proposal :arguments) :summary)))
+                      (t (format "%S\n" (plist-get proposal :arguments))))))
       (when (and diff (fboundp 'diff-mode))
         (diff-mode))
       (setq buffer-read-only t))
-    (message "continual: proposal %s (%s); M-x continual-approve or continual-deny"
-             id tool)))
+    (if (equal tool "done")
+        (message "continual: the agent says the task is done (%s): %s; M-x continual-approve finishes it, continual-deny says what is left"
+                 id (plist-get (plist-get proposal :arguments) :summary))
+      (message "continual: proposal %s (%s); M-x continual-approve or continual-deny"
+               id tool))))
 
 (defun continual--read-id ()
   (let ((ids (hash-table-keys continual-proposals)))
@@ -173,7 +181,8 @@ The current buffer's file, when it is in the project, starts the task in view."
     result))
 
 (defun continual-approve (id)
-  "Approve proposal ID: it runs (a file change goes to the buffer and the disk)."
+  "Approve proposal ID: it runs (a file change goes to the buffer and the disk).
+Approving the agent's `done' finishes the task with its summary."
   (interactive (list (continual--read-id)))
   (continual--decide id "approve"))
 

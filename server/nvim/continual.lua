@@ -112,6 +112,12 @@ local function receive(p)
   end
   M.state.proposals[p.proposalId] = p
   M.state.last = p.proposalId
+  if p.tool == 'done' then
+    -- The model says the task is finished, in its own words: no diff, the summary is it.
+    notify(string.format('the agent says the task is done [%s]: %s  :ContinualApprove finishes the task / :ContinualDeny says what is left',
+      p.proposalId, (p.arguments or {}).summary or ''))
+    return
+  end
   -- The note says why this call (a guard's rewrite, or no compliant retry: edit it).
   notify(string.format('proposed %s [%s]%s  :ContinualApprove / :ContinualDeny / :ContinualEdit / :ContinualDiff',
     describe(p), p.proposalId, p.note and ('  ' .. p.note) or ''))

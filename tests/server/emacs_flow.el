@@ -141,7 +141,21 @@ action's edit (if any), then runs its command."
             (flow-note 'pending_ids (mapcar (lambda (p) (plist-get p :proposalId)) pending))
             (flow-note 'bash_id (plist-get bash :proposalId))
             (flow-note 'training_steps (plist-get status :trainingSteps))
-            (flow-step "status")))))))
+            (flow-step "status")
+            ;; 5. The command runs; the agent says the task is done in its own words,
+            ;;    and approving that ends the task (continual/taskDone).
+            (let ((done (plist-get (continual-approve (plist-get bash :proposalId))
+                                   :nextProposal)))
+              (flow-note 'done_tool (plist-get done :tool))
+              (flow-note 'done_shown (with-current-buffer "*continual*" (buffer-string)))
+              (continual-approve (plist-get done :proposalId))
+              (flow-note 'task_done
+                         (plist-get (plist-get (flow-wait "continual/taskDone"
+                                                          (lambda ()
+                                                            (flow-message "continual/taskDone")))
+                                               :params)
+                                    :summary))
+              (flow-step "finished"))))))))
 
 (defun flow-plain ()
   (let ((ops (flow-start 'eglot-lsp-server))

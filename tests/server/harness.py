@@ -413,6 +413,15 @@ def in_view(store_path: Path) -> list[str]:
         store.close()
 
 
+def task_ends(store_path: Path) -> list[str]:
+    """The summaries the store holds for the tasks that ended, in order."""
+    store = Store(store_path)
+    try:
+        return [e["payload"]["summary"] for e in store.events(kind="task_status")]
+    finally:
+        store.close()
+
+
 def run_editor(
     argv: list[str], cwd: Path, env: dict[str, str], report: Path, timeout: float
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:

@@ -8,7 +8,7 @@
 local ws = os.getenv('CONTINUAL_WS')
 local out = os.getenv('CONTINUAL_OUT')
 local cmd = vim.fn.json_decode(os.getenv('CONTINUAL_CMD'))
-local report = { steps = {}, requests = {} }
+local report = { steps = {}, requests = {}, choices = {} }
 
 local function finish(ok, msg)
   report.ok = ok
@@ -63,7 +63,16 @@ local shown = {}
 local handlers = {
   ['window/showMessageRequest'] = function(_, params)
     table.insert(report.requests, params.message)
-    return { title = 'Approve' } -- the bash proposal: approve it
+    local titles = {}
+    for _, a in ipairs(params.actions or {}) do
+      table.insert(titles, a.title)
+    end
+    table.insert(report.choices, titles)
+    -- the bash proposal: approve it; the agent's done: finish the task
+    return { title = titles[1] }
+  end,
+  ['continual/taskDone'] = function(_, params)
+    report.task_done = params.summary
   end,
   ['window/showDocument'] = function(_, params)
     table.insert(shown, vim.uri_to_fname(params.uri))
@@ -182,10 +191,11 @@ local function flow()
   end)
   report.ops_buffer = vim.api.nvim_buf_get_lines(ops, 0, -1, false)
   report.tests_buffer = vim.api.nvim_buf_get_lines(tests, 0, -1, false)
-  -- give the approved bash call time to run before the server is stopped
-  vim.wait(1500, function()
-    return false
+  -- 5. the agent says it is done (showMessageRequest, Finish task): the task ends
+  wait('continual/taskDone', function()
+    return report.task_done ~= nil
   end)
+  table.insert(report.steps, 'finished')
   client().stop()
   vim.wait(5000, function()
     return client() == nil or client().is_stopped()

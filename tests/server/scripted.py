@@ -92,6 +92,11 @@ TWO_HUNKS = {
     },
 }
 GIT_STATUS = {"tool": "bash", "arguments": {"cmd": "git status"}}
+# The model's own end of a task (`done`), with its summary.
+DONE = {
+    "tool": "done",
+    "arguments": {"summary": "mean() divides with / now, so mean([1, 2]) is 1.5."},
+}
 # The call a guard in the store blocks (tests/server/test_nvim.py): the script's favourite.
 NPM_INSTALL = {"tool": "bash", "arguments": {"cmd": "npm install"}}
 
@@ -100,11 +105,11 @@ SCRIPTS: dict[str, list[dict[str, Any]]] = {
     # file (approved and undone later). 2: the same bash, "always allow" → another bash.
     # 3: the same bash runs unasked → the other bash is shown.
     "review": [TWO_HUNKS, GIT_STATUS, WRITE_CHANGES, GIT_STATUS, RUN_TESTS, GIT_STATUS, RUN_TESTS],
-    # approve → deny (retry) → edit → bash → repeat (task ends)
-    "flow": [FIX_MEAN, WRONG_TEST, ADD_DOCSTRING, RUN_TESTS, RUN_TESTS],
-    "bash": [RUN_TESTS, RUN_TESTS],
-    # Emacs: deny (retry) → approve by code action → approve a file not open → bash
-    "emacs": [WRONG_TEST, FIX_MEAN, WRITE_CHANGES, RUN_TESTS, RUN_TESTS],
+    # approve → deny (retry) → edit → bash → done (finish task)
+    "flow": [FIX_MEAN, WRONG_TEST, ADD_DOCSTRING, RUN_TESTS, DONE],
+    "bash": [RUN_TESTS, DONE],
+    # Emacs: deny (retry) → approve by code action → approve a file not open → bash → done
+    "emacs": [WRONG_TEST, FIX_MEAN, WRITE_CHANGES, RUN_TESTS, DONE],
     # a plain client: bash by showMessageRequest, then a file proposal
     "plain": [RUN_TESTS, FIX_MEAN],
     # every sample, every retry candidate: the one call a guard blocks

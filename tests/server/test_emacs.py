@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from .harness import REPO, decisions, editor_env, in_view, run_editor
+from .harness import REPO, decisions, editor_env, in_view, run_editor, task_ends
+from .scripted import DONE
 
 pytestmark = [
     pytest.mark.emacs,
@@ -65,6 +66,7 @@ def test_emacs_module_deny_learn_approve_by_code_action(workspace: Path, tmp_pat
         "approved by code action",
         "approved a file not open",
         "status",
+        "finished",
     ]
     # the first proposal came in the startTask response
     assert result["first_tool"] == "edit_lines"
@@ -86,9 +88,15 @@ def test_emacs_module_deny_learn_approve_by_code_action(workspace: Path, tmp_pat
     assert result["bash_tool"] == "bash" and result["status_pending"] is True
     assert result["pending_ids"] == [result["bash_id"]]
     assert result["training_steps"] >= 1
-    # the store: deny with the correction, two approvals; the weakened test never written
+    # the command ran; the agent's done shows its summary (no diff), and approving it
+    # ended the task: the module received continual/taskDone with that summary
+    summary = DONE["arguments"]["summary"]
+    assert result["done_tool"] == "done" and summary in result["done_shown"]
+    assert result["task_done"] == summary
+    assert task_ends(tmp_path / "store.sqlite3") == [summary]
+    # the store: deny with the correction, four approvals; the weakened test never written
     kinds = sorted(d["decision"] for d in decisions(tmp_path / "store.sqlite3").values())
-    assert kinds == ["approve", "approve", "deny"]
+    assert kinds == ["approve", "approve", "approve", "approve", "deny"]
     assert "== 1.5" in (workspace / "tests/test_ops.py").read_text()
     # the task started with the buffer's file in view
     assert in_view(tmp_path / "store.sqlite3") == ["src/calc/ops.py"]

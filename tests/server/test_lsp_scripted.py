@@ -24,6 +24,7 @@ from pygls.exceptions import JsonRpcException
 from continual_lsp.store import Store
 
 from .harness import REPO, Editor, decisions, in_view, start_tcp_server
+from .scripted import DONE
 
 DENY_TEXT = "Never weaken a test; fix the code instead."
 
@@ -225,7 +226,7 @@ def test_plain_client_gets_bash_through_show_message_request(
 
     async def scenario() -> None:
         ed = Editor(workspace)  # does not declare continualProposals
-        ed.message_choice = lambda params: "Approve"
+        ed.message_choice = lambda params: params.actions[0].title
         try:
             await started(ed, store, "--script", "bash")
             await ed.request("continual/startTask", {"text": "run the tests"})
@@ -233,13 +234,19 @@ def test_plain_client_gets_bash_through_show_message_request(
             request = ed.message_requests[0]
             assert request.message.startswith("Proposed bash: run `echo tests-ran`")
             assert [a.title for a in request.actions] == ["Approve", "Deny…", "Edit…"]
+            # The agent's done: its summary is the message, approving it is Finish task.
+            await ed.wait_until(lambda: len(ed.message_requests) > 1)
+            finish = ed.message_requests[1]
+            summary = DONE["arguments"]["summary"]
+            assert finish.message == f"Proposed done: finish the task: {summary}"
+            assert [a.title for a in finish.actions] == ["Finish task", "Deny…", "Edit…"]
             done = await ed.wait_for("continual/taskDone")
-            assert done["summary"]
+            assert done["summary"] == summary
         finally:
             await ed.stop()
 
     run(scenario)
-    assert [d["decision"] for d in decisions(store).values()] == ["approve"]
+    assert [d["decision"] for d in decisions(store).values()] == ["approve", "approve"]
 
 
 def test_correction_file_and_manual_edit_signal(workspace: Path, tmp_path: Path) -> None:
@@ -492,6 +499,29 @@ def test_review_with_a_decisions_file(workspace: Path, tmp_path: Path) -> None:
 
     bad, _ = _review(tmp_path, workspace, '{"decision": "maybe"}\n', "--script", "flow")
     assert bad.returncode == 2 and "decisions line 1" in bad.stderr
+
+
+def test_review_ends_with_the_agents_done(workspace: Path, tmp_path: Path) -> None:
+    """The fifth proposal is the model's done: a proposal line with its summary, and
+    approving it is the end of the run (a taskDone line with the same words)."""
+    decided = ["approve", "deny", "edit", "approve", "approve"]
+    edited = {"path": "src/calc/ops.py", "old": "def add(a, b):\n", "new": "def add(a, b):  # +\n"}
+    lines_in = [
+        {"decision": d}
+        | ({"correction": DENY_TEXT} if d == "deny" else {})
+        | ({"editedArguments": edited} if d == "edit" else {})
+        for d in decided
+    ]
+    text = "\n".join(json.dumps(d) for d in lines_in) + "\n"
+    proc, lines = _review(tmp_path, workspace, text, "--script", "flow")
+    assert proc.returncode == 0, proc.stderr
+    summary = DONE["arguments"]["summary"]
+    finish = [line for line in lines if line["type"] == "proposal"][-1]
+    assert finish["tool"] == "done" and finish["arguments"] == {"summary": summary}
+    assert finish["description"] == f"finish the task: {summary}" and finish.get("diff") is None
+    ends = [line for line in lines if line["type"] == "taskDone"]
+    assert ends == [{"type": "taskDone", "taskId": lines[0]["taskId"], "summary": summary}]
+    assert lines[-1]["type"] == "outcome" and lines[-1]["proposalId"] == finish["proposalId"]
 
 
 def test_review_starts_with_the_files_in_view(workspace: Path, tmp_path: Path) -> None:

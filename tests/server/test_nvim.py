@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from .harness import REPO, decisions, editor_env, in_view, run_editor
+from .harness import REPO, decisions, editor_env, in_view, run_editor, task_ends
+from .scripted import DONE
 
 pytestmark = [
     pytest.mark.nvim,
@@ -41,10 +42,18 @@ def test_neovim_approve_deny_with_comment_and_edit(workspace: Path, tmp_path: Pa
     ops = (workspace / "src/calc/ops.py").read_text()
     assert "/ len(values)" in ops and '"""Return a + b."""' in ops
     assert "== 1.5" in (workspace / "tests/test_ops.py").read_text()
-    assert [m.split(" (")[0] for m in result["requests"]] == ["Proposed bash: run `echo tests-ran`"]
+    assert [m.split(" (")[0] for m in result["requests"]] == [
+        "Proposed bash: run `echo tests-ran`",
+        "Proposed done: finish the task: " + DONE["arguments"]["summary"],
+    ]
+    # the agent's done is offered as Finish task; approving it ends the task (taskDone)
+    assert result["choices"][1] == ["Finish task", "Deny…", "Edit…"]
+    assert result["task_done"] == DONE["arguments"]["summary"]
+    assert result["steps"][-1] == "finished"
     # store
     by_kind = {d["decision"]: d for d in decisions(store).values()}
     assert set(by_kind) == {"approve", "deny", "edit"}
+    assert task_ends(store) == [DONE["arguments"]["summary"]]
     assert by_kind["deny"]["correction"] == "Never weaken a test; fix the code instead."
     assert "Return a + b." in by_kind["edit"]["diff"]
 

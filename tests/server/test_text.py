@@ -91,6 +91,14 @@ def test_proposal_message() -> None:
     assert message == "Proposed edit_lines: replace lines 6-7 of src/a.py with 1 line"
 
 
+def test_the_done_summary_is_the_whole_message() -> None:
+    summary = "mean() divides with / now; " + "x" * 270
+    assert len(summary) < 300
+    assert proposal_message("done", {"summary": summary}) == (
+        f"Proposed done: finish the task: {summary}"
+    )
+
+
 def test_a_path_in_a_message_is_shown_escaped() -> None:
     """Issue 32 finding 8: a bidi override in a path must not reorder what the reviewer reads."""
     message = proposal_message("write", {"path": "src/a\u202etxt.exe", "content": "x\n"})

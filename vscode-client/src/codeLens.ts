@@ -3,6 +3,7 @@
 // gets Accept / Reject… above each hunk (the decision goes once every hunk has a verdict).
 
 import * as vscode from "vscode";
+import { approveLabel } from "./core/describe";
 import type { PendingProposals } from "./core/pendingProposals";
 import { parseProposalDocPath, PROPOSAL_SCHEME } from "./core/proposalUri";
 import { parseUnifiedDiff } from "./core/unifiedDiff";
@@ -64,7 +65,9 @@ export class ProposalCodeLens implements vscode.CodeLensProvider {
     const lens = (title: string, command: string, tooltip: string) =>
       new vscode.CodeLens(range, { title, command, arguments: [id], tooltip });
     return [
-      lens(`$(check) Approve ${proposal.tool}`, "continual.approveProposal", "Run the proposed call"),
+      proposal.tool === "done"
+        ? lens(`$(check) ${approveLabel(proposal)}`, "continual.approveProposal", "End the task with this summary")
+        : lens(`$(check) Approve ${proposal.tool}`, "continual.approveProposal", "Run the proposed call"),
       lens("$(close) Deny…", "continual.denyProposal", "Deny with a correction; the agent learns from it and retries"),
       lens("$(edit) Edit…", "continual.editProposal", "Change the proposal yourself, then submit it"),
       ...(withDiff ? [lens("$(diff) Show diff", "continual.showProposal", "Open the proposal in the diff view")] : []),

@@ -5,7 +5,7 @@ import * as path from "node:path";
 import * as vscode from "vscode";
 import type { ContinualClient } from "./client";
 import { askCorrection } from "./correctionInput";
-import { callDocument, describeProposal, proposalDetail, rememberCorrection } from "./core/describe";
+import { approveLabel, callDocument, describeProposal, proposalDetail, rememberCorrection } from "./core/describe";
 import { editableText, editArgumentsFor, editNonFileArguments } from "./core/editedArguments";
 import { PendingProposals } from "./core/pendingProposals";
 import { EDIT_SCHEME, parseProposalDocPath, PROPOSAL_SCHEME } from "./core/proposalUri";
@@ -182,12 +182,15 @@ export class ProposalController implements vscode.Disposable {
    * Not modal: the agent's next step must not steal the keyboard. */
   private async askNonFile(proposal: ProposalNotification): Promise<void> {
     const detail = proposalDetail(proposal).replace(/\s*\n\s*/g, "  ");
-    const message = `Continual proposes ${proposal.tool}: ${detail}`;
+    const done = proposal.tool === "done";
+    const message = done ? `Continual says the task is done: ${detail}` : `Continual proposes ${proposal.tool}: ${detail}`;
     const show = proposal.tool === "bash" ? vscode.window.showWarningMessage : vscode.window.showInformationMessage;
     const always = proposal.allowOffer ? `Always Allow (approved ${proposal.allowOffer.approvals}×)` : "Always Allow";
-    const choice = await show(message, "Approve", always, "Deny…", "Edit…");
+    const approve = approveLabel(proposal);
+    // Finishing is never "always allowed": each task's end is the reviewer's call.
+    const choice = done ? await show(message, approve, "Deny…", "Edit…") : await show(message, approve, always, "Deny…", "Edit…");
     if (!this.pending.has(proposal.proposalId)) return;
-    if (choice === "Approve") await this.approve(proposal.proposalId);
+    if (choice === approve) await this.approve(proposal.proposalId);
     else if (choice === always) await this.allowAlways(proposal.proposalId);
     else if (choice === "Deny…") await this.deny(proposal.proposalId);
     else if (choice === "Edit…") await this.edit(proposal.proposalId);

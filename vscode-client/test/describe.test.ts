@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { callDocument, correctionChips, describeProposal, proposalDetail, rememberCorrection } from "../src/core/describe";
+import { approveLabel, callDocument, correctionChips, describeProposal, proposalDetail, rememberCorrection } from "../src/core/describe";
 import { parseProposalDocPath, proposalDocPath } from "../src/core/proposalUri";
 import type { ProposalNotification } from "../src/core/protocol";
 
@@ -66,5 +66,20 @@ describe("proposal document paths", () => {
     expect(parseProposalDocPath(path)).toEqual({ proposalId: "p/1 x", filePath: "src/calc/ops.py", side: "proposed" });
     expect(parseProposalDocPath(path, "original")?.side).toBe("original");
     expect(parseProposalDocPath("/nofile")).toBeUndefined();
+  });
+});
+
+describe("done", () => {
+  const done = p("done", { summary: "mean() divides with / now." });
+
+  it("shows the model's summary as the proposal, approved as Finish task", () => {
+    expect(describeProposal(done)).toBe("done: mean() divides with / now.");
+    expect(proposalDetail(done)).toBe("mean() divides with / now.");
+    expect(callDocument(done)).toEqual({
+      name: "proposed-done.md",
+      content: "# Continual says the task is done; Finish task ends it, Deny… says what is left.\n\nmean() divides with / now.\n",
+    });
+    expect(approveLabel(done)).toBe("Finish task");
+    expect(approveLabel(p("bash", { cmd: "ls" }))).toBe("Approve");
   });
 });

@@ -14,6 +14,8 @@ export function describeProposal(proposal: ProposalNotification): string {
   switch (proposal.tool) {
     case "bash":
       return `bash: ${arg(proposal, "cmd") ?? ""}`;
+    case "done":
+      return `done: ${arg(proposal, "summary") ?? ""}`;
     case "edit_lines":
       return `edit_lines ${path ?? "?"}:${arg(proposal, "start") ?? "?"}-${arg(proposal, "end") ?? "?"}`;
     case "glob":
@@ -28,6 +30,7 @@ export function describeProposal(proposal: ProposalNotification): string {
 export function proposalDetail(proposal: ProposalNotification): string {
   const lines: string[] = [];
   if (proposal.tool === "bash") lines.push(`$ ${arg(proposal, "cmd") ?? ""}`);
+  else if (proposal.tool === "done") lines.push(arg(proposal, "summary") ?? "");
   else lines.push(JSON.stringify(proposal.arguments, null, 2));
   if (proposal.note) lines.push("", proposal.note);
   return lines.join("\n");
@@ -41,8 +44,17 @@ export function callDocument(proposal: ProposalNotification): { name: string; co
     const header = ["# Continual proposes a command; Approve runs it in the workspace.", ...note];
     return { name: "proposed-command.sh", content: `${header.join("\n")}\n\n${arg(proposal, "cmd") ?? ""}\n` };
   }
+  if (proposal.tool === "done") {
+    const header = ["# Continual says the task is done; Finish task ends it, Deny… says what is left.", ...note];
+    return { name: "proposed-done.md", content: `${header.join("\n")}\n\n${arg(proposal, "summary") ?? ""}\n` };
+  }
   const call = { tool: proposal.tool, arguments: proposal.arguments, ...(proposal.note ? { note: proposal.note } : {}) };
   return { name: `proposed-${proposal.tool}.json`, content: `${JSON.stringify(call, null, 2)}\n` };
+}
+
+/** What approving is called: "Finish task" for the model's `done` (approving ends the task). */
+export function approveLabel(proposal: ProposalNotification): string {
+  return proposal.tool === "done" ? "Finish task" : "Approve";
 }
 
 const GENERIC_CHIPS = [
