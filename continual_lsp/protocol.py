@@ -51,7 +51,9 @@ class StartTaskResult(Wire):
     proposal: ProposalNotification | None = None
 
 
-Decision = Literal["approve", "deny", "edit"]
+# "override": run a call a guard blocks (only such a proposal takes it; approve refuses
+# one); it counts against the guard, and a guard overridden twice retires to CONTEXT.
+Decision = Literal["approve", "deny", "edit", "override"]
 
 
 class HunkDecision(Wire):
@@ -126,6 +128,11 @@ class LedgerItem(Wire):
     gate: GateCompliance | None = None
     # An allow rule: the approved proposals it was learned from.
     approvals: list[str] | None = None
+    # A guard: times the reviewer ran a call it blocked ("Override guard").
+    overridden: int | None = None
+    # A correction about one change only: kept with its task, no standing rule until the
+    # reviewer promotes it.
+    task_scoped: bool | None = None
 
 
 class LedgerResult(Wire):
@@ -235,6 +242,9 @@ class ProposalNotification(Wire):
     # A file proposal with more than one hunk can be decided hunk by hunk.
     hunks: list[Hunk] | None = None
     allow_offer: AllowOffer | None = None
+    # The guard's reason when a guard blocks the call: only Edit, Deny or override
+    # (`decision: "override"`) can pass it; approve is refused.
+    blocked_by: str | None = None
 
 
 class LearnedNotification(Wire):

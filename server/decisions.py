@@ -1,4 +1,4 @@
-"""Decisions: approve, deny, edit. Both or neither: an approved change reaches the
+"""Decisions: approve, override, deny, edit. Both or neither: an approved change reaches the
 client's buffer and the agent's record together, or the buffer is rolled back."""
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ async def decide(
         await edit_signals.flush(session)
     async with session.decide_lock:
         with session.events.holding():
-            if decision == "approve":
-                outcome = await _approve(session, agent, proposal)
+            if decision in ("approve", "override"):
+                outcome = await _approve(session, agent, proposal, decision)
             else:
                 uri = proposals.proposal_uri(session, proposal)
                 before = session.documents.text(uri) if uri else None
@@ -85,8 +85,10 @@ async def _check_decidable(session: Session, agent: Agent, proposal: Proposal) -
             )
 
 
-async def _approve(session: Session, agent: Agent, proposal: Proposal) -> DecideOutcome:
-    """One path for every client: the server changes an open buffer itself with a
+async def _approve(
+    session: Session, agent: Agent, proposal: Proposal, decision: str = "approve"
+) -> DecideOutcome:
+    """Approve or override (both run the call). One path for every client: the server changes an open buffer itself with a
     versioned workspace/applyEdit (the client refuses it if its buffer moved on, e.g.
     a didChange still on its way), then the agent writes the file. A file not open in
     the client is written by the agent alone. Nothing depends on when the client
@@ -101,7 +103,9 @@ async def _approve(session: Session, agent: Agent, proposal: Proposal) -> Decide
         # refused here.
         await _check_decidable(session, agent, proposal)
         if buffer == old:
-            await session.documents.apply(uri, old, preview.new_content, f"Approve {proposal.id}")
+            await session.documents.apply(
+                uri, old, preview.new_content, f"{decision.title()} {proposal.id}"
+            )
             we_applied = True
         elif buffer != preview.new_content:  # else the reviewer typed it in already
             raise RequestFailed(
@@ -109,7 +113,7 @@ async def _approve(session: Session, agent: Agent, proposal: Proposal) -> Decide
                 f"{proposal.id} was made; save or undo them first, or deny the proposal"
             )
     try:
-        outcome = await session.call(agent.decide, proposal.id, "approve")
+        outcome = await session.call(agent.decide, proposal.id, decision)
     except Exception:
         if we_applied and preview is not None and uri is not None:
             # Both or neither: the decision was not recorded, so the buffer goes back.

@@ -20,8 +20,8 @@ class RequestFailed(JsonRpcException):
 
 
 def invalid_params(method: str, exc: ValidationError | str) -> JsonRpcInvalidParams:
-    """InvalidParams naming the method and each bad field, e.g.
-    `invalid params for continual/decide: decision: Input should be 'approve', 'deny' or 'edit'`."""
+    """InvalidParams naming the method and each bad field, e.g. `invalid params for
+    continual/decide: decision: Input should be 'approve', 'deny', 'edit' or 'override'`."""
     if isinstance(exc, str):
         detail = exc
     else:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-APPROVE, DENY, EDIT = "Approve", "Deny…", "Edit…"
+APPROVE, DENY, EDIT, OVERRIDE = "Approve", "Deny…", "Edit…", "Override guard"
 FINISH = "Finish task"  # Approve, for the model's `done`: approving ends the task
 
 
@@ -50,8 +50,11 @@ async def _reveal(session: Session, uri: str, proposal: Proposal) -> None:
 
 
 async def _ask(session: Session, proposal: Proposal) -> None:
-    message = proposal_message(proposal.call.tool, proposal.call.arguments, proposal.note)
-    first = FINISH if proposal.call.tool == "done" else APPROVE
+    message = proposal_message(
+        proposal.call.tool, proposal.call.arguments, proposal.note, proposal.blocked_by
+    )
+    # A call a guard blocks is never offered with a plain Approve (it would be refused).
+    first = OVERRIDE if proposal.blocked_by else FINISH if proposal.call.tool == "done" else APPROVE
     try:
         choice = await session.ls.window_show_message_request_async(
             lsp.ShowMessageRequestParams(
@@ -67,8 +70,10 @@ async def _ask(session: Session, proposal: Proposal) -> None:
     if title is None and isinstance(choice, dict):
         title = choice.get("title")
     try:
-        if title in (APPROVE, FINISH):
-            await decisions.decide(session, proposal.id, "approve")
+        if title in (APPROVE, FINISH, OVERRIDE):
+            await decisions.decide(
+                session, proposal.id, "override" if title == OVERRIDE else "approve"
+            )
         elif title == DENY:
             await reviewer_files.open_correction(session, proposal)
         elif title == EDIT:

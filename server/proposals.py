@@ -70,7 +70,7 @@ def diagnostics_for(session: Session, uri: str) -> list[lsp.Diagnostic]:
                     end=lsp.Position(line=end[0], character=min(end[1], 10_000)),
                 ),
                 message=proposal_message(
-                    proposal.call.tool, proposal.call.arguments, proposal.note
+                    proposal.call.tool, proposal.call.arguments, proposal.note, proposal.blocked_by
                 ),
                 severity=lsp.DiagnosticSeverity.Information,
                 source="continual",

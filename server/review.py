@@ -19,11 +19,14 @@ with `#` are skipped); an optional "proposalId" must match the proposal it answe
     {"decision": "deny", "correction": "use edit_lines, not write"}
     {"decision": "edit", "editedArguments": {"path": "a.py", "start": 3, "end": 3, "content": "x\\n"}}
     {"decision": "edit", "hunks": [{"index": 0, "accept": true}, {"index": 1, "accept": false, "reason": "keep it"}]}
+    {"decision": "override"}     (only for a proposal line with "blockedBy": a guard blocks it)
 
 A proposal with "tool": "done" is the agent saying the task is finished, in its own
 words (`arguments.summary`): approving it ends the task (a `taskDone` line with that
 summary); denying it ("not done: the test still fails") is a correction like any other.
-A proposal line lists a multi-hunk change's `hunks`; deciding them one by one makes a
+A proposal a guard blocks carries `blockedBy` (the guard's reason): approving it is
+refused; "override" runs it and counts against the guard. A proposal line lists a
+multi-hunk change's `hunks`; deciding them one by one makes a
 partial accept an edit (the rejected hunks' reasons are its correction).
 
 Reading decisions line by line lets a bot answer each proposal as it appears (a pipe).
@@ -62,7 +65,7 @@ OUTPUT_CLIP = 4000
 class ReviewDecision(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    decision: Literal["approve", "deny", "edit"]
+    decision: Literal["approve", "deny", "edit", "override"]
     correction: str | None = Field(default=None, max_length=10_000)
     edited_arguments: dict[str, Any] | None = Field(default=None, alias="editedArguments")
     proposal_id: str | None = Field(default=None, alias="proposalId")

@@ -110,7 +110,12 @@ def describe_call(tool: str, arguments: dict[str, Any]) -> str:
     return f"{tool} {path}".strip()
 
 
-def proposal_message(tool: str, arguments: dict[str, Any], note: str | None = None) -> str:
-    """`Proposed edit_lines: replace lines 6-7 of src/calc/ops.py with 1 line`."""
+def proposal_message(
+    tool: str, arguments: dict[str, Any], note: str | None = None, blocked_by: str | None = None
+) -> str:
+    """`Proposed edit_lines: replace lines 6-7 of src/calc/ops.py with 1 line`; a call a
+    guard blocks says so first (only Edit, Deny or Override guard can pass it)."""
     text = f"Proposed {tool}: {describe_call(tool, arguments)}"
+    if blocked_by:
+        text = f"Blocked by a guard ({blocked_by}): {text}"
     return f"{text} ({note})" if note else text

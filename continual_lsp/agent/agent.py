@@ -42,6 +42,7 @@ from continual_lsp.policy.model_files import starter_name
 from continual_lsp.protocol import (
     AllowOffer,
     AllowResult,
+    Decision,
     Hunk,
     HunkDecision,
     LearnedNotification,
@@ -85,6 +86,8 @@ class Proposal(BaseModel):
     note: str | None = None
     adapter_version: str | None = None
     allow_offer: AllowOffer | None = None
+    # The guard's reason when one blocks the call: Edit, Deny or override, never approve.
+    blocked_by: str | None = None
 
     def hunks(self) -> list[Hunk]:
         """The hunks of a change to an existing file (empty: decided only as a whole)."""
@@ -130,6 +133,7 @@ class Proposal(BaseModel):
             adapter_version=self.adapter_version,
             hunks=hunks if len(hunks := self.hunks()) > 1 else None,
             allow_offer=self.allow_offer,
+            blocked_by=self.blocked_by,
         )
 
 
@@ -182,6 +186,9 @@ class _Task:
         self.history: list[ToolCall] = []  # the calls run, oldest first (sequence guards)
         self.pending: str | None = None
         self.done: str | None = None
+        # Guards compiled from this task's denials: each must let the calls the reviewer
+        # accepts next in the task through (`LanesFacade.let_through`).
+        self.new_guards: list[str] = []
 
 
 def _repeats(task: _Task, call: ToolCall) -> bool:
@@ -277,7 +284,7 @@ class Agent:
     def decide(
         self,
         proposal_id: str,
-        decision: Literal["approve", "deny", "edit"],
+        decision: Decision,
         correction: str | None = None,
         edited_arguments: dict[str, Any] | None = None,
         hunks: list[HunkDecision] | None = None,
@@ -294,7 +301,9 @@ class Agent:
                 return self._edit(task, proposal, edited_arguments, correction)
             if decision == "approve":
                 return self._approve(task, proposal)
-            raise AgentError(f"unknown decision {decision!r}: use approve, deny or edit")
+            if decision == "override":
+                return self._override(task, proposal)
+            raise AgentError(f"unknown decision {decision!r}: use approve, deny, edit or override")
 
     @staticmethod
     def resolve_hunks(
@@ -443,7 +452,15 @@ class Agent:
         )
         if row["status"] == "pending":
             proposal.allow_offer = self._allow_offer(proposal.call, proposal.preview)
+            task = self._tasks.get(row["task_id"])
+            self._mark_blocked(proposal, task.history if task else [])
         return proposal
+
+    def _mark_blocked(self, proposal: Proposal, history: Sequence[ToolCall]) -> None:
+        """Set `blocked_by` when a guard blocks the proposal now (one compiled after it was
+        proposed too): it is offered with Edit and override, never a plain Approve."""
+        verdict = self.lanes.check_guards(proposal.call, proposal.preview, history)
+        proposal.blocked_by = verdict.message if verdict.action == "block" else None
 
     def proposal_status(self, proposal_id: str) -> str | None:
         """The status: pending, a decision (approve, deny, edit) or stale; None if unknown."""
@@ -467,7 +484,7 @@ class Agent:
         row = self.store.proposal(proposal_id)
         if row is None:
             raise AgentError(f"unknown proposal {proposal_id!r}")
-        if row["status"] not in ("approve", "edit"):
+        if row["status"] not in ("approve", "edit", "override"):
             raise AgentError(f"proposal {proposal_id!r} was {row['status']}, not applied")
         self.store.append_event("manual_edit", {"diff": diff}, row["task_id"], proposal_id)
         path = (row["preview"] or {}).get("path")
@@ -528,7 +545,8 @@ class Agent:
         except StoreError as exc:
             raise AgentError(str(exc)) from exc
 
-    def _approve(self, task: _Task, proposal: Proposal) -> DecideOutcome:
+    def _check_fresh(self, task: _Task, proposal: Proposal) -> None:
+        """Refuse a proposal whose file changed since it was made (it is stale now)."""
         if proposal.preview is not None:
             try:
                 self.tools.check_fresh(proposal.preview)
@@ -536,13 +554,25 @@ class Agent:
                 self.store.set_proposal_status(proposal.id, "stale")
                 task.pending = None
                 raise AgentError(str(exc)) from exc
+
+    def _approve(self, task: _Task, proposal: Proposal) -> DecideOutcome:
+        self._check_fresh(task, proposal)
         verdict = self.lanes.check_guards(proposal.call, proposal.preview, task.history)
         self._fired(verdict.guard_id)
         if verdict.action == "block":
             # A guard compiled after the call was proposed (or the denied call offered
-            # again for editing): approving cannot bypass it.
-            raise AgentError(f"a guard blocks this call: {verdict.message} Edit it or deny it.")
+            # again for editing): approving cannot bypass it; overriding can, and says so.
+            raise AgentError(
+                f"a guard blocks this call: {verdict.message} Edit it, deny it, or override "
+                'the guard (decision "override").'
+            )
         self._record(proposal, "approve")
+        result = self._run_accepted(task, proposal)
+        self._learn_allow(proposal)
+        return self._next(task, result)
+
+    def _run_accepted(self, task: _Task, proposal: Proposal) -> ToolResult:
+        """Run an approved or overridden call (its decision already committed)."""
         denied = [pid for pid, call in self._denied_calls(task).items() if call != proposal.call]
         result = self._execute(task, proposal, proposal.call)
         # The approved retry is the demonstration the denied turns lacked (DESIGN §4); the
@@ -550,8 +580,47 @@ class Agent:
         for denied_id in denied:
             self.training.enqueue(denied_id, "approved_retry", None, proposal.call)
         self.store.mark_applied(proposal.id, result.model_dump())
-        self._learn_allow(proposal)
+        return result
+
+    def _override(self, task: _Task, proposal: Proposal) -> DecideOutcome:
+        """Run a call a guard blocks: the reviewer knows better than the guard. The
+        override counts against the guard (twice retires it to CONTEXT), and a guard
+        compiled from this task's denials is narrowed or dropped for it."""
+        self._check_fresh(task, proposal)
+        verdict = self.lanes.check_guards(proposal.call, proposal.preview, task.history)
+        if verdict.action != "block" or verdict.guard_id is None:
+            raise AgentError(f"no guard blocks proposal {proposal.id}: approve it instead")
+        self._record(proposal, "override", correction=verdict.message)
+        changes = self._let_through(task, proposal.call, proposal.preview)
+        result = self._run_accepted(task, proposal)
+        retired = self.lanes.guard_overridden(verdict.guard_id, proposal.id)
+        for change in [*changes, *([retired] if retired else [])]:
+            self.listener.on_routed(change)
         return self._next(task, result)
+
+    def _let_through(
+        self, task: _Task, call: ToolCall, preview: Preview | None
+    ) -> list[RoutedNotification]:
+        """The guards compiled from this task's denials that would block `call`, which the
+        reviewer accepted, narrowed or dropped (DESIGN §5); `preview` against the files as
+        they are before it runs."""
+        if not task.new_guards:
+            return []
+        path = call.arguments.get("path") or call.arguments.get("cmd")
+        what = f"{call.tool} {path}" if isinstance(path, str) else call.tool
+        return self.lanes.let_through(task.new_guards, call, preview, task.history, what)
+
+    def _track_new_guard(self, task: _Task, routed: RoutedNotification | None, source: str) -> None:
+        """Remember a guard compiled from `source`, a denial in `task`."""
+        if routed is None or routed.lane != "CODE":
+            return
+        row = self.store.lane_item(routed.item_id)
+        if (
+            row is not None
+            and row.get("source") == source
+            and routed.item_id not in task.new_guards
+        ):
+            task.new_guards.append(routed.item_id)
 
     def _learn_allow(self, proposal: Proposal) -> None:
         """With `allow_learn_after` set, that many approvals of a class become its rule."""
@@ -584,6 +653,7 @@ class Agent:
             # correction's cluster says which earlier approved calls the teacher may see.
             if route:
                 routed = self.lanes.route_correction(correction, proposal, is_denial=True)
+                self._track_new_guard(task, routed, proposal.id)
             task.denied.append(proposal.id)
             task.conversation.add_feedback(correction)
             task.retries += 1
@@ -643,8 +713,13 @@ class Agent:
             routed = self.lanes.route_correction(
                 correction, proposal, is_denial=True, task_text=task.text, demonstration=call
             )
+            self._track_new_guard(task, routed, proposal.id)
             if routed is not None:
                 self.listener.on_routed(routed)
+        # The edit is the reviewer's own fix: no guard this task's corrections made may
+        # block it (its preview against the file before it runs).
+        for change in self._let_through(task, call, self._preview(call)[0]):
+            self.listener.on_routed(change)
         result = self._execute(task, proposal, call)
         self.store.mark_applied(proposal.id, result.model_dump())
         learned = self._wait_learned(proposal.id, job_id, self._policy)
@@ -985,15 +1060,25 @@ class Agent:
         """Show the chosen retry; when there is none, the denied call again with the reason
         and the Edit offer, so a correction never ends a task silently. The chosen retry
         is shown even when read-only: it answers the correction."""
+        blocked = None
         if choice.completion is None:
             tokens = self.policy.renderer.render_call(choice.call)
             logprobs = self.policy.logprobs(choice.prompt_tokens, tokens)
+            verdict = self.lanes.check_guards(choice.call, choice.preview, task.history)
+            blocked = verdict.message if verdict.action == "block" else None
+            offer = (
+                "A guard blocks this call: edit it to show what you want, override the "
+                "guard, or deny it again."
+                if blocked
+                else "Edit this call to show what you want, or deny it again."
+            )
             choice = replace(
                 choice,
                 completion=Completion(tokens=tokens, logprobs=logprobs, text=""),
-                note=f"{choice.reason} Edit this call to show what you want, or deny it again.",
+                note=f"{choice.reason} {offer}",
             )
         proposal = self._add_proposal(task, choice)
+        proposal.blocked_by = blocked
         self.listener.on_proposal(proposal)
         return proposal
 
@@ -1209,7 +1294,7 @@ class Agent:
                     args = dict(decision["edited_arguments"])
                     call = ToolCall(tool=args.pop("tool", row["tool"]), arguments=args)
                 self.training.enqueue_from_row(row, decision, call)
-            if decision["decision"] in ("approve", "edit"):
+            if decision["decision"] in ("approve", "edit", "override"):
                 outcome.update(self._recover_execution(row, decision))
             self.store.mark_applied(pid, outcome)
         self.checkpoints.recover()

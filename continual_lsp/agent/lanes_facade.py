@@ -7,7 +7,14 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from continual_lsp.config import Settings
-from continual_lsp.lanes import allocator, allow, context, guards, routing_ledger
+from continual_lsp.lanes import (
+    allocator,
+    allow,
+    context,
+    guard_feedback,
+    guards,
+    routing_ledger,
+)
 from continual_lsp.policy.base import DecodeRestrictions
 from continual_lsp.protocol import LedgerResult, RoutedNotification
 from continual_lsp.store import Store
@@ -82,6 +89,23 @@ class LanesFacade:
     ) -> guards.GuardVerdict:
         """`history`: the task's executed calls, oldest first (sequence rules read it)."""
         return guards.check_guards(self.store, call, preview, history)
+
+    def guard_overridden(self, guard_id: str, proposal_id: str) -> RoutedNotification | None:
+        """The reviewer ran a call `guard_id` blocked; the guard's retirement to CONTEXT
+        when that was one override too many."""
+        return guard_feedback.record_override(self.store, guard_id, proposal_id)
+
+    def let_through(
+        self,
+        guard_ids: Sequence[str],
+        call: ToolCall,
+        preview: Preview | None,
+        history: Sequence[ToolCall],
+        what: str,
+    ) -> list[RoutedNotification]:
+        """Narrow or drop the guards of `guard_ids` (compiled from this task's denials)
+        that would block `call`, which the reviewer accepted (`guard_feedback`)."""
+        return guard_feedback.let_through(self.store, guard_ids, call, preview, history, what)
 
     def due_step(self, history: Sequence[ToolCall], call: ToolCall | None) -> str | None:
         """The step a sequence guard still requires before `call` commits, or (`call`

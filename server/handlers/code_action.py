@@ -1,8 +1,9 @@
 """textDocument/codeAction: on the lines a pending proposal changes, offer *Approve*
 (the command alone: the server applies the edit with a versioned workspace/applyEdit, so
 approving never races the client's didChange), *Deny with correction…*, *Edit proposal…*
-and *Show diff*; on a hunk of a multi-hunk change, *Accept hunk n* / *Reject hunk n…*
-first. Pure in-memory work: no agent call, so it stays fast while the agent
+and *Show diff*; a proposal a guard blocks offers *Override guard* instead of *Approve*
+(approving it would be refused); on a hunk of a multi-hunk change, *Accept hunk n* /
+*Reject hunk n…* first. Pure in-memory work: no agent call, so it stays fast while the agent
 samples or trains."""
 
 from __future__ import annotations
@@ -24,11 +25,12 @@ if TYPE_CHECKING:
     from ..connection import Connection
     from ..session import Session
 
-APPROVE, DENY, EDIT, DIFF = (
+APPROVE, DENY, EDIT, DIFF, OVERRIDE = (
     "continual.approve",
     "continual.deny",
     "continual.edit",
     "continual.showDiff",
+    "continual.override",
 )
 
 
@@ -46,8 +48,13 @@ def actions_for(session: Session, uri: str, proposal: Proposal) -> list[lsp.Code
             command=lsp.Command(title=title, command=command, arguments=[pid]),
         )
 
+    first = (
+        action(f"Override guard: {summary}", OVERRIDE)
+        if proposal.blocked_by
+        else action(f"Approve: {summary}", APPROVE, preferred=True)
+    )
     return [
-        action(f"Approve: {summary}", APPROVE, preferred=True),
+        first,
         action("Deny with correction…", DENY),
         action("Edit proposal…", EDIT),
         action("Show diff", DIFF),

@@ -5,6 +5,7 @@
     continual.deny     [proposalId, correction?]   no correction: open a correction file
     continual.edit     [proposalId, editedArguments?]   none: open the proposal as a file
     continual.showDiff [proposalId]
+    continual.override [proposalId]   run a call a guard blocks (as approve does)
 
 Results are plain objects: the decide result for decisions, `{ok, uri}` when a file was
 opened for the reviewer.
@@ -24,7 +25,7 @@ from .. import decisions, reviewer_files
 # type hints (typing.get_type_hints) to find their parameters.
 from ..connection import Connection
 from ..proposals import lookup
-from .code_action import APPROVE, DENY, DIFF, EDIT
+from .code_action import APPROVE, DENY, DIFF, EDIT, OVERRIDE
 
 if TYPE_CHECKING:
     from continual_lsp.agent.agent import Proposal
@@ -55,6 +56,11 @@ def register(ls: LanguageServer) -> None:
     async def approve(ls: Connection, *args: Any) -> dict[str, Any]:
         pid, _ = _args(APPROVE, args, "[proposalId]", 1)
         return await _decided(ls, pid, "approve")
+
+    @ls.command(OVERRIDE)
+    async def override(ls: Connection, *args: Any) -> dict[str, Any]:
+        pid, _ = _args(OVERRIDE, args, "[proposalId]", 1)
+        return await _decided(ls, pid, "override")
 
     @ls.command(DENY)
     async def deny(ls: Connection, *args: Any) -> dict[str, Any]:

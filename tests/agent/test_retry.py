@@ -59,8 +59,8 @@ def test_a_guard_on_the_favourite_call_still_shows_the_reviewer_something(
     assert agent.store.task(task_id)["status"] != "done"
     if chosen["payload"]["winner"] is None:
         assert shown.note and shown.note.startswith("No compliant retry among 6 candidates")
-        assert "Edit this call" in shown.note
-        with pytest.raises(AgentError, match="a guard blocks this call"):
+        assert "override the guard" in shown.note and shown.blocked_by == "Do not run that command."
+        with pytest.raises(AgentError, match=r"a guard blocks this call.*override"):
             agent.decide(shown.id, "approve")
     else:
         assert shown.call != favourite.call

@@ -114,4 +114,17 @@ SCRIPTS: dict[str, list[dict[str, Any]]] = {
     "plain": [RUN_TESTS, FIX_MEAN],
     # every sample, every retry candidate: the one call a guard blocks
     "guarded": [NPM_INSTALL],
+    # the fix a guard on src/calc/ blocks (sample and retry), overridden; then bash
+    "override": [FIX_MEAN, FIX_MEAN, RUN_TESTS, RUN_TESTS],
+}
+
+# The guard of the "override" script (seeded in the store by the tests).
+CALC_GUARD = {
+    "text": "Leave src/calc/ alone.",
+    "lane": "CODE",
+    "reason": "seeded by the test",
+    "spec": {
+        "message": "Leave src/calc/ alone.",
+        "rules": [{"kind": "path", "globs": ["src/calc/**"]}],
+    },
 }

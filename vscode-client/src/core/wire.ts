@@ -44,7 +44,7 @@ export interface AllowResult {
  */
 export interface DecideParams {
   proposalId: string;
-  decision: "approve" | "deny" | "edit";
+  decision: "approve" | "deny" | "edit" | "override";
   correction?: string;
   editedArguments?: {
     [k: string]: unknown;
@@ -103,6 +103,7 @@ export interface ProposalNotification {
   adapterVersion?: string;
   hunks?: Hunk[];
   allowOffer?: AllowOffer;
+  blockedBy?: string;
 }
 /**
  * This interface was referenced by `Wire`'s JSON-Schema
@@ -173,6 +174,8 @@ export interface LedgerItem {
   recurredAfter?: number;
   gate?: GateCompliance;
   approvals?: string[];
+  overridden?: number;
+  taskScoped?: boolean;
 }
 /**
  * This interface was referenced by `Wire`'s JSON-Schema
