@@ -145,6 +145,20 @@ class RevertParams(Wire):
     item_id: str = Field(min_length=1)
 
 
+class PromoteParams(Wire):
+    """Make a task-scoped correction (`LedgerItem.taskScoped`) a standing one: routed again
+    through the lanes, it may become a guard, a bullet or a WEIGHTS item."""
+
+    item_id: str = Field(min_length=1)
+
+
+class PromoteResult(Wire):
+    ok: bool
+    item_id: str  # the standing item it became
+    lane: Lane
+    reason: str
+
+
 # Cumulative: "read_only" auto-approves read, glob and grep; "allow_rules" also runs
 # calls an allow rule covers; "workspace_edits" also file changes inside the workspace.
 # "manual" asks for everything.
@@ -245,6 +259,9 @@ class ProposalNotification(Wire):
     # The guard's reason when a guard blocks the call: only Edit, Deny or override
     # (`decision: "override"`) can pass it; approve is refused.
     blocked_by: str | None = None
+    # What a file change was verified for before it was shown: "parses", "the failing
+    # test passes with this change", or "does not parse: <error>" when no candidate did.
+    checked: str | None = None
 
 
 class LearnedNotification(Wire):
@@ -275,6 +292,7 @@ METHOD_STATUS = "continual/status"
 METHOD_PENDING = "continual/pending"
 METHOD_UNDO = "continual/undo"
 METHOD_ALLOW = "continual/allow"
+METHOD_PROMOTE = "continual/promote"
 NOTIFY_PROPOSAL = "continual/proposal"
 NOTIFY_LEARNED = "continual/learned"
 NOTIFY_ROUTED = "continual/routed"

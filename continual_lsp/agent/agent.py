@@ -48,6 +48,7 @@ from continual_lsp.protocol import (
     LearnedNotification,
     LedgerResult,
     Position,
+    PromoteResult,
     ProposalNotification,
     Range,
     RoutedNotification,
@@ -411,6 +412,20 @@ class Agent:
 
     def ledger(self) -> LedgerResult:
         return self.lanes.ledger()
+
+    def promote(self, item_id: str) -> PromoteResult:
+        """The reviewer keeps a task-scoped correction as a standing rule."""
+        from continual_lsp.lanes.routing_ledger import LedgerError
+
+        with self._lock:
+            try:
+                routed = self.lanes.promote(item_id)
+            except LedgerError as exc:
+                raise AgentError(str(exc)) from exc
+        self.listener.on_routed(routed)
+        return PromoteResult(
+            ok=True, item_id=routed.item_id, lane=routed.lane, reason=routed.reason
+        )
 
     def revert(self, item_id: str) -> None:
         from continual_lsp.lanes.routing_ledger import LedgerError

@@ -172,6 +172,12 @@ class LanesFacade:
     def ledger(self) -> LedgerResult:
         return routing_ledger.build_ledger(self.store)
 
+    def promote(self, item_id: str) -> RoutedNotification:
+        """A task-scoped correction made standing (`routing_ledger.promote`); LedgerError
+        when the id names no task-scoped item."""
+        item = routing_ledger.promote(self.store, item_id, self.settings)
+        return RoutedNotification(item_id=item.id, lane=item.lane, reason=item.reason)
+
     def revert(self, item_id: str) -> int | None:
         """Deactivate a bullet or guard; for an adapter id, the version the caller must revert."""
         try:

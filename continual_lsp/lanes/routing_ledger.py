@@ -48,6 +48,7 @@ def build_ledger(store: Store) -> LedgerResult:
             if row.get("kind") == "allow"
             else None,
             overridden=_overridden(store, row),
+            task_scoped=True if row.get("kind") == TASK_KIND else None,
         )
         for row in store.lane_items()
     ]

@@ -147,3 +147,36 @@ def test_a_guard_from_this_tasks_denial_is_narrowed_when_the_reviewers_edit_need
     fix = ToolCall.model_validate(FIX_MEAN)
     assert agent.lanes.check_guards(fix, None).action == "allow"
     agent.close()
+
+
+def test_a_task_scoped_correction_lets_the_fix_through_and_can_be_promoted(
+    tmp_path: Path, workspace: Path, model_and_tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 31's Emacs case: a whole-file rewrite denied with a correction about this change.
+    ops = (workspace / "src/calc/ops.py").read_text()
+    rewrite = {
+        "tool": "write",
+        "arguments": {"path": "src/calc/ops.py", "content": ops.replace("//", "/") + "\n# ok\n"},
+    }
+    calls = [rewrite, FIX_MEAN, RUN_TESTS]
+    agent, listener = scripted(tmp_path, workspace, model_and_tokenizer, calls, monkeypatch)
+    _, proposal = agent.start_task("Fix the bug in mean() in src/calc/ops.py")
+    assert proposal is not None and proposal.call.tool == "write"
+    correction = (
+        "Change only the line with the bug in ops.py; use edit_lines, do not rewrite the file."
+    )
+    retry = agent.decide(proposal.id, "deny", correction=correction).next_proposal
+    # Kept with the task: no guard, so the one-line fix is the retry, approvable.
+    assert retry is not None and retry.call.model_dump() == FIX_MEAN
+    assert retry.blocked_by is None
+    [item] = [i for i in agent.ledger().items if i.text == correction]
+    assert (item.lane, item.task_scoped) == ("NONE", True)
+    assert listener.routed == []
+    agent.decide(retry.id, "approve")
+    # The reviewer keeps it after all: routed again as a standing rule.
+    promoted = agent.promote(item.id)
+    assert promoted.item_id != item.id and listener.routed[-1].item_id == promoted.item_id
+    assert not ledger_item(agent, item.id).active
+    with pytest.raises(AgentError, match="already promoted"):
+        agent.promote(item.id)
+    agent.close()

@@ -18,6 +18,7 @@ import {
   METHOD_LEDGER,
   METHOD_NOTE,
   METHOD_PENDING,
+  METHOD_PROMOTE,
   METHOD_REVERT,
   METHOD_START_TASK,
   METHOD_STATUS,
@@ -31,6 +32,7 @@ import {
   parseLearned,
   parseLedger,
   parsePending,
+  parsePromoteResult,
   parseProposal,
   parseStartTaskResult,
   parseRouted,
@@ -42,6 +44,7 @@ import {
   type DecideResult,
   type LearnedNotification,
   type LedgerResult,
+  type PromoteResult,
   type ProposalNotification,
   type RoutedNotification,
   type StartTaskResult,
@@ -227,6 +230,11 @@ export class ContinualClient implements vscode.Disposable {
 
   async revert(itemId: string): Promise<void> {
     await this.request(METHOD_REVERT, { itemId });
+  }
+
+  /** A task-scoped correction kept as a standing rule: the item it became. */
+  async promote(itemId: string): Promise<PromoteResult> {
+    return parsePromoteResult(await this.request(METHOD_PROMOTE, { itemId }));
   }
 
   async undo(proposalId?: string, reason?: string): Promise<UndoResult> {

@@ -64,8 +64,11 @@ export class ProposalCodeLens implements vscode.CodeLensProvider {
     const id = proposal.proposalId;
     const lens = (title: string, command: string, tooltip: string) =>
       new vscode.CodeLens(range, { title, command, arguments: [id], tooltip });
+    const blocked = proposal.blockedBy;
     return [
-      proposal.tool === "done"
+      blocked
+        ? lens("$(shield) Override guard", "continual.overrideProposal", `Blocked by a guard: ${blocked} Runs it anyway; counts against the guard`)
+        : proposal.tool === "done"
         ? lens(`$(check) ${approveLabel(proposal)}`, "continual.approveProposal", "End the task with this summary")
         : lens(`$(check) Approve ${proposal.tool}`, "continual.approveProposal", "Run the proposed call"),
       lens("$(close) Deny…", "continual.denyProposal", "Deny with a correction; the agent learns from it and retries"),

@@ -5,7 +5,7 @@ import { ContinualClient } from "./client";
 import { ProposalCodeLens } from "./codeLens";
 import { EDIT_SCHEME, PROPOSAL_SCHEME } from "./core/proposalUri";
 import { EditDocuments } from "./editDocuments";
-import { LedgerTree, revertLedgerItem } from "./ledgerView";
+import { LedgerTree, promoteLedgerItem, revertLedgerItem } from "./ledgerView";
 import { ProposalController } from "./proposalController";
 import { ProposalDocuments } from "./proposalDocuments";
 import { StatusBar } from "./statusBar";
@@ -95,6 +95,9 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
       case "continual.approve":
         await proposals.approve(id);
         return undefined;
+      case "continual.override":
+        await proposals.override(id);
+        return undefined;
       case "continual.deny":
         await proposals.deny(id, typeof args[1] === "string" ? args[1] : undefined);
         return undefined;
@@ -171,6 +174,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   });
   register("continual.refreshLedger", () => ledger.refresh());
   register("continual.revertItem", (node) => revertLedgerItem(continual, ledger, node));
+  register("continual.promoteItem", (node) => promoteLedgerItem(continual, ledger, node));
+  register("continual.overrideProposal", (target) => proposals.override(target));
   register("continual.showStatus", async () => {
     status.poll();
     const choice = await vscode.window.showInformationMessage(

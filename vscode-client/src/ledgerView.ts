@@ -85,7 +85,10 @@ export class LedgerTree implements vscode.TreeDataProvider<Node>, vscode.Disposa
         item.description = itemDescription(ledgerItem);
         item.tooltip = new vscode.MarkdownString().appendText(itemTooltip(ledgerItem));
         item.iconPath = new vscode.ThemeIcon(ledgerItem.active ? "pass" : "history");
-        item.contextValue = ledgerItem.active ? "continual.ledgerItem.active" : "continual.ledgerItem.reverted";
+        // `.task`: a task-scoped correction, which the reviewer may promote to a standing rule.
+        item.contextValue = ledgerItem.active
+          ? `continual.ledgerItem.active${ledgerItem.taskScoped ? ".task" : ""}`
+          : "continual.ledgerItem.reverted";
         return item;
       }
     }
@@ -94,6 +97,19 @@ export class LedgerTree implements vscode.TreeDataProvider<Node>, vscode.Disposa
   dispose(): void {
     this.changed.dispose();
   }
+}
+
+/** The command behind Promote (a task-scoped item): routed again as a standing rule. */
+export async function promoteLedgerItem(client: ContinualClient, tree: LedgerTree, node: unknown): Promise<void> {
+  const item = typeof node === "object" && node !== null && "item" in node ? (node as { item: LedgerItem }).item : undefined;
+  if (!item?.taskScoped) return;
+  try {
+    const result = await client.promote(item.id);
+    void vscode.window.showInformationMessage(`Continual: promoted to ${result.lane}: ${result.reason}`);
+  } catch (error) {
+    void vscode.window.showErrorMessage(`Continual: promote failed: ${error instanceof Error ? error.message : String(error)}`);
+  }
+  await tree.refresh();
 }
 
 /** The command behind the Revert context-menu entry: the argument is the tree node. */

@@ -153,10 +153,10 @@ export class ProposalController implements vscode.Disposable {
 
   private notify(proposal: ProposalNotification): void {
     void vscode.window
-      .showInformationMessage(`Continual proposes: ${describeProposal(proposal)}`, "Show Diff", "Approve", "Deny…")
+      .showInformationMessage(`Continual proposes: ${describeProposal(proposal)}`, "Show Diff", approveLabel(proposal), "Deny…")
       .then((choice) => {
         if (choice === "Show Diff") void this.showDiff(proposal.proposalId);
-        else if (choice === "Approve") void this.approve(proposal.proposalId);
+        else if (choice === approveLabel(proposal)) void this.approve(proposal.proposalId);
         else if (choice === "Deny…") void this.deny(proposal.proposalId);
       });
   }
@@ -187,8 +187,10 @@ export class ProposalController implements vscode.Disposable {
     const show = proposal.tool === "bash" ? vscode.window.showWarningMessage : vscode.window.showInformationMessage;
     const always = proposal.allowOffer ? `Always Allow (approved ${proposal.allowOffer.approvals}×)` : "Always Allow";
     const approve = approveLabel(proposal);
-    // Finishing is never "always allowed": each task's end is the reviewer's call.
-    const choice = done ? await show(message, approve, "Deny…", "Edit…") : await show(message, approve, always, "Deny…", "Edit…");
+    // Finishing is never "always allowed": each task's end is the reviewer's call; nor is a
+    // call a guard blocks.
+    const choice =
+      done || proposal.blockedBy ? await show(message, approve, "Deny…", "Edit…") : await show(message, approve, always, "Deny…", "Edit…");
     if (!this.pending.has(proposal.proposalId)) return;
     if (choice === approve) await this.approve(proposal.proposalId);
     else if (choice === always) await this.allowAlways(proposal.proposalId);
@@ -226,7 +228,27 @@ export class ProposalController implements vscode.Disposable {
 
   async approve(target?: unknown): Promise<void> {
     const proposal = this.resolve(target);
-    if (proposal) await this.send(proposal, { proposalId: proposal.proposalId, decision: "approve" }, `Approving ${describeProposal(proposal)}…`);
+    if (!proposal) return;
+    // The server refuses to approve a call a guard blocks: Approve (a key, a title button)
+    // on one asks whether to override the guard instead.
+    if (proposal.blockedBy) {
+      const choice = await vscode.window.showWarningMessage(
+        `Continual: a guard blocks ${describeProposal(proposal)}`,
+        { modal: true, detail: `${proposal.blockedBy}\n\nOverride runs it anyway and counts against the guard (a guard overridden twice retires to Context).` },
+        "Override guard",
+        "Edit…",
+      );
+      if (choice === "Override guard") await this.override(proposal.proposalId);
+      else if (choice === "Edit…") await this.edit(proposal.proposalId);
+      return;
+    }
+    await this.send(proposal, { proposalId: proposal.proposalId, decision: "approve" }, `Approving ${describeProposal(proposal)}…`);
+  }
+
+  /** Run a call a guard blocks: the reviewer knows better; the override counts against it. */
+  async override(target?: unknown): Promise<void> {
+    const proposal = this.resolve(target);
+    if (proposal) await this.send(proposal, { proposalId: proposal.proposalId, decision: "override" }, `Overriding the guard: ${describeProposal(proposal)}…`);
   }
 
   /** "Always allow calls like this one" (a rule in the CODE lane), then approve this one. */

@@ -82,4 +82,10 @@ describe("done", () => {
     expect(approveLabel(done)).toBe("Finish task");
     expect(approveLabel(p("bash", { cmd: "ls" }))).toBe("Approve");
   });
+
+  it("offers a call a guard blocks as Override guard, with the guard's reason", () => {
+    const blocked = { ...p("bash", { cmd: "npm install" }), blockedBy: "Use pnpm, never npm." };
+    expect(approveLabel(blocked)).toBe("Override guard");
+    expect(proposalDetail(blocked)).toBe("$ npm install\n\nBlocked by a guard: Use pnpm, never npm.");
+  });
 });

@@ -46,4 +46,13 @@ describe("ledger text", () => {
     expect(itemDescription(long)).toBe("×2 · reverted · why a");
     expect(itemTooltip(long)).toMatch(/Lane: Code \(reverted\)\nWhy: why a\nSeen: 2 times\nSince: 2023-11-14 22:13:20 UTC/);
   });
+
+  it("shows a guard's overrides and a task-scoped correction", () => {
+    const guard = { ...item("g", "CODE"), fired: 2, overridden: 1 };
+    expect(itemDescription(guard)).toBe("×1 · fired 2 · overridden 1× · why g");
+    expect(itemTooltip(guard)).toContain("Overridden: 1 (a guard overridden twice retires to Context)");
+    const scoped = { ...item("s", "NONE"), taskScoped: true };
+    expect(itemDescription(scoped)).toBe("×1 · task-scoped · why s");
+    expect(itemTooltip(scoped)).toContain("Promote makes it one");
+  });
 });

@@ -5,6 +5,7 @@ import {
   parseLearned,
   parseLedger,
   parsePending,
+  parsePromoteResult,
   parseProposal,
   parseRouted,
   parseStartTaskResult,
@@ -38,6 +39,24 @@ describe("payload parsing", () => {
       note: "rewritten by a guard",
     });
     expect(parseProposal({ proposalId: "p", taskId: "t", tool: "x", arguments: {}, readOnly: true, range: { start: 1 } })).not.toHaveProperty("range");
+  });
+
+  it("keeps a guard's block, the ledger's override count and task scope, and a promotion", () => {
+    const blocked = parseProposal({ proposalId: "p", taskId: "t", tool: "bash", arguments: { cmd: "npm i" }, readOnly: false, blockedBy: "Use pnpm." });
+    expect(blocked?.blockedBy).toBe("Use pnpm.");
+    expect(parseProposal({ proposalId: "p", taskId: "t", tool: "x", arguments: {}, readOnly: true, blockedBy: 3 })).not.toHaveProperty("blockedBy");
+    const ledger = parseLedger({
+      items: [
+        { id: "g", text: "t", lane: "CODE", reason: "r", recurrence: 1, createdAt: 1, active: true, overridden: 1 },
+        { id: "s", text: "t", lane: "NONE", reason: "r", recurrence: 1, createdAt: 1, active: true, taskScoped: true },
+      ],
+    });
+    expect(ledger.items.map((i) => [i.overridden, i.taskScoped])).toEqual([
+      [1, undefined],
+      [undefined, true],
+    ]);
+    expect(parsePromoteResult({ ok: true, itemId: "i2", lane: "CODE", reason: "r" })).toEqual({ ok: true, itemId: "i2", lane: "CODE", reason: "r" });
+    expect(parsePromoteResult({ ok: true })).toEqual({ ok: false, itemId: "", lane: "NONE", reason: "" });
   });
 
   it("rejects proposals missing required fields", () => {

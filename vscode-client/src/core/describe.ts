@@ -32,6 +32,7 @@ export function proposalDetail(proposal: ProposalNotification): string {
   if (proposal.tool === "bash") lines.push(`$ ${arg(proposal, "cmd") ?? ""}`);
   else if (proposal.tool === "done") lines.push(arg(proposal, "summary") ?? "");
   else lines.push(JSON.stringify(proposal.arguments, null, 2));
+  if (proposal.blockedBy) lines.push("", `Blocked by a guard: ${proposal.blockedBy}`);
   if (proposal.note) lines.push("", proposal.note);
   return lines.join("\n");
 }
@@ -52,8 +53,10 @@ export function callDocument(proposal: ProposalNotification): { name: string; co
   return { name: `proposed-${proposal.tool}.json`, content: `${JSON.stringify(call, null, 2)}\n` };
 }
 
-/** What approving is called: "Finish task" for the model's `done` (approving ends the task). */
+/** What approving is called: "Finish task" for the model's `done` (approving ends the task);
+ * "Override guard" for a call a guard blocks (a plain approve would be refused). */
 export function approveLabel(proposal: ProposalNotification): string {
+  if (proposal.blockedBy) return "Override guard";
   return proposal.tool === "done" ? "Finish task" : "Approve";
 }
 

@@ -81,7 +81,9 @@ export function itemLabel(item: LedgerItem, max = 64): string {
 
 export function itemDescription(item: LedgerItem): string {
   const parts = [`×${item.recurrence}`];
+  if (item.taskScoped) parts.push("task-scoped");
   if (item.fired !== undefined) parts.push(`fired ${item.fired}`);
+  if (item.overridden) parts.push(`overridden ${item.overridden}×`);
   if (item.recurredAfter) parts.push(`came back ${item.recurredAfter}×`);
   if (!item.active) parts.push("reverted");
   if (item.reason) parts.push(item.reason);
@@ -98,6 +100,8 @@ export function itemTooltip(item: LedgerItem): string {
     `Seen: ${item.recurrence} time${item.recurrence === 1 ? "" : "s"}`,
     item.fired !== undefined ? `Fired: ${item.fired} (guard hits, rewrites, blocks, cue matches, allowed calls)` : "",
     item.recurredAfter !== undefined ? `Recurred after it existed: ${item.recurredAfter}` : "",
+    item.overridden !== undefined ? `Overridden: ${item.overridden} (a guard overridden twice retires to Context)` : "",
+    item.taskScoped ? "Task-scoped: kept with its task, not a standing rule; Promote makes it one" : "",
     item.gate
       ? `Held-out compliance: ${item.gate.before.toFixed(3)} → ${item.gate.after.toFixed(3)} (${item.gate.promoted ? "promoted" : "discarded"})`
       : "",

@@ -12,6 +12,7 @@ import type {
   LedgerResult,
   PendingResult,
   Position,
+  PromoteResult,
   ProposalNotification,
   Range,
   RoutedNotification,
@@ -30,6 +31,7 @@ export const METHOD_STATUS = "continual/status";
 export const METHOD_PENDING = "continual/pending";
 export const METHOD_UNDO = "continual/undo";
 export const METHOD_ALLOW = "continual/allow";
+export const METHOD_PROMOTE = "continual/promote";
 export const NOTIFY_PROPOSAL = "continual/proposal";
 export const NOTIFY_LEARNED = "continual/learned";
 export const NOTIFY_ROUTED = "continual/routed";
@@ -67,7 +69,7 @@ function isRange(value: unknown): value is Range {
 
 export function parseProposal(value: unknown): ProposalNotification | undefined {
   if (!isRecord(value)) return undefined;
-  const { proposalId, taskId, tool, readOnly, uri, range, diff, note, hunks, allowOffer } = value;
+  const { proposalId, taskId, tool, readOnly, uri, range, diff, note, hunks, allowOffer, blockedBy } = value;
   const args = value.arguments;
   if (typeof proposalId !== "string" || typeof taskId !== "string" || typeof tool !== "string") {
     return undefined;
@@ -78,6 +80,8 @@ export function parseProposal(value: unknown): ProposalNotification | undefined 
   if (isRange(range)) proposal.range = range;
   if (typeof diff === "string") proposal.diff = diff;
   if (typeof note === "string") proposal.note = note;
+  // A guard blocks the call: the UI offers Override guard, never Approve.
+  if (typeof blockedBy === "string") proposal.blockedBy = blockedBy;
   if (Array.isArray(hunks)) {
     const valid = hunks.filter(
       (h): h is Hunk =>
@@ -137,6 +141,8 @@ export function parseLedger(value: unknown): LedgerResult {
         ? { gate: { before: raw.gate.before, after: raw.gate.after, promoted: raw.gate.promoted === true } }
         : {}),
       ...(Array.isArray(raw.approvals) ? { approvals: raw.approvals.filter((a): a is string => typeof a === "string") } : {}),
+      ...(typeof raw.overridden === "number" ? { overridden: raw.overridden } : {}),
+      ...(raw.taskScoped === true ? { taskScoped: true } : {}),
     });
   }
   return {
@@ -193,6 +199,12 @@ export function parseUndoResult(value: unknown): UndoResult {
 export function parseAllowResult(value: unknown): AllowResult {
   if (!isRecord(value) || typeof value.itemId !== "string") return { ok: false, itemId: "", rule: "" };
   return { ok: value.ok === true, itemId: value.itemId, rule: typeof value.rule === "string" ? value.rule : "" };
+}
+
+export function parsePromoteResult(value: unknown): PromoteResult {
+  const lane = isRecord(value) && typeof value.lane === "string" && (LANES as readonly string[]).includes(value.lane) ? (value.lane as Lane) : "NONE";
+  if (!isRecord(value) || typeof value.itemId !== "string") return { ok: false, itemId: "", lane, reason: "" };
+  return { ok: value.ok === true, itemId: value.itemId, lane, reason: typeof value.reason === "string" ? value.reason : "" };
 }
 
 export function parsePending(value: unknown): PendingResult {

@@ -104,6 +104,7 @@ export interface ProposalNotification {
   hunks?: Hunk[];
   allowOffer?: AllowOffer;
   blockedBy?: string;
+  checked?: string;
 }
 /**
  * This interface was referenced by `Wire`'s JSON-Schema
@@ -219,6 +220,26 @@ export interface PendingParams {}
  */
 export interface PendingResult {
   proposals: ProposalNotification[];
+}
+/**
+ * Make a task-scoped correction (`LedgerItem.taskScoped`) a standing one: routed again
+ * through the lanes, it may become a guard, a bullet or a WEIGHTS item.
+ *
+ * This interface was referenced by `Wire`'s JSON-Schema
+ * via the `definition` "PromoteParams".
+ */
+export interface PromoteParams {
+  itemId: string;
+}
+/**
+ * This interface was referenced by `Wire`'s JSON-Schema
+ * via the `definition` "PromoteResult".
+ */
+export interface PromoteResult {
+  ok: boolean;
+  itemId: string;
+  lane: "CODE" | "WEIGHTS" | "CONTEXT" | "NONE";
+  reason: string;
 }
 /**
  * This interface was referenced by `Wire`'s JSON-Schema
