@@ -183,6 +183,9 @@ def _items(clause: str) -> list[Item]:
         if pol == "neg" and last_neg >= 0:
             gap = re.findall(r"[\w']+", before[last_neg:])
             means = re.fullmatch(r"\s*(run|execute)(\s+\w+){0,2}\s+via\s*", before[last_neg:], re.I)
+            # "don't silence the checker with `# type: ignore`": the backticked instrument
+            # of a negated verb is what it forbids.
+            means = means or (code and re.search(r"\b(?:with|using|by adding)\s*$", before, re.I))
             # Only the words a prohibition governs: "never on `main`" forbids nothing here.
             if not means and any(
                 w.lower() not in GLUE and not _is_item_word(w, items) for w in gap
@@ -197,7 +200,9 @@ def _is_item_word(word: str, items: list[Item]) -> bool:
 
 
 def _command_pattern(cmd: str) -> str:
-    cmd = cmd.strip().rstrip(".").strip()
+    cmd = cmd.strip()
+    if not cmd.endswith(" ."):  # `git add .` names the directory; "run tests." ends a sentence
+        cmd = cmd.rstrip(".").strip()
     if cmd.startswith("-"):
         return r"(?<!\S)" + re.escape(cmd.split("=")[0]) + r"(?![\w-])"
     words = cmd.replace("...", "").split()
@@ -224,8 +229,8 @@ def _globs_in(span: str) -> list[str]:
         if re.search(r"<\w+>", p):
             continue  # a template like modular_<name>.py names no concrete file
         globs.append(p if not p.endswith("/") else p + "**")
-    for w in re.findall(r"[\w.-]+", span.lower()):
-        if w in KNOWN_FILES and w not in [g.lower() for g in globs]:
+    for w in re.findall(r"[\w.-]+", span):
+        if w.lower() in KNOWN_FILES and w.lower() not in [g.lower() for g in globs]:
             globs.append(w)
     return globs
 
@@ -359,7 +364,10 @@ def _clause_rules(clause: str, text: str) -> list[Rule]:
         if m.group(1).lower() in ("over", "instead of", "rather than", "not", "no"):
             continue
         span = re.split(
-            r"\b(unless|when|if|without|because|except|until|with)\b", m.group("span"), flags=re.I
+            r"\b(unless|when|if|without|because|except|until|with|instead)\b"
+            r"|,\s*(?:and\s+|but\s+)?(?:run|use|add|put|write|create|call|fix|make|let|go)\b",
+            m.group("span"),
+            flags=re.I,
         )[0]
         if "`" in span and any(i.code and i.polarity == "neg" for i in items):
             continue  # the backticked form already produced the rule
@@ -367,12 +375,32 @@ def _clause_rules(clause: str, text: str) -> list[Rule]:
         commits_an_object = re.search(
             r"\bcommit\s+(`|[\w.*/-]+\s+files?\b|\S+\.\w+\b|"
             r"(?!(?:or|and|nor|to|unless|without|until|anything|any|files?|changes|it|them|"
-            r"your|the|this|code|work)\b)[a-z][\w-]+\s+\w)",
+            r"your|the|this|code|work|on|in|into|directly|yourself|by|for|from|everything|all)\b)"
+            r"[a-z][\w-]+\s+\w)",
             span,
             re.I,
         )
+        branch = re.search(
+            r"\bpush\w*\s+(?:\w+\s+)?(?:to|into|onto)\s+(?:the\s+)?`?([\w./-]+?)`?"
+            r"(?:\s+branch)?(?:[\s,.;:]|$)",
+            span,
+            re.I,
+        )
+        if branch and branch.group(1).lower() not in ("a", "an", "any", "remote", "origin"):
+            name = re.escape(branch.group(1))
+            rules.append(CommandRule(pattern=rf"\bgit\s+push\b[^;&|]*[\s:/]{name}(?![\w./-])"))
+        # "never run scripts/deploy.sh": that script, however it is invoked.
+        for script in re.findall(
+            r"^(?:run|execute|invoke|call|use)\s+`?((?:\.?/)?[\w./-]+\.(?:sh|bash|py|js|ts|rb|pl|ps1))`?",
+            span,
+            re.I,
+        ):
+            body = re.escape(script.removeprefix("./"))
+            rules.append(CommandRule(pattern=rf"(?:^|[\s;&|(/]|\./){body}(?![\w.-])"))
         for pat, regex in ACTIONS:
             if commits_an_object and "commit" in regex:
+                continue
+            if branch and "push" in regex and "force" not in regex:
                 continue
             if pat.search(span) and not re.search(r"\b(messages?|branch names?)\b", span, re.I):
                 rules.append(CommandRule(pattern=regex))

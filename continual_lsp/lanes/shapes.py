@@ -677,17 +677,37 @@ def _path_globs(text: str) -> list[str]:
     return globs + [g for g in _backticked(text) if g.startswith("*.") and g not in globs]
 
 
+# Where one instruction ends and the next begins: a sentence, a semicolon, or a comma
+# before a new imperative or "instead" ("don't edit it by hand, run `pnpm gen` in web/").
+INSTEAD_CUT = (
+    r";|\.\s+(?=[A-Z`])|,\s*(?:and\s+|but\s+)?(?=(?:run|use|add|put|write|create|call|fix|"
+    r"make|let|go)\b)|\binstead\b"
+)
+
+
 def path_shapes(text: str) -> list[Shaped]:
     """ "`src/ui/` is generated, do not hand-edit", "Avoid: `*.Designer.cs` (auto-generated)".
 
     The paths are read from the clause that holds the prohibition: "never edit vendor/;
-    make the change under src/" forbids vendor/ only. A clause that names no path ("Generated
-    code lives in `gen/`. Never hand-edit it.") takes the whole text's."""
+    make the change under src/" forbids vendor/ only, and a new instruction after a comma
+    ("…, run `pnpm gen` in web/") is what to do instead. A prohibition whose clause names no
+    path ("Generated code lives in `gen/`. Never hand-edit it.") takes the paths of the
+    clauses before it, where "it" points; "X is generated from Y" forbids X, not Y."""
     avoid = re.search(r"\bavoid\b", text, re.I) and re.search(r"\bgenerated\b", text, re.I)
     if not (PATH_PROHIBITION.search(text) or avoid):
         return []
-    clauses = [] if avoid else re.split(r";|\.\s+(?=[A-Z`])", text)
-    t = next((c for c in clauses if PATH_PROHIBITION.search(c) and _path_globs(c)), text)
+    if avoid:
+        t = text
+    else:
+        clauses = [c for c in re.split(INSTEAD_CUT, text) if c]
+        first = next((i for i, c in enumerate(clauses) if PATH_PROHIBITION.search(c)), 0)
+        t = next(
+            (c for c in clauses if PATH_PROHIBITION.search(c) and _path_globs(c)),
+            " ".join(clauses[:first]),
+        )
+        generated = re.search(r"\b(?:is|are)\s+(?:auto-?)?generated\b", t, re.I)
+        if generated and _path_globs(t[: generated.start()]):
+            t = t[: generated.start()]
     globs = _path_globs(t)
     if not globs:
         return []

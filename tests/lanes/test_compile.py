@@ -139,3 +139,61 @@ def test_a_kept_print_is_not_blamed_and_print_may_be_what_the_rule_wants() -> No
 def test_existing_only_rule_round_trips() -> None:
     spec = GuardSpec(message="m", rules=[PathRule(globs=["db/**"], existing_only=True)])
     assert GuardSpec.model_validate(spec.model_dump()) == spec
+
+
+# -- generic fixes the guard-safety bench pointed to (bench/guard_safety.py) -------------------
+
+
+def _bash(cmd: str) -> ToolCall:
+    return ToolCall(tool="bash", arguments={"cmd": cmd})
+
+
+@pytest.mark.parametrize(
+    ("text", "blocked", "allowed"),
+    [
+        # A backticked `git add .` keeps its dot: it is not every `git add`.
+        ("Don't run `git add .`; name the files you stage.", "git add .", "git add a.py"),
+        # A branch named after "push to" is that branch, not every push.
+        ("Don't push straight to `develop`.", "git push origin develop", "git push origin fix-1"),
+        ("Never push to the release branch.", "git push origin HEAD:release", "git push"),
+        # A script named after "run" is that script however it is started.
+        ("Do not execute tools/reset_db.py.", "./tools/reset_db.py --yes", "python tools/x.py"),
+        ("Do not execute tools/reset_db.py.", "python tools/reset_db.py", "ls tools"),
+        # "on your own" names no object committed: the commit itself is forbidden.
+        ("Don't commit on your own.", "git commit -m x", "git status"),
+        # The backticked instrument of a negated verb is what the rule forbids.
+        ("Never bypass the hooks with `--no-verify`.", "git push --no-verify", "git push"),
+    ],
+)
+def test_command_prohibitions_name_what_their_words_name(
+    text: str, blocked: str, allowed: str
+) -> None:
+    guard = _guard(text)
+    assert guard.check(_bash(blocked), None).action == "block", guard.spec.rules
+    assert guard.check(_bash(allowed), None).action == "allow", guard.spec.rules
+
+
+def test_a_known_file_keeps_its_case() -> None:
+    guard = _guard("Never edit the Dockerfile by hand.")
+    assert _verdict(guard, _change("Dockerfile", "FROM x\n", "FROM y\n")) == "block"
+    assert _verdict(guard, _change("docs/docker.md", "a\n", "b\n")) == "allow"
+
+
+def test_the_path_after_a_new_instruction_is_not_the_target() -> None:
+    guard = _guard("proto/gen/api.pb.go is generated, don't edit it, run `make proto` in proto/.")
+    assert _verdict(guard, _change("proto/gen/api.pb.go", "a\n", "b\n")) == "block"
+    assert _verdict(guard, _change("proto/api.proto", "a\n", "b\n")) == "allow"
+
+
+def test_it_points_back_never_forward() -> None:
+    # "it" is the fixture; src/app.py is where the fix goes.
+    spec = compile_guard("The fixture is correct, do not modify it; change src/app.py instead.")
+    assert spec is None or all(
+        not (isinstance(r, PathRule) and "src/app.py" in r.globs) for r in spec.rules
+    )
+
+
+def test_a_content_token_after_with_is_forbidden() -> None:
+    guard = _guard("Don't quiet mypy with `# type: ignore`; fix the types.")
+    assert _verdict(guard, _change("a.py", "x = 1\n", "x = f()  # type: ignore\n")) == "block"
+    assert _verdict(guard, _change("a.py", "x = 1\n", "x: int = f()\n")) == "allow"

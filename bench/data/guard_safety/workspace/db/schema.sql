@@ -1,0 +1,1 @@
+CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT, age INTEGER);
