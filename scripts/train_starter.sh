@@ -3,6 +3,9 @@
 #
 #   bash scripts/train_starter.sh [work dir]     (default: .starter-run)
 #
+# SITUATIONS (per shard, default 740: ~2,600 sequences in all) and MAX_MINUTES (default:
+# the recipe's 80) override the recipe from the environment.
+#
 # Two generation shards run side by side (~7 min on the 2-core build machine), then LoRA
 # SFT on the call tokens for at most `max_minutes` (80). Rerunning resumes from the last
 # checkpoint. The adapter lands in <work dir>/run/adapter; copy it into
@@ -15,10 +18,11 @@ export TRL_EXPERIMENTAL_SILENCE=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 mkdir -p "$WORK"
 for seed in 1 2; do
   if [ ! -f "$WORK/shard$seed.jsonl" ]; then
-    "$PY" -m continual_lsp.curriculum.train generate --situations 640 --seed "$seed" \
+    "$PY" -m continual_lsp.curriculum.train generate --situations "${SITUATIONS:-740}" --seed "$seed" \
       --out "$WORK/shard$seed.jsonl" &
   fi
 done
 wait
 "$PY" -m continual_lsp.curriculum.train train \
-  --data "$WORK/shard1.jsonl" "$WORK/shard2.jsonl" --out "$WORK/run"
+  --data "$WORK/shard1.jsonl" "$WORK/shard2.jsonl" --out "$WORK/run" \
+  ${MAX_MINUTES:+--max-minutes "$MAX_MINUTES"}

@@ -10,6 +10,8 @@ CPU prefill costs ~2 ms a token, so every token here is paid on every turn.
 
 from __future__ import annotations
 
+import re
+
 from continual_lsp.policy.base import Message
 from continual_lsp.policy.render import call_text
 from continual_lsp.text import clip
@@ -19,6 +21,69 @@ KEEP_CALLS = 6
 RESULT_CHARS = 1500
 NOTE_CHARS = 600
 NOTES_CHARS = 1000
+LINE_CHARS = 300  # one line of a clipped result (a minified file is one long line)
+# Lines that say where and why something failed: kept first when a long result is cut, so
+# a test run's assertion and file:line survive the runner's progress and stack frames.
+KEY_LINE = re.compile(
+    r"error|assert|fail|traceback|not ok|no such file|not found|expected|actual"
+    r"|\S+\.\w+:\d+",
+    re.IGNORECASE,
+)
+
+
+def clip_result(output: str, limit: int = RESULT_CHARS) -> str:
+    """`output` within about `limit` characters: the key lines (`KEY_LINE`, newest first, up
+    to 60 % of the room), then as many last lines, then first lines as fit, in their order,
+    each gap marked with how many lines were cut. The agent and the curriculum both render
+    results through this, so the model trains on what it will see."""
+    if len(output) <= limit:
+        return output
+    lines = [clip(line, LINE_CHARS, say_cut=True) for line in output.split("\n")]
+    keep: set[int] = set()
+    used = 0
+
+    def take(i: int, room: int) -> bool:
+        nonlocal used
+        cost = len(lines[i]) + 1
+        if i in keep:
+            return True
+        if used + cost > room:
+            return False
+        keep.add(i)
+        used += cost
+        return True
+
+    for i in reversed(range(len(lines))):
+        if KEY_LINE.search(lines[i]):
+            take(i, limit * 3 // 5)
+    for i in reversed(range(len(lines))):
+        if not take(i, limit):
+            break
+    for i in range(len(lines)):
+        if not take(i, limit):
+            break
+    out: list[str] = []
+    gap = 0
+    for i, line in enumerate(lines):
+        if i in keep:
+            if gap:
+                out.append(f"… ({gap} lines cut)")
+            out.append(line)
+            gap = 0
+        else:
+            gap += 1
+    if gap:
+        out.append(f"… ({gap} lines cut)")
+    return "\n".join(out)
+
+
+def result_text(result: ToolResult) -> str:
+    """A result as the next prompt shows it: a failed command's exit code, then the
+    clipped output (a test run that fails says so before its first line)."""
+    output = clip_result(result.output) or "(no output)"
+    if result.exit_code not in (None, 0):
+        return f"(exit code {result.exit_code})\n{output}"
+    return output
 
 
 class Conversation:
@@ -72,7 +137,7 @@ class Conversation:
         if self.notes:
             user.append(self._notes_text())
         msgs = [Message(role="user", content="\n\n".join(user))]
-        cut = len(self.calls) - keep
+        cut = max(0, len(self.calls) - keep)  # fewer calls than `keep`: all of them
         older, recent = self.calls[:cut], self.calls[cut:]
         if older:
             summary = ", ".join(f"{c.tool} {c.arguments.get('path', '')}".strip() for c, _ in older)
@@ -81,12 +146,7 @@ class Conversation:
             )
         for call, result in recent:
             msgs.append(Message(role="assistant", content=call_text(call)))
-            output = result.output
-            if len(output) > RESULT_CHARS:
-                output = (
-                    output[:RESULT_CHARS] + f"\n… ({len(result.output) - RESULT_CHARS} chars cut)"
-                )
-            msgs.append(Message(role="tool", content=output or "(no output)"))
+            msgs.append(Message(role="tool", content=result_text(result)))
         if self.feedback:
             msgs.append(
                 Message(

@@ -11,8 +11,12 @@ that broke a rule; `Conversation.add_feedback` renders that denial exactly as th
 does, and the target is the compliant call. A note ("this project uses …") or a bullet
 ("Rules from the reviewer") changes the default call the same way without a denial.
 
-The last target of a trajectory repeats an executed call: that is how the agent ends a
-task (a repeated call, once re-sampled, ends it).
+The last target of a trajectory is `done` with a summary in plain words of what changed
+(issue 30): after the change and its check (the tests run again, or the file read again).
+Multi-step situations start from a failing check: its real output (the assertion, the
+file and line) is what the next calls act on, and the check must fail before the change
+and pass after it, else the situation is dropped. A call repeats an executed one only
+when no file changed in between, as in the agent.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from pydantic import BaseModel
 from continual_lsp.agent.conversation import Conversation
 from continual_lsp.config import Settings
 from continual_lsp.policy.render import ChatMLRenderer, call_text
-from continual_lsp.tools.base import ToolCall, ToolError, ToolResult
+from continual_lsp.tools.base import FILE_CHANGING_TOOLS, ToolCall, ToolError, ToolResult
 from continual_lsp.tools.runner import ToolRunner
 
 from .situations import Builder, Situation, call
@@ -175,7 +179,8 @@ def adjust(s: Situation, vocab: dict[str, Any], rng: random.Random) -> tuple[str
             note = rng.choice(vocab["notes"]["manager"]).format(mgr=f["mgr"])
             return "note", note
         return "correction", None
-    if s.check and roll < 0.35:
+    # Runner rules swap a test command; a multi-step task's check may be the program itself.
+    if s.check and s.kind not in Builder.MULTI_STEP_KINDS and roll < 0.35:
         lang = "py" if s.check.startswith("python3") else "js"
         _bad, good = rng.choice(vocab["runners"][lang])
         s.plan = [
@@ -222,7 +227,6 @@ def walk(
         root = Path(tmp)
         write_workspace(root, s.files)
         runner = ToolRunner(root, TOOL_SETTINGS)
-        last: ToolCall | None = None
         for turn, c in enumerate(s.plan):
             target = renderer.render_call(c)
             if turn == denial_turn:
@@ -241,15 +245,30 @@ def walk(
             if key in executed:
                 return out.sequences  # a repeat: the agent ends the task here
             result = execute(runner, c)
-            if c.tool == "bash" and c.arguments["cmd"] == s.check and result.exit_code != 0:
-                return []  # the generator's fix does not pass the check: drop it
+            # Before the change the check must fail (it is what the task is about), after
+            # it pass (else the generator's fix is wrong): else the situation is dropped.
+            passed = result.exit_code == 0
+            if c.tool == "bash" and c.arguments["cmd"] == s.check and passed != (turn >= s.change):
+                return []
+            if c.tool in FILE_CHANGING_TOOLS:
+                executed = set()  # the workspace changed: looking again is no repeat
             executed.add(key)
             conv.add_call(c, result)
-            last = c
-        if last is not None:
-            prompt = renderer.render_prompt(conv.messages(bullets))
-            out.add(prompt, renderer.render_call(last), episode)
+        prompt = renderer.render_prompt(conv.messages(bullets))
+        out.add(prompt, renderer.render_call(done_call(s, vocab, rng)), episode)
     return out.sequences
+
+
+def summary_of(s: Situation, vocab: dict[str, Any], rng: random.Random) -> str:
+    """What changed, in plain words, for the final `done` (from `vocab["summaries"]`)."""
+    slots = {**s.facts, "path": s.target, "check": s.check or ""}
+    slots["line"] = str(s.facts.get("new", "")).strip().split("\n")[-1].strip()
+    text = str(rng.choice(vocab["summaries"][s.kind])).format(**slots)
+    return " ".join(text.split())[:300]
+
+
+def done_call(s: Situation, vocab: dict[str, Any], rng: random.Random) -> ToolCall:
+    return ToolCall(tool="done", arguments={"summary": summary_of(s, vocab, rng)})
 
 
 def generate(
@@ -260,8 +279,9 @@ def generate(
     builder = Builder(vocab, rng)
     sequences: list[Sequence] = []
     dropped = 0
+    kinds = Builder.KINDS + Builder.MULTI_STEP_KINDS
     for i in range(count):
-        kind = Builder.KINDS[i % len(Builder.KINDS)]
+        kind = kinds[i % len(kinds)]
         s = builder.situation(kind)
         got = walk(s, renderer, vocab, rng)
         if not got:

@@ -68,6 +68,12 @@ _OPS = [("+", "-"), ("-", "+"), ("*", "+"), ("+", "*"), ("//", "*")]
 _JS_OPS = [("+", "-"), ("-", "+"), ("*", "+"), ("+", "*")]
 
 
+# A misspelled local name (a NameError / ReferenceError at the line that uses it).
+_MISSPELT = [
+    ("result", "reslt"), ("total", "totl"), ("value", "vaule"), ("count", "cuont"),
+    ("answer", "anwser"), ("out", "otu"),
+]  # fmt: skip
+
 SLIP_RATE = 0.3  # of the situations whose task names no file
 
 EDIT_SPAN_CHARS = 8  # shorter spans ("+", "30") grow by a word: `a + b`, `= 30`
@@ -236,8 +242,8 @@ class Builder:
 
     # -- situation kinds -------------------------------------------------------------------
 
-    def operator(self) -> Situation:
-        lang = self.rng.choice(["py", "py", "js", "go", "rs"])
+    def operator(self, lang: str | None = None) -> Situation:
+        lang = lang or self.rng.choice(["py", "py", "js", "go", "rs"])
         fn, *fillers = self.names(self.rng.randint(1, 3))
         a, b = self.pick("args")
         good, bad = self.rng.choice(_JS_OPS if lang != "py" else _OPS)
@@ -288,8 +294,8 @@ class Builder:
         defect = Defect(path, fn, n, old, new)
         return self._line_fix("operator", lang, files, task, defect, check)
 
-    def off_by_one(self) -> Situation:
-        lang = self.rng.choice(["py", "js"])
+    def off_by_one(self, lang: str | None = None) -> Situation:
+        lang = lang or self.rng.choice(["py", "js"])
         fn, *fillers = self.names(self.rng.randint(1, 3))
         d, stem = self.pick("dirs"), self.pick("stems")
         lim = self.rng.choice(["limit", "n", "upto", "top"])
@@ -635,10 +641,207 @@ class Builder:
         )
         return self.looked(s, fn)
 
+    # -- multi-step: run the check, read what its output names, fix, run it again ----------
+
+    def _defect_project(self, lang: str) -> tuple[dict[str, str], Defect, str, str]:
+        """A project whose test fails on one wrong line (an operator or a loop bound):
+        (files, defect, test path, check)."""
+        s = self.operator(lang) if self.rng.random() < 0.5 else self.off_by_one(lang)
+        f = s.facts
+        stem = Path(s.target).stem
+        test = f"tests/test_{stem}.py" if lang == "py" else f"tests/{stem}.test.js"
+        assert s.check is not None
+        return s.files, Defect(s.target, f["fn"], f["n"], f["old"], f["new"]), test, s.check
+
+    def _multi(
+        self,
+        kind: str,
+        lang: str,
+        files: dict[str, str],
+        task: str,
+        plan: list[ToolCall],
+        check: str,
+        d: Defect,
+        **facts: Any,
+    ) -> Situation:
+        """A multi-step situation: `plan` runs `check` (it fails), looks, changes `d`; the
+        check is run again (it passes) and the model says it is done."""
+        change = len(plan) - 1
+        plan = [*plan, call("bash", cmd=check)]
+        facts = {"n": d.n, "old": d.old, "new": d.new, "fn": d.fn, **facts}
+        return Situation(kind, lang, files, task, plan, change, d.path, check, facts)
+
+    def failing_test(self) -> Situation:
+        """The tests fail on a wrong value: the output names the test file and line and the
+        function; read the test (or grep the function) to find the module, then fix it."""
+        lang = self.rng.choice(["py", "py", "js"])
+        files, d, test, check = self._defect_project(lang)
+        assert d.fn is not None
+        defined = f"def {d.fn}" if lang == "py" else f"function {d.fn}"
+        if self.rng.random() < 0.5:
+            look = [call("read", path=test), call("read", path=d.path)]
+        else:
+            look = [call("grep", pat=defined), call("read", path=d.path)]
+        task = self.template("failing_test", check=check)
+        fix = self.change_call(d, files[d.path], words=False)
+        plan = [call("bash", cmd=check), *look, fix]
+        return self._multi("failing_test", lang, files, task, plan, check, d)
+
+    def crash(self) -> Situation:
+        """A command (or the tests) dies with a NameError / ReferenceError: the traceback
+        names the file and line; read that file, fix the name, run it again."""
+        lang = self.rng.choice(["py", "js"])
+        fn, *fillers = self.names(self.rng.randint(1, 3))
+        a, b = self.pick("args")
+        good, _bad = self.rng.choice(_JS_OPS)
+        name, wrong = self.rng.choice(_MISSPELT)
+        d, stem = self.pick("dirs"), self.pick("stems")
+        x, y = self.rng.randint(5, 9), self.rng.randint(2, 4)
+        expected = {"+": x + y, "-": x - y, "*": x * y}[good]
+        as_command = self.rng.random() < 0.5
+        if lang == "py":
+            path = f"{d}/{stem}.py"
+            body = [f"def {fn}({a}, {b}):", f"    {name} = {a} {good} {b}", f"    return {wrong}"]
+            text, start = self.py_module(fn, body, fillers)
+            new = f"    return {name}"
+            if as_command:
+                text += f'\n\nif __name__ == "__main__":\n    print({fn}({x}, {y}))\n'
+                files = self.py_project(text, path, None)
+                check = f"python3 -m {d}.{stem}"
+            else:
+                tests = f"from {d}.{stem} import {fn}\n\n\ndef test_{fn}():\n    assert {fn}({x}, {y}) == {expected}\n"
+                files = self.py_project(text, path, tests)
+                check = "python3 -m pytest -q"
+        else:
+            path = f"{d}/{stem}.js"
+            body = [
+                f"function {fn}({a}, {b}) {{",
+                f"  const {name} = {a} {good} {b};",
+                f"  return {wrong};",
+                "}",
+            ]
+            text, start = self.js_module(fn, body, fillers)
+            new = f"  return {name};"
+            if as_command:
+                text += f"\nif (require.main === module) {{\n  console.log({fn}({x}, {y}));\n}}\n"
+                files = self.js_project(text, path, None)
+                check = f"node {path}"
+            else:
+                files = self.js_project(text, path, js_test(d, stem, fn, f"{x}, {y}", expected))
+                check = "node --test"
+        defect = Defect(path, fn, start + 2, body[2], new)
+        group = "failing_command" if as_command else "failing_test"
+        task = self.template(group, check=check)
+        fix = self.change_call(defect, files[path], words=False)
+        plan = [call("bash", cmd=check), call("read", path=path), fix]
+        return self._multi("crash", lang, files, task, plan, check, defect, name=name, wrong=wrong)
+
+    def missing_file(self) -> Situation:
+        """A command opens a data file by a name that does not exist: the error names the
+        missing path; list the folder, read the code, point it at the file that is there.
+        Sometimes the model first reads the missing file (shown, not trained)."""
+        lang = self.rng.choice(["py", "js"])
+        fn = self.names(1)[0]
+        d, stem, other = self.pick("dirs"), *self.rng.sample(self.v["stems"], 2)
+        ext = self.rng.choice(["txt", "csv", "json"])
+        wrong, right = f"{stem}.{ext}", f"{stem}_{other}.{ext}"
+        if lang == "py":
+            path = f"{d}/{stem}.py"
+            lines = [
+                "from pathlib import Path",
+                "",
+                f'DATA = Path(__file__).resolve().parent.parent / "data" / "{wrong}"',
+                "",
+                "",
+                f"def {fn}():",
+                "    return len(DATA.read_text().splitlines())",
+                "",
+                "",
+                'if __name__ == "__main__":',
+                f"    print({fn}())",
+            ]
+            files = self.py_project("\n".join(lines) + "\n", path, None)
+            check = f"python3 -m {d}.{stem}"
+        else:
+            path = f"{d}/{stem}.js"
+            lines = [
+                "const fs = require('fs');",
+                "const path = require('path');",
+                f"const DATA = path.join(__dirname, '..', 'data', '{wrong}');",
+                "",
+                f"function {fn}() {{",
+                "  return fs.readFileSync(DATA, 'utf8').split('\\n').length;",
+                "}",
+                "",
+                f"module.exports = {{ {fn} }};",
+                "",
+                "if (require.main === module) {",
+                f"  console.log({fn}());",
+                "}",
+            ]
+            files = self.js_project("\n".join(lines) + "\n", path, None)
+            check = f"node {path}"
+        files[f"data/{right}"] = "alpha\nbeta\ngamma\n"
+        n = 3
+        defect = Defect(path, fn, n, lines[n - 1], lines[n - 1].replace(wrong, right))
+        task = self.template("failing_command", check=check)
+        plan = [call("bash", cmd=check)]
+        untrained: set[int] = set()
+        if self.rng.random() < 0.3:
+            plan.append(call("read", path=f"data/{wrong}"))
+            untrained = {1}
+        plan += [call("glob", pat="data/*"), call("read", path=path)]
+        plan.append(call("edit", path=path, old=wrong, new=right))
+        s = self._multi("missing_file", lang, files, task, plan, check, defect, wrong=wrong)
+        s.facts.update(right=right)
+        s.untrained = untrained
+        return s
+
+    def missing_name(self) -> Situation:
+        """The test imports a function the module spells differently. pytest names the
+        module (a grep for the definition finds nothing first), node the test file (whose
+        require names the module); the module shows the other spelling, and the
+        definition is renamed, never the test."""
+        lang = self.rng.choice(["py", "js"])
+        fn, *fillers = self.names(self.rng.randint(1, 3))
+        wrong = fn.replace("_", "", 1) if "_" in fn else fn + "s"
+        if wrong == fn or any(wrong == f for f in fillers):
+            return self.missing_name()
+        a, b = self.pick("args")
+        good, _ = self.rng.choice(_JS_OPS)
+        d, stem = self.pick("dirs"), self.pick("stems")
+        x, y = self.rng.randint(5, 9), self.rng.randint(2, 4)
+        expected = {"+": x + y, "-": x - y, "*": x * y}[good]
+        if lang == "py":
+            path = f"{d}/{stem}.py"
+            body = [f"def {wrong}({a}, {b}):", f"    return {a} {good} {b}"]
+            text, start = self.py_module(wrong, body, fillers)
+            tests = f"from {d}.{stem} import {fn}\n\n\ndef test_{fn}():\n    assert {fn}({x}, {y}) == {expected}\n"
+            files = self.py_project(text, path, tests)
+            check = "python3 -m pytest -q"
+            # The error names the module; the grep for the definition finds nothing.
+            look = [call("grep", pat=f"def {fn}"), call("read", path=path)]
+            fix = call("edit", path=path, old=f"def {wrong}(", new=f"def {fn}(")
+        else:
+            path = f"{d}/{stem}.js"
+            body = [f"function {wrong}({a}, {b}) {{", f"  return {a} {good} {b};", "}"]
+            text, start = self.js_module(wrong, body, fillers)
+            files = self.js_project(text, path, js_test(d, stem, fn, f"{x}, {y}", expected))
+            check = "node --test"
+            # Node names only the test file: its require() names the module.
+            look = [call("read", path=f"tests/{stem}.test.js"), call("read", path=path)]
+            fix = call("edit", path=path, old=wrong, new=fn, all=True)
+        defect = Defect(path, fn, start, body[0], body[0].replace(wrong, fn))
+        task = self.template("failing_test", check=check)
+        plan = [call("bash", cmd=check), *look, fix]
+        return self._multi("missing_name", lang, files, task, plan, check, defect, wrong=wrong)
+
     KINDS = (
         "operator", "off_by_one", "missing_return", "constant", "typo", "config",
         "add_line", "remove_line", "rename", "create", "add_test", "run_tests", "add_dep",
     )  # fmt: skip
+    # Tasks of 4-6 steps that start from a failing check (issue 30).
+    MULTI_STEP_KINDS = ("failing_test", "crash", "missing_file", "missing_name")
 
     def situation(self, kind: str | None = None) -> Situation:
         return getattr(self, kind or self.rng.choice(self.KINDS))()  # type: ignore[no-any-return]

@@ -175,6 +175,8 @@ def cmd_train(args: argparse.Namespace) -> None:
     cfg = TrainConfig.model_validate_json(Path(args.config).read_text()) if args.config else None
     if cfg is None:
         cfg = TrainConfig(data=args.data, out=args.out)
+    if args.max_minutes is not None:
+        cfg.max_minutes = args.max_minutes
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     out = Path(cfg.out)
@@ -272,6 +274,7 @@ def main(argv: list[str] | None = None) -> None:
     tr.add_argument("--data", nargs="+", default=[])
     tr.add_argument("--out", default="")
     tr.add_argument("--config", help="a TrainConfig JSON file instead of --data/--out")
+    tr.add_argument("--max-minutes", type=float, help="the time budget (default: the recipe's)")
     ex = sub.add_parser("export", help="write the adapter of a run's last checkpoint")
     ex.add_argument("--run", required=True)
     ex.add_argument("--out", required=True)

@@ -506,3 +506,23 @@ def test_a_path_to_read_or_edit_names_a_file_of_the_workspace(
         agent.close()
     assert reads[2000] and all((workspace / p).is_file() for p in reads[2000])
     assert "lib/calc/ops.py" in reads[0]
+
+
+def test_running_the_tests_again_after_a_change_is_no_repeat(
+    tmp_path: Path, workspace: Path, model_and_tokenizer: Any
+) -> None:
+    """Run, fix, run again (issue 30): the second run checks the change, so it is shown
+    as it is, not re-sampled as a repeat; the same run twice with no change between is."""
+    from tests.server.scripted import FIX_MEAN, RUN_TESTS, ForcedCallPolicy
+
+    settings = Settings(enable_training=False, store_path=str(tmp_path / "store.sqlite3"))
+    script = ForcedCallPolicy(settings, [RUN_TESTS, FIX_MEAN, RUN_TESTS], model_and_tokenizer)
+    agent = Agent(settings, workspace, policy=script)
+    _, run = agent.start_task("Fix mean() in src/calc/ops.py")
+    assert run is not None and run.call.model_dump() == RUN_TESTS
+    fix = agent.decide(run.id, "approve").next_proposal
+    assert fix is not None and fix.call.model_dump() == FIX_MEAN
+    rerun = agent.decide(fix.id, "approve").next_proposal
+    assert rerun is not None and rerun.call.model_dump() == RUN_TESTS
+    assert agent.store.events(kind="repeat_of_executed") == []
+    agent.close()

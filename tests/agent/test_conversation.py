@@ -51,3 +51,46 @@ def test_long_notes_are_capped_and_the_oldest_summarised() -> None:
     assert "use pnpm, not npm" in prompt  # the newest note is always whole
     assert "B" * NOTE_CHARS in prompt and "B" * (NOTE_CHARS + 1) not in prompt
     assert "1 earlier note" in prompt  # the oldest is summarised, not silently dropped
+
+
+def test_fewer_calls_than_keep_are_all_shown() -> None:
+    """Four calls with room for six: all four in full (a negative cut once kept only the
+    last two, so the rerun after a fix lost the failing run that motivated it)."""
+    conv = Conversation("fix it")
+    for i in range(4):
+        conv.add_call(_call(i), ToolResult(ok=True, output=f"out {i}"))
+    msgs = conv.messages()
+    assert sum(m.role == "assistant" for m in msgs) == 4
+    assert not any("omitted" in m.content for m in msgs)
+    assert [m.content for m in msgs if m.role == "tool"] == [f"out {i}" for i in range(4)]
+
+
+def test_a_long_failing_run_keeps_its_failure_lines_and_exit_code() -> None:
+    noise = [f"    at frame{i} (node:internal/mod{i}:{i}:1)" for i in range(80)]
+    output = "\n".join(
+        [
+            "TAP version 13",
+            "not ok 1 - total_of",
+            "  error: 'reslt is not defined'",
+            *noise,
+            "    at total_of (/ws/lib/calc.js:3:3)",
+            *noise,
+            "# pass 0",
+            "# fail 1",
+        ]
+    )
+    assert len(output) > RESULT_CHARS
+    conv = Conversation("fix it")
+    conv.add_call(_call(0), ToolResult(ok=False, output=output, exit_code=1))
+    shown = next(m.content for m in conv.messages() if m.role == "tool")
+    assert len(shown) <= RESULT_CHARS + 200
+    assert shown.startswith("(exit code 1)\n")
+    for line in ("not ok 1 - total_of", "reslt is not defined", "lib/calc.js:3:3", "# fail 1"):
+        assert line in shown
+    assert "lines cut)" in shown
+
+
+def test_a_short_result_is_shown_as_it_is() -> None:
+    conv = Conversation("fix it")
+    conv.add_call(_call(0), ToolResult(ok=True, output="1 passed in 0.01s", exit_code=0))
+    assert [m.content for m in conv.messages() if m.role == "tool"] == ["1 passed in 0.01s"]

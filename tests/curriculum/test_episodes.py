@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import random
+import re
+from pathlib import Path
 
 import pytest
 
 from continual_lsp.agent.conversation import Conversation
-from continual_lsp.curriculum.episodes import generate, walk
+from continual_lsp.curriculum.episodes import Sequence, generate, walk
 from continual_lsp.curriculum.situations import Builder, load_vocab
 from continual_lsp.policy.grammar import ToolCallGrammar
 from continual_lsp.policy.render import ChatMLRenderer
+from continual_lsp.tools.base import ToolCall
 from tests.policy.test_render import load_tokenizer
 
 
@@ -66,3 +69,70 @@ def test_a_wrong_first_look_is_shown_but_not_trained(renderer: ChatMLRenderer) -
     trained = [renderer.decode(trajectory.tokens[a:b]) for a, b in trajectory.spans]
     assert renderer.parse_call(trained[0]) == recovery
     assert all(renderer.parse_call(t) != slip for t in trained)
+
+
+def _spans(renderer: ChatMLRenderer, seq: Sequence) -> list[ToolCall]:
+    return [renderer.parse_call(renderer.decode(seq.tokens[a:b])) for a, b in seq.spans]
+
+
+@pytest.mark.parametrize("kind", Builder.MULTI_STEP_KINDS)
+def test_a_multi_step_episode_runs_the_check_reads_fixes_reruns_and_is_done(
+    renderer: ChatMLRenderer, kind: str
+) -> None:
+    """Run the check (real output: it fails and names a file), look, change, run it again
+    (it passes), then `done`: 4-6 trained calls in one sequence, the real results between."""
+    vocab = load_vocab()
+    builder = Builder(vocab, random.Random(31))
+    seen_langs = set()
+    for i in range(6):
+        s = builder.situation(kind)
+        rng = random.Random(i)
+        trajectory = [q for q in walk(s, renderer, vocab, rng) if q.episode != "correction"]
+        assert trajectory, "the check failed before the fix and passed after it"
+        seq = max(trajectory, key=lambda q: len(q.spans))
+        calls = _spans(renderer, seq)
+        assert 4 <= len(calls) <= 6
+        assert calls[0] == ToolCall(tool="bash", arguments={"cmd": s.check})
+        assert calls[-2] == calls[0]  # the check again, after the change
+        assert calls[-1].tool == "done" and s.target in calls[-1].arguments["summary"]
+        changes = [c for c in calls if c.tool in ("edit", "edit_lines")]
+        assert len(changes) == 1 and changes[0].arguments["path"] == s.target
+        text = renderer.decode(seq.tokens)
+        first, rerun = text.split("Tool result:")[1], text.split("Tool result:")[-1]
+        assert first.lstrip().startswith("(exit code ")  # the real failing run
+        assert "exit code" not in rerun
+        # The real output names where it failed: the module, or its test (same stem).
+        assert re.search(rf"\b{Path(s.target).stem}\.|test_{Path(s.target).stem}", first), first
+        seen_langs.add(s.language)
+    assert seen_langs == {"py", "js"}
+
+
+def test_every_trajectory_ends_with_done_after_its_change(renderer: ChatMLRenderer) -> None:
+    """Every kind but add_dep (whose package manager is never run) ends with `done` and a
+    summary that names the file; nothing but the last call is `done`."""
+    vocab = load_vocab()
+    sequences, dropped = generate(renderer, 2 * 17, seed=5, vocab=vocab)
+    assert dropped == 0
+    ends = {}
+    for seq in sequences:
+        if seq.episode.startswith("correction"):
+            continue
+        calls = _spans(renderer, seq)
+        assert all(c.tool != "done" for c in calls[:-1])
+        ends.setdefault(seq.kind, set()).add(calls[-1].tool)
+    assert set(ends) == set(Builder.KINDS) | set(Builder.MULTI_STEP_KINDS)
+    for kind, tools in ends.items():
+        assert ("done" in tools) == (kind != "add_dep"), (kind, tools)
+
+
+def test_a_check_that_passes_before_the_change_drops_the_situation(
+    renderer: ChatMLRenderer,
+) -> None:
+    """The failing run is real: a workspace whose tests already pass is no episode."""
+    vocab = load_vocab()
+    s = Builder(vocab, random.Random(3)).situation("failing_test")
+    n = s.facts["n"]
+    lines = s.files[s.target].split("\n")
+    lines[n - 1] = s.facts["new"]
+    s.files[s.target] = "\n".join(lines)
+    assert walk(s, renderer, vocab, random.Random(0)) == []
