@@ -769,6 +769,10 @@ class Agent:
         # The preview pins what the reviewer saw, including "this file does not exist yet".
         preview = proposal.preview if call == proposal.call else None
         result = self._checkpointed(proposal.id, call, preview)
+        if call.tool in FILE_CHANGING_TOOLS:
+            # The workspace changed: running the tests again or re-reading the file is
+            # the check of the change, not a repeat (issue 30; the curriculum does the same).
+            task.executed = set()
         task.executed.add(canonical(call))
         task.history.append(call)
         task.conversation.add_call(call, result)
