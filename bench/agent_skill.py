@@ -9,13 +9,20 @@ Tasks come from the curriculum's situation builder driven by a held-out vocabula
   project has no check); on target = the first change (write / edit / edit_lines / bash)
   is on the task's file (the check command for a run-the-tests task). Also valid proposals,
   seconds and sampled tokens per task.
+* **Multi-step** (issue 30): a workspace whose tests or command fail (a wrong value, a
+  misspelt name, a missing data file, a function the test cannot import); the task says
+  only that it fails. Finished = the check passes and no test file changed (editing the
+  test to pass fixes nothing). Built by the curriculum's multi-step builders from the
+  held-out vocabulary and another seed. How each task ended (`done`, a repeated call, the
+  turn limit) and how many files an approved change left unparsable are counted.
 * **Correction following in context** (no training step): the situation walked through
   the real tools up to the turn where a held-out correction applies, the denial rendered
   as the agent renders it, one proposal sampled: does it follow the correction?
 * **Nothing general destroyed**: perplexity on a plain-text slice the curriculum does not
   contain, and KL(starter ‖ base) on bench/learning's drift prompts.
 
-    python bench/agent_skill.py [--tasks 36] [--corrections 2] [--adapter DIR]
+    python bench/agent_skill.py [--tasks 36] [--multi-tasks 24] [--corrections 2]
+        [--adapter DIR] [--policies base,starter] [--limit N] [--skill-only] [--out FILE]
 
 Writes `bench/results/agent_skill.json` and `bench/results/correction_following.json`
 (the keys issue 13 gives) and `bench/results/agent_skill_detail.json`.
@@ -24,15 +31,19 @@ Writes `bench/results/agent_skill.json` and `bench/results/correction_following.
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import json
 import os
+import platform
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
 import textwrap
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +68,7 @@ from continual_lsp.tools.runner import ToolRunner  # noqa: E402
 VOCAB = REPO / "bench" / "agent_skill_vocab.json"
 RESULTS = REPO / "bench" / "results"
 SEED = 7_000_013  # the recipe uses seeds 1 and 2
+MULTI_SEED = SEED + 2  # the multi-step tasks' draw (SEED + 1 is the correction bench's)
 # Package managers would reach the network: the skill bench leaves add_dep to the
 # correction bench, where nothing is executed.
 SKILL_KINDS = [k for k in Builder.KINDS if k != "add_dep"]
@@ -69,8 +81,9 @@ CORRECTION_KINDS = [
 # -- models -------------------------------------------------------------------------------
 
 
-def load_policies(adapter: Path | None) -> dict[str, Any]:
-    """{"base": LocalPolicy, "starter": LocalPolicy}, sharing nothing but the tokenizer."""
+def load_policies(adapter: Path | None, names: list[str]) -> dict[str, Any]:
+    """{"base": LocalPolicy, "starter": LocalPolicy} (those in `names`), sharing nothing
+    but the tokenizer."""
     from continual_lsp.config import EMBEDDED_MODEL, Settings
     from continual_lsp.policy import model_files
     from continual_lsp.policy.local import LocalPolicy
@@ -80,12 +93,13 @@ def load_policies(adapter: Path | None) -> dict[str, Any]:
     settings = Settings(enable_training=False)
     # In the precision the agent samples in (Settings.sample_dtype).
     dtype = model_files.resolve_dtype(settings.sample_dtype, settings.device)
-    base = model_files.load_model_and_tokenizer(EMBEDDED_MODEL, starter=False, dtype=dtype)
-    merged = model_files.load_model_and_tokenizer(EMBEDDED_MODEL, starter=True, dtype=dtype)
-    return {
-        "base": LocalPolicy(settings, model_and_tokenizer=base),
-        "starter": LocalPolicy(settings, model_and_tokenizer=merged),
-    }
+    out = {}
+    for name in names:
+        weights = model_files.load_model_and_tokenizer(
+            EMBEDDED_MODEL, starter=name == "starter", dtype=dtype
+        )
+        out[name] = LocalPolicy(settings, model_and_tokenizer=weights)
+    return out
 
 
 # -- agent skill --------------------------------------------------------------------------
@@ -101,7 +115,17 @@ def expected_text(s: Situation) -> str | None:
     return "\n".join(lines)
 
 
+def test_files(files: dict[str, str]) -> dict[str, str]:
+    return {p: text for p, text in files.items() if p.startswith("tests/")}
+
+
 def finished(s: Situation, ws: Path, approved: list[ToolCall]) -> bool:
+    if s.kind in Builder.MULTI_STEP_KINDS:
+        # The tests as they were: a test edited (or removed) to pass fixes nothing.
+        for rel, text in test_files(s.files).items():
+            path = ws / rel
+            if not path.is_file() or path.read_text(encoding="utf-8") != text:
+                return False
     if s.kind == "run_tests":
         return any(c.tool == "bash" and c.arguments["cmd"] == s.check for c in approved)
     if s.kind == "create":
@@ -136,7 +160,65 @@ def skill_tasks(n: int) -> list[Situation]:
     return [builder.situation(SKILL_KINDS[i % len(SKILL_KINDS)]) for i in range(n)]
 
 
-def run_task(policy: Any, s: Situation, work: Path) -> dict[str, Any]:
+def multi_tasks(n: int) -> list[Situation]:
+    """`n` multi-step tasks, the kinds in turn, from the held-out vocabulary."""
+    builder = Builder(load_vocab(VOCAB), random.Random(MULTI_SEED))
+    kinds = Builder.MULTI_STEP_KINDS
+    return [builder.situation(kinds[i % len(kinds)]) for i in range(n)]
+
+
+def parses(path: Path) -> bool | None:
+    """Whether a file parses with the cheapest checker for its kind; None: no checker."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    try:
+        if path.suffix == ".py":
+            ast.parse(text)
+        elif path.suffix == ".json":
+            json.loads(text)
+        elif path.suffix == ".toml":
+            tomllib.loads(text)
+        elif path.suffix == ".js" and shutil.which("node"):
+            done = subprocess.run(
+                ["node", "--check", str(path)], capture_output=True, timeout=30, check=False
+            )
+            return done.returncode == 0
+        else:
+            return None
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def unparsable(files: dict[str, str], ws: Path) -> list[str]:
+    """Files that parse as given and no longer do in `ws` (or new files that do not)."""
+    bad = []
+    for path in sorted(p for p in ws.rglob("*") if p.is_file()):
+        rel = path.relative_to(ws).as_posix()
+        if rel.startswith((".", "__pycache__")) or "/__pycache__/" in rel:
+            continue
+        if parses(path) is False:
+            before = ws.parent / "before" / rel
+            if rel in files:
+                before.parent.mkdir(parents=True, exist_ok=True)
+                before.write_text(files[rel], encoding="utf-8")
+            if rel not in files or parses(before) is not False:
+                bad.append(rel)
+    return bad
+
+
+def ended_by(summary: str | None, approved: list[ToolCall]) -> str:
+    """How the task ended: done, repeat, turn_limit, invalid, other or open (the cap)."""
+    if summary is None:
+        return "open"
+    if approved and approved[-1].tool == "done":
+        return "done"
+    for word, reason in (("repeat", "repeat"), ("turn limit", "turn_limit"), ("valid", "invalid")):
+        if word in summary:
+            return reason
+    return "other"
+
+
+def run_task(policy: Any, s: Situation, work: Path, turns: int = 8) -> dict[str, Any]:
     from continual_lsp.agent.agent import Agent
     from continual_lsp.config import Settings
 
@@ -146,7 +228,7 @@ def run_task(policy: Any, s: Situation, work: Path) -> dict[str, Any]:
         store_path=str(work / "store.sqlite3"),
         adapters_dir=str(work / "adapters"),
         enable_training=False,
-        max_turns=8,
+        max_turns=turns,
     )
     sampled = {"tokens": 0}
     original, original_batch = policy.sample, policy.sample_batch
@@ -169,7 +251,7 @@ def run_task(policy: Any, s: Situation, work: Path) -> dict[str, Any]:
     try:
         agent = Agent(settings, ws, policy=policy)
         task_id, proposal = agent.start_task(s.task)
-        while proposal is not None and len(approved) < 8:
+        while proposal is not None and len(approved) < turns:
             if first is None and (
                 proposal.call.tool in FILE_CHANGING_TOOLS or proposal.call.tool == "bash"
             ):
@@ -177,6 +259,8 @@ def run_task(policy: Any, s: Situation, work: Path) -> dict[str, Any]:
             approved.append(proposal.call)
             proposal = agent.decide(proposal.id, "approve").next_proposal
         events = [e for e in agent.store.events(kind="proposal") if e["task_id"] == task_id]
+        ends = [e for e in agent.store.events(kind="task_status") if e["task_id"] == task_id]
+        summary = ends[-1]["payload"].get("summary", "") if ends else None
         agent.close()
     finally:
         del policy.sample, policy.sample_batch  # the bound methods again
@@ -187,6 +271,10 @@ def run_task(policy: Any, s: Situation, work: Path) -> dict[str, Any]:
         "finished": finished(s, ws, approved),
         "on_target": first is not None and on_target(s, first),
         "first_change": first.model_dump() if first else None,
+        "ended_by": ended_by(summary, approved),
+        "summary": summary,
+        "unparsable": unparsable(s.files, ws),
+        "calls": [c.model_dump() for c in approved],
         "proposals": len(statuses),
         "valid": sum(1 for x in statuses if x != "invalid"),
         "seconds": round(time.perf_counter() - start, 1),
@@ -330,65 +418,117 @@ def mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
+def cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def summarise(one: list[dict[str, Any]], multi: list[dict[str, Any]]) -> dict[str, Any]:
+    """The evidence keys of issue 30 for one policy."""
+    done = [r for r in one + multi if r["finished"]]
+    return {
+        "one_step": {
+            "finished": round(mean([float(r["finished"]) for r in one]), 4),
+            "on_target": round(mean([float(r["on_target"]) for r in one]), 4),
+        },
+        "multi_step": {"finished": round(mean([float(r["finished"]) for r in multi]), 4)},
+        "ended_by_done": round(mean([float(r["ended_by"] == "done") for r in done]), 4),
+        "ended_by_repeat": sum(r["ended_by"] == "repeat" for r in one + multi),
+        "unparsable_after_approve": sum(len(r["unparsable"]) for r in one + multi),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     # Three of each kind: a task whose change cannot run is handed to sampled candidates,
     # so any change to sampling moves single tasks both ways; 12 tasks could not tell two
     # adapters apart (issue 13's first measurements used the first 12 of these).
     parser.add_argument("--tasks", type=int, default=36)
+    parser.add_argument("--multi-tasks", type=int, default=24, help="multi-step tasks")
+    parser.add_argument("--limit", type=int, help="a quick check: the first N of each")
     parser.add_argument("--corrections", type=int, default=2, help="items per correction kind")
     parser.add_argument("--adapter", type=Path, help="a candidate starter adapter directory")
+    parser.add_argument("--policies", default="base,starter", help="comma-separated")
+    parser.add_argument(
+        "--skill-only", action="store_true", help="no corrections, perplexity or drift"
+    )
+    parser.add_argument("--out", type=Path, help="the evidence JSON (default: bench/results)")
     parser.add_argument("--no-write", action="store_true", help="print only (smoke runs)")
     args = parser.parse_args(argv)
 
-    policies = load_policies(args.adapter)
-    tasks = skill_tasks(args.tasks)
-    items = correction_items(args.corrections)
-    detail: dict[str, Any] = {"skill": {}, "corrections": {}}
+    names = [n for n in args.policies.split(",") if n]
+    print(f"CPU: {cpu_model()} ({os.cpu_count()} cores)", flush=True)
+    policies = load_policies(args.adapter, names)
+    tasks = skill_tasks(args.tasks)[: args.limit]
+    multi = multi_tasks(args.multi_tasks)[: args.limit]
+    extras = not args.skill_only and set(names) == {"base", "starter"}
+    items = correction_items(args.corrections) if extras else []
+    detail: dict[str, Any] = {"skill": {}, "multi": {}, "corrections": {}}
     for name, policy in policies.items():
-        rows = []
-        for i, s in enumerate(tasks):
-            with tempfile.TemporaryDirectory(prefix="agent-skill-") as tmp:
-                rows.append(run_task(policy, s, Path(tmp)))
-            print(f"{name} task {i + 1}/{len(tasks)} {rows[-1]['kind']}: "
-                  f"finished={rows[-1]['finished']} on_target={rows[-1]['on_target']}", flush=True)  # fmt: skip
-        detail["skill"][name] = rows
-        detail["corrections"][name] = [run_correction(policy, item) for item in items]
-    detail["perplexity"] = {n: plain_text_perplexity(p) for n, p in policies.items()}
-    detail["drift_kl"] = drift_kl(policies["starter"], policies["base"])
-
-    def frac(rows: list[dict[str, Any]], key: str) -> float:
-        return round(mean([float(r[key]) for r in rows]), 4)
-
-    skill = {n: {"finished": frac(r, "finished"), "on_target": frac(r, "on_target")}
-             for n, r in detail["skill"].items()}  # fmt: skip
-    following = {n: frac(r, "follows") for n, r in detail["corrections"].items()}
+        for key, group, turns in (("skill", tasks, 8), ("multi", multi, 12)):
+            rows = []
+            for i, s in enumerate(group):
+                with tempfile.TemporaryDirectory(prefix="agent-skill-") as tmp:
+                    rows.append(run_task(policy, s, Path(tmp), turns))
+                r = rows[-1]
+                print(f"{name} {key} {i + 1}/{len(group)} {r['kind']}: finished={r['finished']} "
+                      f"on_target={r['on_target']} ended_by={r['ended_by']} "
+                      f"{r['seconds']}s", flush=True)  # fmt: skip
+            detail[key][name] = rows
+        if extras:
+            detail["corrections"][name] = [run_correction(policy, item) for item in items]
+    results = {n: summarise(detail["skill"][n], detail["multi"][n]) for n in policies}
     print()
-    print(f"{'':24}{'base':>10}{'starter':>10}")
-    for key in ("finished", "on_target"):
-        print(f"{'tasks ' + key:24}{skill['base'][key]:>10.2f}{skill['starter'][key]:>10.2f}")
+    print(f"{'':28}" + "".join(f"{n:>10}" for n in results))
+    rows_out = [
+        ("one-step finished", lambda r: r["one_step"]["finished"]),
+        ("one-step on target", lambda r: r["one_step"]["on_target"]),
+        ("multi-step finished", lambda r: r["multi_step"]["finished"]),
+        ("finished ended by done", lambda r: r["ended_by_done"]),
+        ("ended by a repeat (n)", lambda r: r["ended_by_repeat"]),
+        ("unparsable after approve", lambda r: r["unparsable_after_approve"]),
+    ]
+    for label, get in rows_out:
+        print(f"{label:28}" + "".join(f"{float(get(r)):>10.2f}" for r in results.values()))
     for key in ("valid", "proposals", "seconds", "tokens"):
-        vals = {n: mean([float(r[key]) for r in rows]) for n, rows in detail["skill"].items()}
-        print(f"{key + ' / task':24}{vals['base']:>10.1f}{vals['starter']:>10.1f}")
-    print(f"{'follows correction':24}{following['base']:>10.2f}{following['starter']:>10.2f}")
-    for kind in CORRECTION_KINDS:
-        per = {n: [r["follows"] for r in rows if r["kind"] == kind]
-               for n, rows in detail["corrections"].items()}  # fmt: skip
-        print(f"{'  ' + kind:24}{mean(per['base']):>10.2f}{mean(per['starter']):>10.2f}")
-    ppl = detail["perplexity"]
-    print(f"{'plain-text perplexity':24}{ppl['base']:>10.2f}{ppl['starter']:>10.2f}")
-    print(f"{'drift KL vs base':24}{0.0:>10.4f}{detail['drift_kl']:>10.4f}")
+        vals = [mean([float(r[key]) for r in detail["skill"][n] + detail["multi"][n]])
+                for n in results]  # fmt: skip
+        print(f"{key + ' / task':28}" + "".join(f"{v:>10.1f}" for v in vals))
+    evidence: dict[str, Any] = {
+        **results,
+        "tasks": len(tasks) + len(multi),
+        "one_step_tasks": len(tasks),
+        "multi_step_tasks": len(multi),
+        "cpu": cpu_model(),
+    }
+    following: dict[str, Any] = {}
+    if extras:
+        following = {n: round(mean([float(r["follows"]) for r in rows]), 4)
+                     for n, rows in detail["corrections"].items()}  # fmt: skip
+        print(f"{'follows correction':28}{following['base']:>10.2f}{following['starter']:>10.2f}")
+        for kind in CORRECTION_KINDS:
+            per = {n: [r["follows"] for r in rows if r["kind"] == kind]
+                   for n, rows in detail["corrections"].items()}  # fmt: skip
+            print(f"{'  ' + kind:28}{mean(per['base']):>10.2f}{mean(per['starter']):>10.2f}")
+        detail["perplexity"] = {n: plain_text_perplexity(p) for n, p in policies.items()}
+        detail["drift_kl"] = drift_kl(policies["starter"], policies["base"])
+        ppl = detail["perplexity"]
+        print(f"{'plain-text perplexity':28}{ppl['base']:>10.2f}{ppl['starter']:>10.2f}")
+        print(f"{'drift KL vs base':28}{0.0:>10.4f}{detail['drift_kl']:>10.4f}")
     if args.no_write:
         return 0
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "agent_skill.json").write_text(
-        json.dumps({**skill, "tasks": len(tasks)}, indent=2) + "\n"
-    )
-    (RESULTS / "correction_following.json").write_text(
-        json.dumps({**following, "retries": len(items)}, indent=2) + "\n"
-    )
+    out = args.out or RESULTS / "agent_skill.json"
+    out.write_text(json.dumps(evidence, indent=2) + "\n")
+    if extras:
+        (RESULTS / "correction_following.json").write_text(
+            json.dumps({**following, "retries": len(items)}, indent=2) + "\n"
+        )
     with contextlib.suppress(OSError):
-        (RESULTS / "agent_skill_detail.json").write_text(json.dumps(detail, indent=1) + "\n")
+        out.with_name(out.stem + "_detail.json").write_text(json.dumps(detail, indent=1) + "\n")
     return 0
 
 

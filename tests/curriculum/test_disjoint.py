@@ -45,7 +45,7 @@ def curriculum_paths() -> set[str]:
     paths: set[str] = set()
     for seed in range(3):
         builder = Builder(load_vocab(), random.Random(seed))
-        for kind in Builder.KINDS * 4:
+        for kind in (Builder.KINDS + Builder.MULTI_STEP_KINDS) * 4:
             paths |= set(builder.situation(kind).files)
     return paths
 
