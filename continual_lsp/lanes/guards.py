@@ -24,9 +24,9 @@ import shlex
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from continual_lsp.lanes import commands
+from continual_lsp.lanes import commands, patterns
 from continual_lsp.store.db import Store
 from continual_lsp.text import changed_lines
 from continual_lsp.tools.base import FILE_CHANGING_TOOLS, Preview, ToolCall
@@ -36,6 +36,10 @@ log = logging.getLogger(__name__)
 
 MAX_FAILURES = 3
 PYTHON_GUARD_TIMEOUT_S = 2.0
+
+
+# A guard's regex: run by `patterns` (RE2, linear time), refused here if it cannot run.
+GuardRegex = Annotated[str, AfterValidator(patterns.check)]
 
 
 class _Rule(BaseModel):
@@ -64,13 +68,13 @@ class PathRule(_Rule):
 
 class CommandRule(_Rule):
     kind: Literal["command"] = "command"
-    pattern: str  # Python regex searched in the bash command
+    pattern: GuardRegex  # searched in the bash command and each of its segments
     replace: str | None = None  # re.sub template: rewrite instead of block
 
 
 class ContentRule(_Rule):
     kind: Literal["content"] = "content"
-    pattern: str  # regex searched in the lines a call adds
+    pattern: GuardRegex  # searched in the lines a call adds
     path_globs: list[str] = Field(default_factory=list)  # empty: every file
     ignore_case: bool = False
     exclude_globs: list[str] = Field(default_factory=list)  # files the rule does not cover
@@ -83,7 +87,7 @@ class CommitMessageRule(_Rule):
     """A check on the message of `git commit -m …` (every -m, in every command segment)."""
 
     kind: Literal["commit_message"] = "commit_message"
-    pattern: str
+    pattern: GuardRegex
     must_match: bool = False  # True: a convention every message follows; False: forbidden
     ignore_case: bool = False
 
@@ -107,7 +111,7 @@ class SequenceRule(_Rule):
     """
 
     kind: Literal["sequence"] = "sequence"
-    command: str  # regex: a bash command that counts as the step
+    command: GuardRegex  # a bash command that counts as the step
     step: str  # the command to propose when the step is missing
     before: Literal["commit", "finish"] = "commit"
     after_globs: list[str] = Field(default_factory=list)  # empty: any file change
@@ -131,7 +135,7 @@ class KeepRule(_Rule):
     """
 
     kind: Literal["keep"] = "keep"
-    pattern: str
+    pattern: GuardRegex
     path_globs: list[str] = Field(default_factory=list)  # empty: every file
 
 
@@ -425,14 +429,13 @@ def _eval_command_rule(rule: CommandRule, call: ToolCall) -> tuple[str, Any]:
     if call.tool != "bash":
         return "allow", None
     cmd = str(call.arguments.get("cmd", ""))
-    hit = re.search(rule.pattern, cmd) or any(
-        re.search(rule.pattern, seg) for seg in command_segments(cmd)
-    )
+    pattern = patterns.compiled(rule.pattern)
+    hit = pattern.search(cmd) or any(pattern.search(seg) for seg in command_segments(cmd))
     if not hit:
         return "allow", None
     if rule.replace is None:
         return "block", None
-    new_cmd = re.sub(rule.pattern, rule.replace, cmd)
+    new_cmd = pattern.sub(rule.replace, cmd)
     if new_cmd == cmd:
         # Only a normalised segment matched (`npx tsc`, `FOO=1 npm test`): the raw
         # command cannot be rewritten in place, so the substitution's "never" holds.
@@ -450,25 +453,21 @@ def _eval_content_rule(
         return "allow", None
     if rule.exclude_globs and path is not None and path_matches(path, rule.exclude_globs):
         return "allow", None
-    flags = re.M | (re.I if rule.ignore_case else 0)
+    pattern = patterns.compiled(rule.pattern, rule.ignore_case, multiline=True)
     if rule.required:
         whole = preview.new_content if preview is not None else None
         if whole is None and call.tool == "write":
             whole = str(call.arguments.get("content", ""))
         if whole is None:
             return "allow", None  # an edit without its preview: the file is not known
-        return ("allow", None) if re.search(rule.pattern, whole, flags) else ("block", None)
-    return (
-        ("block", None)
-        if re.search(rule.pattern, added_text(call, preview), flags)
-        else ("allow", None)
-    )
+        return ("allow", None) if pattern.search(whole) else ("block", None)
+    return ("block", None) if pattern.search(added_text(call, preview)) else ("allow", None)
 
 
 def _eval_commit_message_rule(rule: CommitMessageRule, call: ToolCall) -> tuple[str, Any]:
-    flags = re.I if rule.ignore_case else 0
+    pattern = patterns.compiled(rule.pattern, rule.ignore_case)
     for msg in commit_messages(_cmd(call)) if call.tool == "bash" else []:
-        if bool(re.search(rule.pattern, msg, flags)) != rule.must_match:
+        if pattern.search(msg) != rule.must_match:
             return "block", None
     return "allow", None
 
@@ -536,7 +535,7 @@ def _eval_keep_rule(rule: KeepRule, call: ToolCall, preview: Preview | None) -> 
         return "allow", None
     removed, added = removed_and_added(call, preview)
     kept = {line.strip() for line in added}
-    lost = [r for r in removed if re.search(rule.pattern, r) and r.strip() not in kept]
+    lost = [r for r in removed if patterns.search(rule.pattern, r) and r.strip() not in kept]
     return ("block", None) if lost else ("allow", None)
 
 
@@ -608,7 +607,7 @@ def step_missing(rule: SequenceRule, history: Sequence[ToolCall]) -> bool:
             if path is not None and (not rule.after_globs or path_matches(path, rule.after_globs)):
                 last_change = i
         elif call.tool == "bash" and any(
-            re.search(rule.command, seg) for seg in command_segments(_cmd(call))
+            patterns.search(rule.command, seg) for seg in command_segments(_cmd(call))
         ):
             last_step = i
     return last_change > last_step

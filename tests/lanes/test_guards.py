@@ -1,5 +1,13 @@
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
+
+import pytest
+from pydantic import ValidationError
+
+from continual_lsp.lanes import patterns
 from continual_lsp.lanes.compile import compile_guard
 from continual_lsp.lanes.guards import (
     CommandRule,
@@ -165,10 +173,70 @@ def test_failing_python_guard_fails_open_then_is_disabled(store, caplog) -> None
     assert store.counter(f"guard_failures:{item_id}") == 3
 
 
-def test_invalid_regex_in_spec_fails_open(store) -> None:
-    spec = GuardSpec(message="bad", rules=[CommandRule(pattern="(")])
-    guards = GuardSet([Guard("bad", spec)], store=None)
-    assert guards.check(bash("ls")).action == "allow"
+def test_an_invalid_pattern_is_refused_when_the_rule_is_built(store) -> None:
+    with pytest.raises(ValidationError, match="invalid pattern"):
+        CommandRule(pattern="(")
+    # One stored anyway (by hand, or before the check) is skipped: the reviewer decides.
+    rules = [{"kind": "command", "pattern": "("}]
+    store.add_lane_item(
+        {"text": "bad", "lane": "CODE", "reason": "t", "spec": {"message": "bad", "rules": rules}}
+    )
+    assert check_guards(store, bash("ls")).action == "allow"
+
+
+CATASTROPHIC = """
+import sys, time
+from continual_lsp.lanes.compile import compile_guard
+from continual_lsp.lanes.guards import check_guards
+from continual_lsp.store.db import Store
+from continual_lsp.tools.base import ToolCall
+
+store = Store(sys.argv[1])
+spec = compile_guard("Never use `a*a*a*a*a*a*a*a*a*a*a*a*c` in code")
+store.add_lane_item({"text": spec.message, "lane": "CODE", "reason": "t", "spec": spec.model_dump()})
+content = "x = '" + "a" * 80 + "'\\n"
+start = time.monotonic()
+verdict = check_guards(store, ToolCall(tool="write", arguments={"path": "a.py", "content": content}))
+print(verdict.action, time.monotonic() - start)
+"""
+
+
+def test_a_pattern_learned_from_a_correction_runs_in_linear_time(tmp_path) -> None:
+    """Issue 32, finding 2: this correction became `\\ba\\w*a\\w*…c`; on Python's `re`
+    the next proposal with 80 `a`s held the GIL for minutes (in a child process here, so
+    the old engine fails the test by its timeout instead of hanging the suite)."""
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", CATASTROPHIC, str(tmp_path / "store.sqlite3")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout.split()
+    except subprocess.TimeoutExpired:
+        pytest.fail("the guard check did not return in 60 s")
+    assert out[0] == "allow" and float(out[1]) < 1.0
+
+
+@pytest.mark.parametrize(
+    ("pattern", "linear"),
+    [(r"\ba\w*a\w*c", True), (r"\n\Z", True), (r"(?<!\S)--force(?![\w-])", False)],
+)
+def test_guard_patterns_run_on_re2_unless_they_need_lookaround(pattern: str, linear: bool) -> None:
+    assert (patterns.compiled(pattern).linear is not None) == linear
+
+
+def test_a_lookaround_pattern_runs_under_a_deadline() -> None:
+    """RE2 cannot run lookaround (the project's own shapes use it): such a pattern runs on
+    `regex` with a deadline, and past it the guard fails open instead of stalling."""
+    slow = patterns.compiled(r"(?!x)(a|aa)+$")
+    start = time.monotonic()
+    with pytest.raises(patterns.PatternTimeout):
+        slow.search("a" * 60 + "b")
+    assert time.monotonic() - start < 1.0
+    spec = GuardSpec(message="slow", rules=[ContentRule(pattern=r"(?!x)(a|aa)+$")])
+    call = ToolCall(tool="write", arguments={"path": "a.py", "content": "a" * 60 + "b"})
+    assert GuardSet([Guard("slow", spec)]).check(call).action == "allow"
 
 
 def test_a_denial_comment_uses_the_denied_call() -> None:
