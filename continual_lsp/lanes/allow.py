@@ -34,8 +34,9 @@ from continual_lsp.tools.base import FILE_CHANGING_TOOLS, Preview, ToolCall
 KIND = "allow"
 PREFIX_WORDS = 3  # `python -m pytest`: enough to name a command, not its targets
 
-# First words a rule never allows: the network, privilege, destruction, and programs that
-# run their arguments as code (a shell handed `-c …`).
+# First words a rule never allows: the network, privilege, destruction, programs that run
+# their arguments as code (a shell handed `-c …`), and builtins that change how the later
+# commands of the line run (`export PATH=.`, `trap`, `pushd /`): each is judged alone.
 NEVER = frozenset(
     {
         "curl", "wget", "ssh", "scp", "sftp", "rsync", "nc", "ncat", "netcat", "telnet",
@@ -46,6 +47,8 @@ NEVER = frozenset(
         "sh", "bash", "zsh", "fish", "dash", "ksh", "csh", "eval", "exec", "source", ".",
         "xargs", "env", "nohup", "time", "nice", "timeout", "watch", "command", "builtin",
         "apt", "apt-get", "dpkg", "brew", "snap", "open", "xdg-open",
+        "export", "unset", "alias", "trap", "set", "shopt", "declare", "typeset", "local",
+        "readonly", "hash", "enable", "pushd", "popd", "let", "read", "mapfile", "ulimit",
         "npx", "bunx", "pnpx", "uvx",
     }
 )  # fmt: skip

@@ -59,7 +59,8 @@ def test_compound_commands_are_never_allowed_by_a_prefix(store: Any, cmd: str) -
 @pytest.mark.parametrize(
     "cmd",
     ["curl https://x", "git push", "pip install x", "rm -rf build", "sh -c 'pytest -q'",
-     "python script.py", "pytest -q && pytest -q", "ls > out"],
+     "python script.py", "pytest -q && pytest -q", "ls > out", "export PATH=.",
+     "trap 'touch F' EXIT", "pushd sub", "set -e"],
 )  # fmt: skip
 def test_no_rule_can_be_made_for_the_network_destruction_or_a_shell(cmd: str) -> None:
     spec, why = allow.call_class(bash(cmd), None, WS)
