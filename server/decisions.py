@@ -64,7 +64,9 @@ async def decide(
     )
 
 
-async def _check_decidable(session: Session, agent: Agent, proposal: Proposal) -> None:
+async def _check_decidable(
+    session: Session, agent: Agent, proposal: Proposal, decision: str
+) -> None:
     """Refuse before touching the buffer what the agent would refuse after."""
     status = await session.call(agent.proposal_status, proposal.id)
     if status is None:
@@ -72,6 +74,14 @@ async def _check_decidable(session: Session, agent: Agent, proposal: Proposal) -
     if status != "pending":
         proposals.forget(session, proposal.id)
         raise RequestFailed(f"proposal {proposal.id!r} was already {status}")
+    if decision == "approve":
+        # The guards as they are now (one may have come or gone since it was shown).
+        now = await session.call(agent.proposal, proposal.id)
+        if now is not None and now.blocked_by:
+            raise RequestFailed(
+                f"a guard blocks this call: {now.blocked_by} Edit it, deny it, or override "
+                'the guard (decision "override").'
+            )
     preview = proposal.preview
     if preview is not None and session.workspace is not None:
         on_disk = await session.blocking(_sha256, session.workspace / preview.path)
@@ -101,7 +111,7 @@ async def _approve(
         old = preview.old_content or ""
         # Before the buffer is touched: an already decided or stale proposal is
         # refused here.
-        await _check_decidable(session, agent, proposal)
+        await _check_decidable(session, agent, proposal, decision)
         if buffer == old:
             await session.documents.apply(
                 uri, old, preview.new_content, f"{decision.title()} {proposal.id}"

@@ -9,6 +9,9 @@
 ;; then M-x eglot in a project, M-x continual-start-task, and review with
 ;; M-x continual-approve / continual-deny / continual-pending / continual-status,
 ;; or with the code actions on a proposal's diagnostic (M-x eglot-code-actions).
+;; A proposal a guard blocks is never approved: M-x continual-override runs it anyway
+;; (the override counts against the guard). M-x continual-ledger lists where each
+;; correction went; M-x continual-promote keeps a task-scoped one as a standing rule.
 ;;
 ;; Requests go out asynchronously and are waited for here: Emacs 28's jsonrpc leaves
 ;; messages that arrive behind the response of a synchronous request unprocessed until
@@ -102,6 +105,8 @@ Asynchronously: see the commentary for why."
       (let ((inhibit-read-only t))
         (erase-buffer)
         (insert (format "Proposal %s: %s\n" id tool))
+        (when-let ((blocked (plist-get proposal :blockedBy)))
+          (insert (format "Blocked by a guard: %s\n" blocked)))
         (when-let ((note (plist-get proposal :note)))
           (insert note "\n"))
         (insert (cond (diff)
@@ -113,11 +118,14 @@ Asynchronously: see the commentary for why."
       (when (and diff (fboundp 'diff-mode))
         (diff-mode))
       (setq buffer-read-only t))
-    (if (equal tool "done")
-        (message "continual: the agent says the task is done (%s): %s; M-x continual-approve finishes it, continual-deny says what is left"
-                 id (plist-get (plist-get proposal :arguments) :summary))
-      (message "continual: proposal %s (%s); M-x continual-approve or continual-deny"
-               id tool))))
+    (cond ((equal tool "done")
+           (message "continual: the agent says the task is done (%s): %s; M-x continual-approve finishes it, continual-deny says what is left"
+                    id (plist-get (plist-get proposal :arguments) :summary)))
+          ((plist-get proposal :blockedBy)
+           (message "continual: proposal %s (%s) is blocked by a guard (%s); M-x continual-override, or edit or deny it"
+                    id tool (plist-get proposal :blockedBy)))
+          (t (message "continual: proposal %s (%s); M-x continual-approve or continual-deny"
+                      id tool)))))
 
 (defun continual--read-id ()
   (let ((ids (hash-table-keys continual-proposals)))
@@ -184,7 +192,42 @@ The current buffer's file, when it is in the project, starts the task in view."
   "Approve proposal ID: it runs (a file change goes to the buffer and the disk).
 Approving the agent's `done' finishes the task with its summary."
   (interactive (list (continual--read-id)))
+  (when-let ((blocked (plist-get (gethash id continual-proposals) :blockedBy)))
+    (user-error "continual: a guard blocks %s (%s); M-x continual-override runs it anyway"
+                id blocked))
   (continual--decide id "approve"))
+
+(defun continual-override (id)
+  "Run proposal ID although a guard blocks it.
+The override counts against the guard: one overridden twice retires to a bullet."
+  (interactive (list (continual--read-id)))
+  (continual--decide id "override"))
+
+(defun continual-ledger ()
+  "Where each correction went: lane, counts and why (buffer *continual-ledger*)."
+  (interactive)
+  (let ((items (append (plist-get (continual--request :continual/ledger nil) :items) nil)))
+    (with-current-buffer (get-buffer-create "*continual-ledger*")
+      (let ((inhibit-read-only t))
+        (erase-buffer)
+        (dolist (item items)
+          (insert (format "%s  %-7s %s%s%s%s\n    %s\n"
+                          (plist-get item :id) (plist-get item :lane)
+                          (if (eq (plist-get item :active) t) "" "(reverted) ")
+                          (if (plist-get item :taskScoped) "[task-scoped] " "")
+                          (if-let ((n (plist-get item :overridden)))
+                              (format "[overridden %s] " n) "")
+                          (plist-get item :text) (plist-get item :reason)))))
+      (setq buffer-read-only t))
+    items))
+
+(defun continual-promote (item-id)
+  "Keep the task-scoped correction ITEM-ID as a standing rule (routed again)."
+  (interactive "sTask-scoped item id: ")
+  (let ((result (continual--request :continual/promote `(:itemId ,item-id))))
+    (message "continual: promoted to %s (%s)" (plist-get result :lane)
+             (plist-get result :reason))
+    result))
 
 (defun continual-deny (id correction)
   "Deny proposal ID with CORRECTION: the agent learns from it and retries."
@@ -254,7 +297,8 @@ A buffer that changed since the server saw it refuses the (versioned) edit."
   "The proposal code actions: the result carries the next proposal."
   (let ((result (cl-call-next-method))
         (name (format "%s" command)))
-    (when (and (member name '("continual.approve" "continual.deny" "continual.edit"))
+    (when (and (member name '("continual.approve" "continual.override" "continual.deny"
+                              "continual.edit"))
                (eq (plist-get result :ok) t) (not (plist-get result :uri)))
       (continual--decided (elt arguments 0) result))
     result))

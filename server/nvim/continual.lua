@@ -11,6 +11,9 @@
 -- :ContinualUndo [reason] (put back the last applied change; the agent learns from it),
 -- :ContinualLedger, :ContinualStatus. A change of several hunks shows a diagnostic per
 -- hunk with code actions "Accept hunk n" / "Reject hunk n…" (a reason is asked for).
+-- A proposal a guard blocks is never approved: :ContinualOverride [id] runs it anyway (the
+-- override counts against the guard; its code action is "Override guard").
+-- :ContinualPromote {itemId} keeps a task-scoped correction (ledger) as a standing rule.
 local M = {}
 
 M.config = {
@@ -116,6 +119,11 @@ local function receive(p)
     -- The model says the task is finished, in its own words: no diff, the summary is it.
     notify(string.format('the agent says the task is done [%s]: %s  :ContinualApprove finishes the task / :ContinualDeny says what is left',
       p.proposalId, (p.arguments or {}).summary or ''))
+    return
+  end
+  if p.blockedBy then
+    notify(string.format('proposed %s [%s] is blocked by a guard: %s  :ContinualOverride / :ContinualEdit / :ContinualDeny',
+      describe(p), p.proposalId, p.blockedBy), vim.log.levels.WARN)
     return
   end
   -- The note says why this call (a guard's rewrite, or no compliant retry: edit it).
@@ -240,13 +248,31 @@ function M.setup(opts)
   end, { nargs = '+' })
   cmd('ContinualApprove', function(o)
     local id = target(o)
-    if id then
+    local blocked = id and M.state.proposals[id] and M.state.proposals[id].blockedBy
+    if blocked then
+      notify(string.format('a guard blocks %s (%s); :ContinualOverride runs it anyway', id, blocked),
+        vim.log.levels.WARN)
+    elseif id then
       command('continual.approve', { id }, function(r)
         notify('approved ' .. id .. (r and r.nextProposalId and (', next ' .. r.nextProposalId) or ''))
         receive(r and r.nextProposal)
       end)
     end
   end, { nargs = '?' })
+  cmd('ContinualOverride', function(o)
+    local id = target(o)
+    if id then
+      command('continual.override', { id }, function(r)
+        notify('overrode the guard: ran ' .. id .. (r and r.nextProposalId and (', next ' .. r.nextProposalId) or ''))
+        receive(r and r.nextProposal)
+      end)
+    end
+  end, { nargs = '?' })
+  cmd('ContinualPromote', function(o)
+    request('continual/promote', { itemId = o.args }, function(r)
+      notify(string.format('promoted to %s (%s): %s', r.lane, r.itemId, r.reason))
+    end)
+  end, { nargs = 1 })
   cmd('ContinualDeny', function(o)
     local id = target(o)
     if not id then
@@ -305,6 +331,12 @@ function M.setup(opts)
         end
         if item.approvals then
           evidence = evidence .. ', from approvals ' .. table.concat(item.approvals, ' ')
+        end
+        if item.overridden then
+          evidence = evidence .. string.format(', overridden %d', item.overridden)
+        end
+        if item.taskScoped then
+          evidence = evidence .. ', task-scoped (:ContinualPromote ' .. item.id .. ')'
         end
         table.insert(lines, string.format('%s %-8s %s%s  [%s]  (%s)', item.id, item.lane, item.text,
           item.active and '' or ' [reverted]', evidence, item.reason))

@@ -2,7 +2,8 @@
 ;;
 ;; emacs --batch -Q -l emacs_flow.el, with CONTINUAL_WS (workspace), CONTINUAL_OUT (the
 ;; JSON report), CONTINUAL_CMD (the server command, a JSON list) and CONTINUAL_MODULE
-;; (server/emacs/continual.el: the module path) or none (a plain eglot client).
+;; (server/emacs/continual.el: the module path) or none (a plain eglot client), and
+;; CONTINUAL_FLOW naming another flow of the module (override, scoped).
 ;; Every wait is on a condition with a deadline; nothing sleeps to synchronise.
 
 (dolist (dir (file-expand-wildcards "/usr/share/emacs/site-lisp/elpa/*"))
@@ -13,6 +14,11 @@
 
 (defvar flow-ws (file-name-as-directory (getenv "CONTINUAL_WS")))
 (defvar flow-module (getenv "CONTINUAL_MODULE"))
+(defvar flow-name (getenv "CONTINUAL_FLOW"))
+(defvar flow-choose "Approve" "The code action the reviewer picks (a title prefix).")
+(defconst flow-scoped-correction
+  "Change only the line with the bug in ops.py; use edit_lines, do not rewrite the file."
+  "Issue 31's correction about this change only.")
 (defvar flow-report nil "Alist written as the JSON report.")
 (defvar flow-messages nil "Every message the server sent, newest first.")
 (defvar flow-choices nil "(prompt . choices) of every completing-read eglot asked.")
@@ -37,8 +43,8 @@
             (lambda (prompt collection &rest _)
               (let ((titles (mapcar (lambda (c) (if (consp c) (car c) c)) collection)))
                 (push (cons prompt titles) flow-choices)
-                (or (seq-find (lambda (title) (string-prefix-p "Approve" title)) titles)
-                    (error "no Approve among %S" titles)))))
+                (or (seq-find (lambda (title) (string-prefix-p flow-choose title)) titles)
+                    (error "no %s among %S" flow-choose titles)))))
 (advice-add 'y-or-n-p :override
             (lambda (prompt) (push prompt flow-confirmations) t))
 
@@ -84,6 +90,68 @@ action's edit (if any), then runs its command."
     (let ((last-nonmenu-event ?\r))
       (eglot-code-actions (line-beginning-position) (line-end-position) nil t)))
   (flow-note 'actions (cdr (car flow-choices))))
+
+(defun flow-code-action (buffer line choice)
+  "Run the code action on LINE of BUFFER whose title starts with CHOICE."
+  (let ((flow-choose choice))
+    (flow-approve-by-code-action buffer line)))
+
+(defun flow-refusal (fn)
+  "The message of the user-error FN signals, or nil."
+  (condition-case err (progn (funcall fn) nil) (user-error (error-message-string err))))
+
+(defun flow-ledger ()
+  ;; Vectors: json-encode would take a list of lists that start with a string for an alist.
+  (mapcar (lambda (i) (vector (plist-get i :id) (plist-get i :text) (plist-get i :lane)
+                            (or (plist-get i :overridden) :json-false)
+                            (if (plist-get i :taskScoped) t :json-false)))
+          (continual-ledger)))
+
+(defun flow-override ()
+  "A guard blocks the fix: Override (never Approve) among the code actions; override it."
+  (load flow-module nil t)
+  (let* ((ops (flow-start 'continual-server))
+         (started (with-current-buffer ops
+                    (continual-start-task "fix mean() so test_mean passes")))
+         (shown (plist-get started :proposal))
+         (id (plist-get shown :proposalId)))
+    (flow-note 'tool (plist-get shown :tool))
+    (flow-note 'blocked_by (plist-get shown :blockedBy))
+    (flow-step "blocked proposal")
+    ;; Approve is refused: by the module, and by the server for a client that sends it.
+    (flow-note 'module_refused (flow-refusal (lambda () (continual-approve id))))
+    (flow-note 'server_refused (flow-refusal (lambda () (continual--decide id "approve"))))
+    (flow-note 'refused_buffer (flow-line ops 7))
+    (flow-code-action ops 7 "Override guard")
+    (flow-note 'override_buffer (flow-line ops 7))
+    (flow-note 'override_modified (if (buffer-modified-p ops) t :json-false))
+    (flow-note 'override_disk (flow-file "src/calc/ops.py"))
+    (flow-step "overridden by code action")
+    (flow-note 'next_tool (plist-get (gethash continual-last-proposal continual-proposals) :tool))
+    (flow-note 'ledger (flow-ledger))
+    (flow-step "ledger")))
+
+(defun flow-scoped ()
+  "A correction about this change only: the one-line fix is the retry, approved by code action."
+  (load flow-module nil t)
+  (let* ((ops (flow-start 'continual-server))
+         (started (with-current-buffer ops
+                    (continual-start-task "Fix the bug in mean() in src/calc/ops.py")))
+         (first (plist-get started :proposal)))
+    (flow-note 'first_tool (plist-get first :tool))
+    (flow-step "proposal")
+    (let* ((denied (continual-deny (plist-get first :proposalId) flow-scoped-correction))
+           (retry (plist-get denied :nextProposal)))
+      (flow-note 'retry_tool (plist-get retry :tool))
+      (flow-note 'retry_content (plist-get (plist-get retry :arguments) :content))
+      (flow-note 'retry_blocked (or (plist-get retry :blockedBy) :json-false))
+      (flow-step "denied")
+      (flow-code-action ops 7 "Approve")
+      (flow-note 'approve_buffer (flow-line ops 7))
+      (flow-note 'approved_disk (flow-file "src/calc/ops.py"))
+      (flow-step "approved by code action")
+      (flow-note 'ledger (flow-ledger))
+      (flow-step "ledger"))))
 
 (defun flow-start (class)
   (let ((buffer (find-file-noselect (expand-file-name "src/calc/ops.py" flow-ws))))
@@ -199,7 +267,10 @@ action's edit (if any), then runs its command."
 (let ((out (getenv "CONTINUAL_OUT")))
   (condition-case err
       (progn
-        (if flow-module (flow-with-module) (flow-plain))
+        (cond ((equal flow-name "override") (flow-override))
+              ((equal flow-name "scoped") (flow-scoped))
+              (flow-module (flow-with-module))
+              (t (flow-plain)))
         (flow-note 'ok t))
     (error (flow-note 'ok :json-false)
            (flow-note 'error (error-message-string err))

@@ -75,6 +75,15 @@ ADD_DOCSTRING = {
     },
 }
 RUN_TESTS = {"tool": "bash", "arguments": {"cmd": "echo tests-ran"}}
+# The whole of ops.py rewritten (the fix and a reworded comment): not what was asked.
+REWRITE_OPS = {
+    "tool": "write",
+    "arguments": {
+        "path": "src/calc/ops.py",
+        "content": "def add(a, b):\n    return a + b\n\n\ndef mean(values):\n"
+        "    # the mean as a float\n    return sum(values) / len(values)\n",
+    },
+}
 # A file no editor has open: approving it writes the disk directly.
 WRITE_CHANGES = {
     "tool": "write",
@@ -116,6 +125,9 @@ SCRIPTS: dict[str, list[dict[str, Any]]] = {
     "guarded": [NPM_INSTALL],
     # the fix a guard on src/calc/ blocks (sample and retry), overridden; then bash
     "override": [FIX_MEAN, FIX_MEAN, RUN_TESTS, RUN_TESTS],
+    # issue 31: the whole file rewritten, denied with a task-scoped correction; the retry is
+    # the one-line fix
+    "scoped": [REWRITE_OPS, FIX_MEAN, RUN_TESTS, DONE],
 }
 
 # The guard of the "override" script (seeded in the store by the tests).

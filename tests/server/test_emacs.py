@@ -26,9 +26,18 @@ pytestmark = [
 DENY_TEXT = "Never weaken a test; fix the code instead."
 
 
-def run_emacs(workspace: Path, tmp_path: Path, script: str, *, module: bool) -> dict[str, Any]:
+def run_emacs(
+    workspace: Path,
+    tmp_path: Path,
+    script: str,
+    *,
+    module: bool,
+    flow: str | None = None,
+    training: bool = True,
+) -> dict[str, Any]:
     """Emacs starts the server itself (as eglot does); its stderr goes to a file, which
-    eglot would otherwise swallow. A private HOME, the shared model cache."""
+    eglot would otherwise swallow. A private HOME, the shared model cache. `flow` names
+    one of emacs_flow.el's module flows other than the default."""
     store, report, log = (
         tmp_path / "store.sqlite3",
         tmp_path / "report.json",
@@ -43,12 +52,14 @@ def run_emacs(workspace: Path, tmp_path: Path, script: str, *, module: bool) -> 
         "--script",
         script,
     ]
-    if module:
+    if module and training:
         server.append("--training")  # the denial takes a real SDPO step
     command = ["sh", "-c", 'cd "$1" && shift && exec "$@" 2>>"$0"', str(log), str(REPO), *server]
     env = editor_env(workspace, tmp_path, report, command)
     if module:
         env["CONTINUAL_MODULE"] = str(REPO / "server" / "emacs" / "continual.el")
+    if flow:
+        env["CONTINUAL_FLOW"] = flow
     flow = str(Path(__file__).parent / "emacs_flow.el")
     proc, result = run_editor(["emacs", "--batch", "-Q", "-l", flow], workspace, env, report, 420)
     server_log = log.read_text()[-3000:] if log.exists() else ""
@@ -125,3 +136,67 @@ def test_emacs_plain_client_diagnostics_code_actions_and_message_request(
     assert "return sum(values) / len(values)" in (workspace / "src/calc/ops.py").read_text()
     kinds = sorted(d["decision"] for d in decisions(tmp_path / "store.sqlite3").values())
     assert kinds == ["approve", "approve"]
+
+
+SCOPED = "Change only the line with the bug in ops.py; use edit_lines, do not rewrite the file."
+
+
+def test_emacs_a_task_scoped_correction_then_the_one_line_fix_approved_by_code_action(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """Issue 31: the agent rewrote the whole file; the reviewer's correction is about this
+    change only, so it becomes no guard, and the one-line fix is shown, approvable, and
+    approved through eglot's code action."""
+    result = run_emacs(workspace, tmp_path, "scoped", module=True, flow="scoped", training=False)
+    assert result["steps"] == ["proposal", "denied", "approved by code action", "ledger"]
+    assert result["first_tool"] == "write"
+    assert result["retry_tool"] == "edit_lines"
+    assert result["retry_content"] == "    return sum(values) / len(values)\n"
+    assert result["retry_blocked"] is False  # no guard stands in the way
+    assert result["actions"][0].startswith("Approve: ")
+    assert result["approve_buffer"] == "    return sum(values) / len(values)"
+    assert (workspace / "src/calc/ops.py").read_text() == result["approved_disk"]
+    assert "# BUG: integer division truncates the mean" in result["approved_disk"]  # one line
+    [(_, _, lane, _, scoped)] = [i for i in result["ledger"] if i[1] == SCOPED]
+    assert (lane, scoped) == ("NONE", True)
+    assert not [i for i in result["ledger"] if i[2] == "CODE"]
+    kinds = sorted(d["decision"] for d in decisions(tmp_path / "store.sqlite3").values())
+    assert kinds == ["approve", "deny"]
+
+
+def test_emacs_a_blocked_proposal_is_overridden_from_the_code_action(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """A guard blocks the fix: the code actions offer Override guard, not Approve; approve
+    is refused (module and server) with the buffer untouched; the override runs the call
+    and the ledger counts it."""
+    from continual_lsp.store import Store
+
+    from .scripted import CALC_GUARD
+
+    store = Store(tmp_path / "store.sqlite3")
+    guard_id = store.add_lane_item(CALC_GUARD)
+    store.close()
+    result = run_emacs(
+        workspace, tmp_path, "override", module=True, flow="override", training=False
+    )
+    guard = CALC_GUARD["text"]
+    assert result["steps"] == ["blocked proposal", "overridden by code action", "ledger"]
+    assert (result["tool"], result["blocked_by"]) == ("edit_lines", guard)
+    assert [t.split(":")[0] for t in result["actions"]] == [
+        "Override guard",
+        "Deny with correction…",
+        "Edit proposal…",
+        "Show diff",
+    ]
+    assert "continual-override" in result["module_refused"]
+    assert 'override the guard (decision "override")' in result["server_refused"]
+    assert result["refused_buffer"] == "    return sum(values) // len(values)"
+    assert result["override_buffer"] == "    return sum(values) / len(values)"
+    assert result["override_modified"] is False
+    assert (workspace / "src/calc/ops.py").read_text() == result["override_disk"]
+    assert result["next_tool"] == "bash"
+    [(_, _, lane, overridden, _)] = [i for i in result["ledger"] if i[0] == guard_id]
+    assert (lane, overridden) == ("CODE", 1)
+    kinds = sorted(d["decision"] for d in decisions(tmp_path / "store.sqlite3").values())
+    assert kinds == ["deny", "override"]

@@ -79,47 +79,51 @@ def test_neovim_module_commands(workspace: Path, tmp_path: Path) -> None:
     assert in_view(store) == ["src/calc/ops.py"]
 
 
-def test_neovim_a_guard_on_the_favourite_call_shows_a_reason_not_a_silent_end(
+def test_neovim_a_guard_on_the_favourite_call_offers_override_not_approve(
     workspace: Path, tmp_path: Path
 ) -> None:
     """The agent's only call (scripted) is blocked by a guard from an earlier correction:
     the automatic denial's retry candidates are all blocked too, so the reviewer is shown
-    the call with the one-line reason and the Edit offer, and approving it is refused."""
+    the call with the guard's reason. Approve is refused naming override, the code actions
+    offer Override guard (never Approve), and :ContinualOverride runs it."""
     from continual_lsp.store import Store
+
+    from .scripted import CALC_GUARD
 
     store, report = tmp_path / "store.sqlite3", tmp_path / "report.json"
     seeded = Store(store)
-    seeded.add_lane_item(
-        {
-            "text": "This project uses pnpm, never npm.",
-            "lane": "CODE",
-            "reason": "test",
-            "spec": {
-                "message": "Use pnpm, never npm.",
-                "rules": [{"kind": "command", "pattern": "^npm "}],
-            },
-        }
-    )
+    guard_id = seeded.add_lane_item(CALC_GUARD)
     seeded.close()
     server = [sys.executable, "-m", "tests.server.launch", "--store", str(store)]
     env = editor_env(
         workspace,
         tmp_path,
         report,
-        [*server, "--script", "guarded"],
+        [*server, "--script", "override"],
         CONTINUAL_MODULE=str(REPO / "server" / "nvim" / "continual.lua"),
     )
     script = str(Path(__file__).parent / "nvim_guard.lua")
     argv = ["nvim", "--headless", "-u", "NONE", "-i", "NONE", "-c", "luafile " + script]
     proc, result = run_editor(argv, REPO, env, report, 240)
     assert proc.returncode == 0, f"{result.get('error')}\n{proc.stderr[-3000:]}"
+    guard = CALC_GUARD["text"]
     reason = (
-        "No compliant retry among 6 candidates: 6 were blocked by a guard (Use pnpm, never "
-        "npm.). Edit this call to show what you want, or deny it again."
+        f"No compliant retry among 6 candidates: 6 were blocked by a guard ({guard}). "
+        "A guard blocks this call: edit it to show what you want, override the guard, or "
+        "deny it again."
     )
-    assert (result["tool"], result["arguments"]) == ("bash", {"cmd": "npm install"})
-    assert result["note"].startswith(reason)  # then the unsandboxed-bash warning
-    assert any(reason in m for m in result["messages"]), result["messages"]  # shown
+    assert (result["tool"], result["blocked_by"]) == ("edit_lines", guard)
+    assert result["note"] == reason
+    assert any("is blocked by a guard: " + guard in m for m in result["messages"])
+    assert [t.split(":")[0] for t in result["actions"]] == [
+        "Override guard",
+        "Deny with correction…",
+        "Edit proposal…",
+        "Show diff",
+    ]
+    assert "sum(values) // len(values)" in result["refused_disk"]  # approve ran nothing
+    assert "return sum(values) / len(values)" in result["disk"]
+    assert [i[2] for i in result["ledger"] if i[0] == guard_id] == [1]
     assert not result["task_done"]
-    # The block was recorded as an automatic denial; the reviewer's offer waits.
-    assert [d["decision"] for d in decisions(store).values()] == ["deny"]
+    # The block was an automatic denial; the reviewer's override ran the call.
+    assert sorted(d["decision"] for d in decisions(store).values()) == ["deny", "override"]
