@@ -10,6 +10,11 @@ embeddings + handcrafted features) are trained on the other folds only, then the
 pipeline (detector -> guard compiler -> heads -> ordered policy) labels the held-out rows.
 The rules-only pipeline (no learned heads) is scored on every row too.
 
+Second estimate: leave one source kind out (AGENTS.md, CLAUDE.md, .cursorrules and
+.cursor/rules, copilot-instructions.md, other rules files, task lists and plans, issues):
+the heads are trained without any row of the held-out kind, as for a user whose rules file
+is of a kind the dev set does not hold. The gap between the two estimates is printed.
+
 Honesty notes, printed with the results: the guard compiler's phrase patterns and the
 detector's cue lists were written by people who had read the 84-row starting set (`origin:
 corrections-dev`); the detector's task-list verbs and standing triggers ("on every commit",
@@ -77,6 +82,7 @@ from continual_lsp.lanes.learned import HEADS_FILE, Heads, featurize  # noqa: E4
 
 LANES = ["CODE", "WEIGHTS", "CONTEXT", "NONE"]
 DEFAULT_DATA = REPO / "bench/data/rules-dev.jsonl"
+WRITTEN = REPO / "bench/data/rules-written.jsonl"
 RESULTS = REPO / "bench/results/allocator.json"
 
 
@@ -90,6 +96,26 @@ def repository(source: str) -> str:
     if "://" in s:
         return s.split("://", 1)[1].split("/", 1)[0]  # one group per site
     return "/".join(s.split(":")[0].split("/")[:2]).lower()
+
+
+def source_kind(row: dict) -> str:
+    """The kind of file (or channel) a row was written in: the second split's groups."""
+    source = row["source"]
+    if row.get("origin") == "task-list":
+        return "task lists and plans"
+    if "://" in source or "/issues/" in source:
+        return "issues"
+    name = source.split(":", 1)[-1].lower()
+    for kind, marker in (
+        ("AGENTS.md", "agents.md"),
+        ("CLAUDE.md", "claude.md"),
+        (".cursorrules / .cursor/rules", "cursor"),
+        ("copilot-instructions.md", "copilot"),
+    ):
+        if marker in name:
+            return kind
+    # .clinerules, .windsurfrules, .kiro/steering, CONTRIBUTING and other rules files
+    return "other rules files"
 
 
 def predict_lane(text: str) -> tuple[str, bool]:
@@ -264,11 +290,11 @@ def main() -> int:
         [det for _, det in results],
     )
 
-    def run_cv(seed: int) -> tuple[list[str], list[bool]]:
-        fold = grouped_folds(groups, args.folds, seed)
+    def run_cv(seed: int, fold: list[int] | None = None) -> tuple[list[str], list[bool]]:
+        fold = fold or grouped_folds(groups, args.folds, seed)
         pred = [""] * len(rows)
         det = [False] * len(rows)
-        for f in range(args.folds):
+        for f in sorted(set(fold)):
             train = [i for i in range(len(rows)) if fold[i] != f]
             learned.set_heads(Heads.fit(x[train], [gold[i] for i in train]))
             for i in range(len(rows)):
@@ -286,19 +312,62 @@ def main() -> int:
         for r, p in zip(rows, runs[0][0], strict=True):
             if r["lane"] != p:
                 print(f"  {r['id']}: gold {r['lane']:8} predicted {p:8} {r['text'][:90]}")
+    # Second split: leave one source kind out (AGENTS.md, CLAUDE.md, cursor rules, copilot
+    # instructions, other rules files, task lists, issues): the heads never see how that
+    # kind of file is written.
+    kinds = [source_kind(r) for r in rows]
+    names = sorted(set(kinds))
+    print("\nsource kinds: " + ", ".join(f"{k} {kinds.count(k)}" for k in names))
+    by_kind = run_cv(args.seed, [names.index(k) for k in kinds])
+    kind_scores = report("rules + learned heads, leave one source kind out", gold, *by_kind)
+    for k in names:
+        idx = [i for i in range(len(rows)) if kinds[i] == k]
+        code = [i for i in idx if gold[i] == "CODE"]
+        acc = sum(gold[i] == by_kind[0][i] for i in idx) / len(idx)
+        rec = sum(by_kind[0][i] == "CODE" for i in code) / len(code) if code else float("nan")
+        print(f"  held out {k:30} n {len(idx):3d}  accuracy {acc:.3f}  CODE recall {rec:.3f}")
     all_scores = [scores(gold, p, d) for p, d in runs]
     mean = {
         "grouped_cv_accuracy": float(np.mean([s["accuracy"] for s in all_scores])),
         "code_recall": float(np.mean([s["per_lane"]["CODE"]["recall"] for s in all_scores])),
         "none_precision": float(np.mean([s["per_lane"]["NONE"]["precision"] for s in all_scores])),
         "detector_f1": float(np.mean([s["detector_f1"] for s in all_scores])),
+        "source_kind_cv_accuracy": kind_scores["accuracy"],
+        "source_kind_code_recall": kind_scores["per_lane"]["CODE"]["recall"],
     }
+    gap = mean["grouped_cv_accuracy"] - mean["source_kind_cv_accuracy"]
+    print(
+        f"\ngap between the estimates: grouped by repository {mean['grouped_cv_accuracy']:.3f}"
+        f" - grouped by source kind {mean['source_kind_cv_accuracy']:.3f} = {gap:+.3f}"
+        f" (CODE recall {mean['code_recall']:.3f} vs {mean['source_kind_code_recall']:.3f})"
+    )
     print(
         f"\nmean over {args.repeats} grouped splits: "
         + ", ".join(f"{k} {v:.3f}" for k, v in mean.items())
         + f"; rules-only accuracy (baseline, same run) {rules['accuracy']:.3f}, "
         f"ratio {mean['grouped_cv_accuracy'] / rules['accuracy']:.2f}"
     )
+
+    # Prohibitions on identifiers, paths and commands of many ecosystems (written for
+    # issue 31, not taken from repositories, so not in the CV): routed by the pipeline with
+    # heads trained on every dev row, as written and with the backticks taken out.
+    if WRITTEN.is_file():
+        written = load(WRITTEN)
+        learned.set_heads(Heads.fit(x, gold))
+        for label, strip in (("as written", False), ("without backticks", True)):
+            preds = [
+                predict_lane(r["text"].replace("`", "") if strip else r["text"])[0] for r in written
+            ]
+            hits = sum(p == r["lane"] for p, r in zip(preds, written, strict=True))
+            key = "written_code_recall" + ("_no_backticks" if strip else "")
+            mean[key] = hits / len(written)
+            print(
+                f"written prohibitions ({len(written)} CODE rows, {label}): CODE recall {mean[key]:.3f}"
+            )
+            for p_, r in zip(preds, written, strict=True):
+                if p_ != r["lane"]:
+                    shown = r["text"].replace("`", "") if strip else r["text"]
+                    print(f"  {r['id']}: predicted {p_:8} {shown[:90]}")
 
     flagged = overfit_review(rows)
     print(
@@ -337,7 +406,10 @@ def main() -> int:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(evidence, indent=2) + "\n")
     print(f"\nsummary ({RESULTS.relative_to(REPO)}): {json.dumps(evidence)}")
-    print("targets: grouped_cv_accuracy >= 0.85, code_recall >= 0.85, none_precision >= 0.90")
+    print(
+        "targets: grouped_cv_accuracy >= 0.85, source_kind_cv_accuracy >= 0.80, code_recall"
+        " and source_kind_code_recall >= 0.85, none_precision >= 0.90"
+    )
     return 0
 
 

@@ -147,7 +147,12 @@ def _items(clause: str) -> list[Item]:
     for m in re.finditer(r"`([^`]+)`", clause):
         found.append((m.start(), m.group(1).strip(), True))
         taken.append((m.start(), m.end()))
-    for m in re.finditer(r"(?<![\w`./-])([A-Za-z](?:[\w+-]|\.(?=\w))*(?:\(\))?)(?![\w`])", clause):
+    # Identifiers as prose writes them, backticks or not: `foo.bar()`, `@ts-ignore`,
+    # `.Result`, a Rust macro `panic!` (before a lower-case word), `interface{}`.
+    for m in re.finditer(
+        r"(?<![\w`./@-])([@.]?[A-Za-z](?:[\w+-]|\.(?=\w))*(?:\(\)|!(?=\s+[a-z(])|\{\})?)(?![\w`])",
+        clause,
+    ):
         if any(a <= m.start() < b for a, b in taken):
             continue
         word = m.group(1)
@@ -229,6 +234,16 @@ def _globs_in(span: str) -> list[str]:
         if re.search(r"<\w+>", p):
             continue  # a template like modular_<name>.py names no concrete file
         globs.append(p if not p.endswith("/") else p + "**")
+    # File names PATHISH does not know the extension of (`terraform.tfstate`) and globs
+    # (`*.Designer.cs`), when they are plainly file names.
+    for m in re.finditer(
+        r"(?<![\w/.*-])(\*[\w.-]*\.[A-Za-z]\w*|[\w-]+\.(?:tfstate|tfvars|tf|cs|csproj|sln|sql|"
+        r"proto|gradle|kts?|swift|ex|exs|xml|plist|pbxproj|properties|conf|env|gemspec|lockb))"
+        r"(?![\w/])",
+        span,
+    ):
+        if m.group(1) not in globs:
+            globs.append(m.group(1))
     for w in re.findall(r"[\w.-]+", span):
         if w.lower() in KNOWN_FILES and w.lower() not in [g.lower() for g in globs]:
             globs.append(w)
@@ -436,7 +451,7 @@ def _clause_rules(clause: str, text: str) -> list[Rule]:
 
 
 def _codey(word: str) -> bool:
-    return bool(re.search(r"[._()\[\]#&|]|[a-z][A-Z]|[A-Z]\w*-[A-Z]", word))
+    return bool(re.search(r"[._()\[\]#&|@{}]|\w!$|[a-z][A-Z]|[A-Z]\w*-[A-Z]", word))
 
 
 # Rules a deterministic check could guarantee, but not with the declarative rule kinds

@@ -197,3 +197,41 @@ def test_a_content_token_after_with_is_forbidden() -> None:
     guard = _guard("Don't quiet mypy with `# type: ignore`; fix the types.")
     assert _verdict(guard, _change("a.py", "x = 1\n", "x = f()  # type: ignore\n")) == "block"
     assert _verdict(guard, _change("a.py", "x = 1\n", "x: int = f()\n")) == "allow"
+
+
+@pytest.mark.parametrize(
+    ("text", "path", "bad", "good"),
+    [
+        ("Avoid @ts-ignore; fix the type error.", "web/a.ts", "// @ts-ignore\n", "// ok\n"),
+        ("Never call .Result on a Task.", "Svc.cs", "var x = t.Result;\n", "var x = await t;\n"),
+        ("Don't use interface{} in new Go code.", "a.go", "var x interface{}\n", "var x any\n"),
+    ],
+)
+def test_identifiers_with_symbols_are_read_without_backticks(
+    text: str, path: str, bad: str, good: str
+) -> None:
+    guard = _guard(text)
+    assert _verdict(guard, _change(path, "", bad)) == "block", guard.spec.rules
+    assert _verdict(guard, _change(path, "", good)) == "allow", guard.spec.rules
+
+
+@pytest.mark.parametrize(
+    ("text", "inside", "outside"),
+    [
+        ("Never edit terraform.tfstate.", "terraform.tfstate", "main.tf"),
+        ("Don't edit *.Designer.cs files.", "Forms/Main.Designer.cs", "Forms/Main.cs"),
+    ],
+)
+def test_file_names_of_any_ecosystem_in_an_edit_prohibition(
+    text: str, inside: str, outside: str
+) -> None:
+    guard = _guard(text)
+    assert _verdict(guard, _change(inside, "a\n", "b\n")) == "block", guard.spec.rules
+    assert _verdict(guard, _change(outside, "a\n", "b\n")) == "allow", guard.spec.rules
+
+
+@pytest.mark.parametrize(
+    "text", ["Don't do that!", "Never say never!", "Use @decorators sparingly."]
+)
+def test_exclamations_and_hedges_compile_nothing(text: str) -> None:
+    assert compile_guard(text) is None
