@@ -40,7 +40,7 @@ TASK_KIND = "task"
 _NOUN = (
     r"(?:line|lines|file|function|method|class|change|fix|edit|diff|hunk|call|bug|test|task|"
     r"loop|block|variable|condition|spot|place|part|attempt|approach|module|import|"
-    r"statement|signature|expression|argument|check|branch of the \w+|one)"
+    r"statement|signature|expression|argument|check|command|query|rename|branch of the \w+|one)"
 )
 _ADJ = r"(?:(?:whole|entire|same|other|right|correct|original|actual|real|first|last|next|"
 _ADJ += r"previous|new|exact|one|single|failing|broken|reported|only)\s+)?"
@@ -57,19 +57,26 @@ TASK_CUES: list[tuple[str, re.Pattern[str]]] = [
         "names the bug or fix in hand",
         re.compile(
             r"\bthe\s+(?:actual\s+|real\s+|original\s+|reported\s+|same\s+)?"
-            r"(?:bug|fix|issue|typo|off-by-one|regression|failure|crash|problem|task|ticket|"
-            r"failing test)\b",
+            r"(?:bug|fix|typo|off-by-one|regression|crash|failing test)\b",
             re.I,
         ),
     ),
     ("a numbered line", re.compile(r"\blines?\s+\d+\b", re.I)),
-    ("points to a place", re.compile(r"\b(?:look|see|check|start)\s+(?:there|here)\b", re.I)),
+    (
+        "points to a place",
+        re.compile(r"\b(?:look|see|check|start)\s+(?:there|here)\b|^\W*here\b", re.I),
+    ),
     (
         "says the attempt is wrong",
         re.compile(
             r"\bwrong\s+(?:\w+\s+)?(?:file|line|function|method|place|module|class|director"
             r"(?:y|ies)|folder|spot|variable|test|approach|fix|tool|path|bug|one)\b"
-            r"|\b(?:that|this|it)(?:'s|\s+is|\s+was)\s+(?:not|wrong|incorrect|unrelated|broken)\b"
+            # clause-initial: "that is not …" inside a clause is a relative clause
+            r"|(?:^|[;,.:!?\u2014\u2013-]\s*|\bno,?\s+)(?:that|this|it)(?:\s+(?:isn'?t|wasn'?t)"
+            r"|(?:'s|\s+is|\s+was)\s+(?:not|wrong|incorrect|unrelated|broken))\b"
+            r"|^\W*(?:no[,.]?\s+)?not\s+like\s+(?:that|this)\b"
+            # "the test is right": a verdict on something in the change in hand
+            r"|\b(?:the|this|that)\s+\w+\s+(?:is|was|looks)\s+(?:right|correct|fine|ok|okay)\b"
             r"|\bnot\s+(?:the|where the)\s+(?:bug|problem|issue|cause|culprit)\b"
             r"|\bnot\s+what\s+(?:i|we|you were)\s+(?:asked|wanted|meant)\b",
             re.I,
@@ -94,7 +101,8 @@ TASK_CUES: list[tuple[str, re.Pattern[str]]] = [
             r"\byou(?:'ve|\s+have)?\s+(?:just\s+|also\s+)?(?:rewrote|rewritten|deleted|removed|"
             r"changed|broke|broken|edited|touched|reformatted|renamed|dropped|replaced|overwrote|"
             r"overwritten|missed|forgot|forgotten|introduced|moved|reverted|added|used)\b"
-            r"|\b(?:revert|undo|put back|restore)\s+(?:that|this|it|the)\b",
+            r"|\b(?:revert|undo|put back|restore)\s+(?:that|this|it|the)\b"
+            r"|\b(?:rename|change|put|move|set|turn)\s+(?:it|that|this|them)\s+back\b",
             re.I,
         ),
     ),
@@ -147,6 +155,14 @@ STANDING_CUES: list[tuple[str, re.Pattern[str]]] = [
         re.compile(r"\b(?:stop|quit)\s+\w+ing\b|\bkeeps?\s+\w+ing\b", re.I),
     ),
     ("a property of files", re.compile(r"\b(?:is|are)\s+(?:auto-?)?generated\b", re.I)),
+    (
+        "a general condition",
+        re.compile(
+            r"\b(?:when|unless|if|only if)\s+(?:explicitly\s+)?(?:asked|told|needed|necessary|"
+            r"required|requested)\b|\b(?:in|for)\s+most\s+(?:cases|projects|files|code)\b",
+            re.I,
+        ),
+    ),
 ]
 
 

@@ -32,6 +32,12 @@ EMACS = "Change only the line with the bug in calc.py; use edit_lines, do not re
         "Leave the docstring alone in this edit.",
         "Use edit_lines for this one.",
         "The failing test is test_total, look there.",
+        "That wasn't the slow part; the query in load_users is.",
+        "Change it back to a list, a tuple breaks the callers.",
+        "Not like this - add a parameter with a default.",
+        "Here you want the async version.",
+        "The regex is correct, leave it and fix the caller.",
+        "That query is what times out.",
     ],
 )
 def test_corrections_about_this_change_are_task_scoped(text: str) -> None:
@@ -57,6 +63,9 @@ def test_corrections_about_this_change_are_task_scoped(text: str) -> None:
         "Always write a test that reproduces the bug first.",  # "the bug" under "always"
         "Never touch this file again.",
         "Wrong file: never edit vendor/lib.py, patch it in src/ instead.",
+        "The default is fine for most projects; only change it when asked.",
+        "Here we use tabs.",
+        "This project uses pnpm.",
     ],
 )
 def test_standing_rules_are_not_task_scoped(text: str) -> None:
@@ -120,3 +129,16 @@ def test_promote_routes_the_text_again_as_a_standing_rule(store, embedder) -> No
         promote(store, item.id)  # already promoted
     with pytest.raises(LedgerError):
         promote(store, promoted.id)  # not task-scoped
+
+
+def test_standing_rules_of_the_dev_set_stay_standing() -> None:
+    """Said in a denial, a rules-file line must keep its lane: at most 1 % of the dev set's
+    rules read as task-scoped (1 of 379 at this writing: "see the top of this file")."""
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "bench/data/rules-dev.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rules = [r["text"] for r in rows if r["lane"] != "NONE"]
+    scoped = [t for t in rules if task_scope(t).task_scoped]
+    assert len(rules) > 300 and len(scoped) <= len(rules) // 100, scoped
