@@ -35,6 +35,7 @@ from continual_lsp.policy.base import (
     TrainMetrics,
     TrainOptions,
 )
+from continual_lsp.policy.batch_decode import Adapter, open_row
 from continual_lsp.policy.grammar import (
     CandidateTree,
     PromptCache,
@@ -184,7 +185,32 @@ class LocalPolicy:
         On a host that decodes together (`ModelHost.enable_batching`), the prompt is
         prefilled here and the decode steps run in the host's batch with other users'.
         """
-        return self._decode(constrained_decode, prompt_tokens, params)
+        scheduler = self.host.scheduler
+        if scheduler is None or self.host.holds_lock():
+            return self._decode(constrained_decode, prompt_tokens, params)
+        tools = params.tools if params.tools is not None else self.settings.allowed_tools
+        grammar = self.grammar_for(tools, params.forbid)
+        with self.exclusive():
+            key = self.weights_key()
+            zero = self._adapter_is_zero()
+            slot = self._slot
+
+            def adapter() -> Adapter:
+                return None if zero else self.host.adapter_of(slot)
+
+            with self.model.disable_adapter() if zero else contextlib.nullcontext():
+                row = open_row(
+                    self.model, grammar, prompt_tokens, params, adapter, self.prompt_cache, key
+                )
+            if not row.pending:  # nothing to decode (a limit of 0, a grammar error)
+                out = row.finish()
+                self.host.note_cache(self.prompt_cache)
+                return out
+            self.host.pin(slot, True)
+        try:
+            return scheduler.submit(row).result()
+        finally:
+            self.host.pin(slot, False)
 
     def sample_batch(
         self, prompt_tokens: list[int], params: SampleParams, n: int
@@ -219,14 +245,18 @@ class LocalPolicy:
         """Skip the LoRA layers while the active adapter is still zero (no step yet): they
         add exact zeros, yet cost a fifth of every forward pass on CPU (measured), and
         the first correction of a session is sampled on the zero adapter."""
+        zero = self._adapter_is_zero()
+        return self.model.disable_adapter() if zero else contextlib.nullcontext()
+
+    def _adapter_is_zero(self) -> bool:
+        """The active adapter's B matrices are all zero (inside `exclusive()`)."""
         active = f".{self.model.active_adapter}."
         with torch.no_grad():
-            trained = any(
+            return not any(
                 bool(p.any())
                 for n, p in self.model.named_parameters()
                 if "lora_B" in n and active in n
             )
-        return contextlib.nullcontext() if trained else self.model.disable_adapter()
 
     def logprobs(self, prompt_tokens: list[int], completion_tokens: list[int]) -> list[float]:
         """Current weights' logprob of each completion token (no grad)."""

@@ -30,6 +30,13 @@ Rules that keep users apart:
   hold more than `max_prompt_cache_mb` together, the least recently used is cleared. A
   count alone does not bound memory: a cache grows with its conversation.
 
+Decoding together (issue 34): a shared host's `scheduler` (batch_decode.py) steps the
+decodes of every user in flight as one batch, each row with its own adapter. A call
+prefills under `serving(slot)` as before, then its slot is pinned (`pin`): kept in memory,
+never spilled, until its row is done, since every step reads its tensors (`adapter_of`).
+Its weights are whichever tensors hold them at that step: the model's LoRA parameters
+while the slot is live, its `state` otherwise.
+
 Companion adapters (the EMA teacher) are added to the model by in-process training; they
 are not swapped, so a host shared by several users must not train in process. The
 server does not: its training runs in the worker process, on a private host.
@@ -57,6 +64,13 @@ from pydantic import BaseModel, ConfigDict
 from safetensors.torch import load_file, save_file
 
 from continual_lsp.config import Settings
+from continual_lsp.policy.batch_decode import (
+    DecodeScheduler,
+    Row,
+    column_major,
+    name_lora_modules,
+    supports_batching,
+)
 from continual_lsp.policy.grammar import PromptCache, ToolCallGrammar
 from continual_lsp.policy.model_files import load_model_and_tokenizer
 
@@ -106,6 +120,7 @@ class AdapterSlot:
         self.fingerprint: Any = None  # of the live tensors when last checked
         self.synced: Any = None  # of the live tensors when `state` was last equal to them
         self.used = 0
+        self.pins = 0  # rows in flight on this slot's weights: never spilled meanwhile
 
 
 class ModelHost:
@@ -133,6 +148,10 @@ class ModelHost:
         self.max_prompt_cache_bytes = int(settings.max_prompt_cache_mb * MB)
         self.prompt_cache_bytes = 0  # held by the caches after the last `note_cache`
         self.lock = threading.RLock()
+        self._waiting = 0  # threads waiting for `lock` (the scheduler lets them in first)
+        self._waiters: set[int] = set()
+        self._waiting_lock = threading.Lock()
+        self.scheduler: DecodeScheduler | None = None  # `enable_batching`
         self._initial = self._initial_state()
         self._slots: weakref.WeakSet[AdapterSlot] = weakref.WeakSet()
         self._live: AdapterSlot | None = None
@@ -151,6 +170,28 @@ class ModelHost:
         host = cls(base, tokenizer, settings)
         release_freed_memory()  # the load's temporaries (GGUF dequantisation, starter merge)
         return host
+
+    def enable_batching(self) -> bool:
+        """Decode the calls of every policy on this host together (batch_decode.py);
+        False (and nothing changes) for a model `batched_forward` does not know."""
+        if self.scheduler is None and supports_batching(self.model):
+            name_lora_modules(self.model)
+            column_major(self.model)
+            release_freed_memory()  # the row-major copies, freed a weight at a time
+            self.scheduler = DecodeScheduler(
+                self.model, lambda: self.lock, lambda: self._waiting > 0, self._row_done
+            )
+        return self.scheduler is not None
+
+    def _row_done(self, row: Row) -> None:
+        cache = row.decoder.prompt[0]
+        if cache is not None:
+            self.note_cache(cache)
+
+    def holds_lock(self) -> bool:
+        """This thread holds the model (inside `serving`): it must not wait for the
+        scheduler, which needs the model too."""
+        return bool(self.lock._is_owned())  # type: ignore[attr-defined]
 
     @classmethod
     def private(cls, settings: Settings, model_and_tokenizer: tuple[Any, Any]) -> ModelHost:
@@ -184,10 +225,49 @@ class ModelHost:
     @contextlib.contextmanager
     def serving(self, slot: AdapterSlot) -> Iterator[None]:
         """Hold the model with `slot`'s weights live, for one call (reentrant)."""
+        self._note_waiting(True)
+        try:
+            with self.lock:
+                self._note_waiting(False)
+                self._make_live(slot)
+                slot.used = next(self._clock)
+                yield
+        except BaseException:
+            self._note_waiting(False)  # in case the wait itself failed
+            raise
+
+    def _note_waiting(self, waiting: bool) -> None:
+        """Count this thread in or out of those waiting for the lock."""
+        with self._waiting_lock:
+            mine = threading.get_ident()
+            if waiting:
+                self._waiters.add(mine)
+            else:
+                self._waiters.discard(mine)
+            self._waiting = len(self._waiters)
+
+    def pin(self, slot: AdapterSlot, pinned: bool) -> None:
+        """Keep `slot`'s weights in memory while a row decodes on them (`pinned`), or
+        release one such hold."""
         with self.lock:
-            self._make_live(slot)
-            slot.used = next(self._clock)
-            yield
+            slot.pins += 1 if pinned else -1
+            if not pinned:
+                self._evict()
+
+    def adapter_of(self, slot: AdapterSlot) -> dict[str, torch.Tensor]:
+        """`slot`'s LoRA tensors by parameter name, wherever they are now (under the
+        lock): the model's while it is live, else its own, read back if spilled."""
+        if slot is self._live:
+            return dict(self._lora_params())
+        if slot.state is None:
+            assert slot.spill is not None
+            started = time.perf_counter()
+            slot.state = load_file(str(slot.spill))
+            slot.spill.unlink(missing_ok=True)
+            slot.spill = None
+            self.reloads += 1
+            self.swap_s += time.perf_counter() - started
+        return slot.state
 
     def _make_live(self, slot: AdapterSlot) -> None:
         live = self._live
@@ -239,9 +319,10 @@ class ModelHost:
     def _evict(self) -> None:
         """Spill the least recently used slots past `max_resident` (never the live one)."""
         live = self._live
-        own = [s for s in list(self._slots) if self._holds_own(s) and s is not live]
+        own = [s for s in list(self._slots) if self._holds_own(s) and s is not live and not s.pins]
+        held = sum(1 for s in list(self._slots) if s.pins and s is not live and self._holds_own(s))
         live_own = live is not None and self._holds_own(live)
-        excess = len(own) + live_own - self.max_resident
+        excess = len(own) + held + live_own - self.max_resident
         for slot in sorted(own, key=lambda s: s.used)[: max(0, excess)]:
             assert slot.state is not None
             if self._spill_dir is None:
@@ -355,4 +436,5 @@ def shared_host(settings: Settings, dtype: str = "float32") -> ModelHost:
         host = _hosts.get(key)
         if host is None:
             host = _hosts[key] = ModelHost.load(settings, dtype)
+            host.enable_batching()
         return host

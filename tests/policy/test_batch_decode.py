@@ -1,0 +1,163 @@
+"""Every user's decode in one batch (issue 34): each row computes what it would alone."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+import torch
+
+from continual_lsp.config import Settings
+from continual_lsp.policy.base import Completion, Message, SampleParams
+from continual_lsp.policy.batch_decode import RowCache, batched_forward, open_row, step_rows
+from continual_lsp.policy.grammar import constrained_decode
+from continual_lsp.policy.local import LocalPolicy
+from continual_lsp.policy.model_host import ModelHost
+
+pytestmark = pytest.mark.model
+
+TASKS = [
+    "Task: the test in tests/test_calc.py fails; fix calc.py",
+    "Task: add a docstring to the function add in src/calc/ops.py",
+    "Task: rename the variable total to result in main.py",
+]
+
+
+def _host(model_and_tokenizer: tuple[Any, Any], **limits: Any) -> ModelHost:
+    host = ModelHost.private(Settings.model_validate(limits), model_and_tokenizer)
+    assert host.enable_batching()
+    return host
+
+
+def _user(host: ModelHost, name: str, seed: int | None) -> LocalPolicy:
+    """A policy on `host` whose adapter is seeded noise (None: the zero adapter)."""
+    policy = LocalPolicy(Settings(user=name), host=host)
+    if seed is not None:
+        generator = torch.Generator().manual_seed(seed)
+        with policy.exclusive(), torch.no_grad():
+            for param_name, param in policy.model.named_parameters():
+                if "lora_B" in param_name:
+                    param.copy_(0.05 * torch.randn(param.shape, generator=generator))
+    return policy
+
+
+def _prompt(policy: LocalPolicy, task: str) -> list[int]:
+    return policy.renderer.render_prompt([Message(role="user", content=task)])
+
+
+def _alone(policy: LocalPolicy, prompt: list[int], params: SampleParams) -> Completion:
+    """The call decoded the way it was before batching: one user holding the model."""
+    grammar = policy.grammar_for(params.tools, params.forbid)
+    with policy.exclusive(), policy._skip_zero_adapter():
+        return constrained_decode(policy.model, grammar, prompt, params)
+
+
+def _same(batched: Completion, alone: Completion) -> None:
+    assert batched.tokens == alone.tokens
+    assert batched.forced == alone.forced
+    assert max(abs(a - b) for a, b in zip(batched.logprobs, alone.logprobs, strict=True)) < 1e-4
+
+
+def test_batched_logits_match_each_row_alone(model_and_tokenizer: tuple[Any, Any]) -> None:
+    """Three rows, three adapters (one zero), chunks of 1, 3 and 2 tokens: each row's
+    logits are those of the peft model run on that row alone with its adapter live."""
+    host = _host(model_and_tokenizer)
+    users = [_user(host, f"u{i}", seed) for i, seed in enumerate((1, None, 2))]
+    prompts = [_prompt(u, t) for u, t in zip(users, TASKS, strict=True)]
+    chunks = [[90], [28, 3712, 46], [1672, 28]]
+    caches, adapters, alone = [], [], []
+    with torch.inference_mode():
+        for user, prompt, chunk in zip(users, prompts, chunks, strict=True):
+            with user.exclusive():
+                zero = user._adapter_is_zero()
+                out = user.model(input_ids=torch.tensor([prompt]), use_cache=True)
+                caches.append(RowCache(out.past_key_values, room=1))  # grows at once
+                adapters.append(None if zero else dict(host._lora_params()))
+                adapters[-1] = adapters[-1] and {k: v.clone() for k, v in adapters[-1].items()}
+                full = user.model(input_ids=torch.tensor([prompt + chunk])).logits[0].float()
+                alone.append(full[len(prompt) :])
+        assert adapters[1] is None and adapters[0] is not None
+        batched = batched_forward(host.model, chunks, caches, adapters)
+    for got, want in zip(batched, alone, strict=True):
+        assert got.shape == want.shape
+        assert torch.allclose(got, want, atol=2e-4, rtol=1e-4)
+    assert not torch.allclose(batched[0], alone[2], atol=1e-2)  # rows really differ
+    assert [c.length for c in caches] == [
+        len(p) + len(c) for p, c in zip(prompts, chunks, strict=True)
+    ]
+
+
+def test_rows_join_and_leave_mid_batch(model_and_tokenizer: tuple[Any, Any]) -> None:
+    """A short call leaves the batch, a new one joins at the next step; every row's
+    tokens and log-probs are its single-row decode's, each under its own adapter and
+    grammar (one row may only read, one samples at a temperature with a seed)."""
+    host = _host(model_and_tokenizer)
+    users = [_user(host, f"u{i}", seed) for i, seed in enumerate((3, 4, None))]
+    params = [
+        SampleParams(temperature=0.0, max_tokens=48),
+        SampleParams(temperature=0.0, max_tokens=16, tools=["read"]),
+        SampleParams(temperature=0.8, max_tokens=40, seed=7),
+    ]
+    prompts = [_prompt(u, t) for u, t in zip(users, TASKS, strict=True)]
+    want = [_alone(u, p, q) for u, p, q in zip(users, prompts, params, strict=True)]
+    assert want[0].tokens != want[2].tokens
+
+    def row(i: int) -> Any:
+        user = users[i]
+        with user.exclusive():
+            zero = user._adapter_is_zero()
+            adapter = None if zero else {k: v.clone() for k, v in host._lora_params()}
+            grammar = user.grammar_for(params[i].tools)
+            with user._skip_zero_adapter():
+                return open_row(user.model, grammar, prompts[i], params[i], lambda: adapter)
+
+    rows = [first_row := row(0), second_row := row(1)]
+    assert all(r.pending for r in rows)
+    finished: dict[int, Completion] = {}
+    joined = False
+    with host.lock:
+        while rows:
+            for done in step_rows(host.model, rows):
+                finished[id(done)] = done.finish()
+            left = [r for r in rows if not r.pending]
+            rows = [r for r in rows if r.pending]
+            if left and not joined:
+                assert len(rows) == 1  # the short row left while the long one runs
+                third = row(2)
+                rows.append(third)
+                joined = True
+    assert joined
+    first, second, third_done = (finished[id(r)] for r in (first_row, second_row, third))
+    for got, alone in zip((first, second, third_done), want, strict=True):
+        _same(got, alone)
+
+
+def test_users_at_once_each_get_their_own_call(model_and_tokenizer: tuple[Any, Any]) -> None:
+    """Three users sample at once through the host's scheduler, with room for one
+    adapter in memory (the others would be spilled): the steps were shared, and each
+    user got the call it decodes alone, twice (the second from its prompt cache)."""
+    host = _host(model_and_tokenizer, max_resident_adapters=1)
+    users = [_user(host, f"u{i}", seed) for i, seed in enumerate((5, 6, 7))]
+    params = SampleParams(temperature=0.0, max_tokens=40)
+    prompts = [_prompt(u, t) for u, t in zip(users, TASKS, strict=True)]
+    want = [_alone(u, p, params) for u, p in zip(users, prompts, strict=True)]
+    assert len({tuple(w.tokens) for w in want}) == 3
+    got: dict[int, list[Completion]] = {}
+    barrier = threading.Barrier(len(users))
+
+    def run(i: int) -> None:
+        barrier.wait()
+        got[i] = [users[i].sample(prompts[i], params) for _ in range(2)]
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(users))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    assert host.scheduler is not None and host.scheduler.max_rows >= 2
+    for i, alone in enumerate(want):
+        for completion in got[i]:
+            _same(completion, alone)
+    assert all(slot.pins == 0 for slot in host._slots)
+    assert users[0].prompt_cache.hits >= 1 or users[1].prompt_cache.hits >= 1
