@@ -56,6 +56,7 @@ def main() -> int:
     from continual_lsp.policy import make_policy
     from continual_lsp.policy.base import Completion, Message, SampleParams
     from continual_lsp.policy.local import LocalPolicy
+    from continual_lsp.policy.model_files import resolve_dtype
 
     start = time.perf_counter()
     # As an agent builds it: the shared model, in the precision the agent samples in.
@@ -65,7 +66,9 @@ def main() -> int:
         torch.set_num_threads(args.threads)
     print(
         f"model loaded + LoRA wrapped + grammar compiled in {time.perf_counter() - start:.1f} s; "
-        f"torch threads {torch.get_num_threads()}, cpu_count {os.cpu_count()}"
+        f"torch threads {torch.get_num_threads()}, cpu_count {os.cpu_count()}; "
+        # auto: timed once per CPU model (model_files.measured_cpu_dtype)
+        f"dtype {resolve_dtype(args.dtype, 'cpu')} ({args.dtype})"
     )
 
     def propose(task: str, seed: int) -> tuple[float, float, int, Completion, str]:

@@ -14,9 +14,11 @@ base copy, keyed by the adapter file's sha256: a new adapter gets a new cache en
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.util
+import json
 import logging
 import os
 import shutil
@@ -141,8 +143,10 @@ def load_tokenizer(model: str) -> Any:
 
 
 def resolve_dtype(choice: str, device: str) -> str:
-    """`Settings.sample_dtype` made concrete: "auto" is bfloat16 where the hardware has
-    native bf16 arithmetic, float32 elsewhere (emulated bf16 is slower than float32)."""
+    """`Settings.sample_dtype` made concrete. "auto": float32 on a CPU without native bf16
+    arithmetic (emulated bf16 is slower); with it, whichever decodes faster here
+    (`measured_cpu_dtype`): native bf16 was slower than float32 on an Intel Xeon with
+    AMX (bench/propose.py p50 0.79 s vs 0.71) and faster on an AMD EPYC (0.42 vs 0.46)."""
     if choice != "auto":
         return choice
     import torch
@@ -154,7 +158,98 @@ def resolve_dtype(choice: str, device: str) -> str:
     # torch.cpu's probes are private; absent in some build, they mean "no".
     probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     native = any(getattr(torch.cpu, name, lambda: False)() for name in probes)
-    return "bfloat16" if native else "float32"
+    return measured_cpu_dtype() if native else "float32"
+
+
+DTYPE_FILE = "sample_dtype.json"
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what `platform` knows."""
+    import platform
+
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def measured_cpu_dtype() -> str:
+    """The faster of float32 and bfloat16 for decoding on this CPU, timed once per CPU
+    model, torch version and thread count and kept in `sample_dtype.json` beside the
+    model cache (a second process, or the next start, reads it)."""
+    import torch
+
+    from continual_lsp.policy.local import torch_threads
+
+    threads = torch_threads()
+    key = f"{cpu_model()} | torch {torch.__version__} | {threads} threads"
+    path = cache_dir() / DTYPE_FILE
+    known: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError):
+        known = json.loads(path.read_text())
+    entry = known.get(key)
+    if isinstance(entry, dict) and entry.get("dtype") in ("float32", "bfloat16"):
+        return str(entry["dtype"])
+    seconds = time_decode(threads)
+    choice = min(seconds, key=lambda dtype: seconds[dtype])
+    known[key] = {"dtype": choice, "seconds": seconds}
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(known, indent=1) + "\n")
+        os.replace(tmp, path)
+    log.info("sample dtype %s on %s (decode seconds %s)", choice, key, seconds)
+    return choice
+
+
+def time_decode(threads: int, layers: int = 6, rounds: int = 3) -> dict[str, float]:
+    """CPU seconds of one proposal's shape (a 128-token prefill, then 16 one-token steps
+    over its K/V) in each dtype, on a random model of the embedded model's widths with
+    `layers` layers; the best of `rounds`, the dtypes interleaved so that load from
+    other processes hits both alike (~1 s in all)."""
+    import time
+
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from continual_lsp.policy.grammar import cache_keyword
+
+    config = LlamaConfig(
+        hidden_size=576,
+        intermediate_size=1536,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        num_hidden_layers=layers,
+        vocab_size=49152,
+        tie_word_embeddings=True,
+    )
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with torch.random.fork_rng():  # the caller's seeds stay as they were
+            torch.manual_seed(0)
+            models = {
+                dtype: LlamaForCausalLM(config).to(_torch_dtype(dtype)).eval()
+                for dtype in ("float32", "bfloat16")
+            }
+        prompt = torch.randint(0, config.vocab_size, (1, 128))
+        keyword = cache_keyword(models["float32"])
+        best = dict.fromkeys(models, float("inf"))
+        with torch.inference_mode():
+            for _ in range(rounds):
+                for dtype, lm in models.items():
+                    started = time.process_time()
+                    out = lm(input_ids=prompt, use_cache=True, logits_to_keep=1)
+                    for step in range(16):
+                        cache = getattr(out, "cache", None) or out.past_key_values
+                        token = torch.tensor([[step + 1]])
+                        out = lm(input_ids=token, use_cache=True, **{keyword: cache})
+                    best[dtype] = min(best[dtype], time.process_time() - started)
+    finally:
+        torch.set_num_threads(before)
+    return {dtype: round(value, 4) for dtype, value in best.items()}
 
 
 @loads

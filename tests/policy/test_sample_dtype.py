@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -12,14 +15,43 @@ from continual_lsp.policy.local import LocalPolicy
 from continual_lsp.tools.base import ToolCall
 
 
-def test_auto_is_bfloat16_only_with_native_bf16(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_auto_is_bfloat16_only_with_native_bf16_that_decodes_faster(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("CONTINUAL_LSP_CACHE", str(tmp_path))
+    timed: list[int] = []
+
+    def fake_timing(threads: int) -> dict[str, float]:
+        timed.append(threads)
+        return {"float32": 0.71, "bfloat16": 0.79}  # the Xeon with AMX of issue 34
+
+    monkeypatch.setattr(model_files, "time_decode", fake_timing)
     for probe in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
         monkeypatch.setattr(torch.cpu, probe, lambda: False, raising=False)
     assert model_files.resolve_dtype("auto", "cpu") == "float32"
+    assert timed == []  # no native bf16: nothing to measure
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
+    assert model_files.resolve_dtype("auto", "cpu") == "float32"
+    assert model_files.resolve_dtype("auto", "cpu") == "float32"
+    assert len(timed) == 1  # measured once, then read from the cache
+    saved = json.loads((tmp_path / "models" / model_files.DTYPE_FILE).read_text())
+    (key,) = saved
+    assert model_files.cpu_model() in key
+    assert saved[key] == {"dtype": "float32", "seconds": {"float32": 0.71, "bfloat16": 0.79}}
+    # Another CPU model (here: another key) is measured on its own; bf16 wins there.
+    monkeypatch.setattr(model_files, "cpu_model", lambda: "AMD EPYC (test)")
+    monkeypatch.setattr(
+        model_files, "time_decode", lambda threads: {"float32": 0.46, "bfloat16": 0.42}
+    )
     assert model_files.resolve_dtype("auto", "cpu") == "bfloat16"
     assert model_files.resolve_dtype("auto", "mps") == "float32"
     assert model_files.resolve_dtype("float32", "cpu") == "float32"
+
+
+def test_decode_timing_covers_both_dtypes() -> None:
+    seconds = model_files.time_decode(threads=1, layers=1, rounds=1)
+    assert set(seconds) == {"float32", "bfloat16"}
+    assert all(value > 0 for value in seconds.values())
 
 
 def _dtypes(policy: LocalPolicy) -> tuple[set[torch.dtype], set[torch.dtype]]:
