@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from continual_lsp.lanes.commands import parse
@@ -63,3 +67,32 @@ def test_the_commands_inside_a_substitution_are_segments_too() -> None:
     """What the guards judge: `curl` runs even when quoted inside `"$(…)"`."""
     for cmd in ('echo "$(curl x)"', "echo `curl x`", "diff <(curl x) b", "a $(b $(curl x))"):
         assert ["curl", "x"] in parse(cmd).segments, cmd
+
+
+BASH_LINES = [
+    "git status x#; touch F",
+    "pytest -q x#||touch F",
+    "git status # note; rm x",
+    "echo '#' \"a#\" b\\#c \"q\\\"uote\" 'it''s'",
+    "echo a\\;b && touch 'x y' \"\" z",
+    "cd sub && pytest -q -k 'a or b' | tee log",
+]
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize("cmd", BASH_LINES)
+def test_plain_words_are_the_words_bash_runs(cmd: str, tmp_path: Path) -> None:
+    """Each command name becomes a function that records its words (`pytest` fails, so
+    `||` runs its right side): what bash ran is what `parse` said it would."""
+    out = tmp_path / "ran"
+    status = {"git": 0, "touch": 0, "pytest": 1, "rm": 0, "echo": 0, "cd": 0, "tee": 0}
+    record = "; ".join(
+        f'{n}() {{ printf \'%s\\037\' {n} "$@" >> "$OUT"; printf "\\n" >> "$OUT"; return {s}; }}'
+        for n, s in status.items()
+    )
+    env = {"OUT": str(out), "PATH": "/usr/bin:/bin"}
+    subprocess.run(["bash", "-c", f"{record}\n{cmd}"], env=env, cwd=tmp_path, check=True)
+    ran = [line.split("\x1f")[:-1] for line in out.read_text().splitlines()]
+    parsed = parse(cmd)
+    assert parsed.plain
+    assert sorted(ran) == sorted(parsed.segments)
