@@ -681,6 +681,13 @@ class GuardSet:
         for guard in self.guards:
             try:
                 verdict = guard.check(current, preview, history)
+            except patterns.PatternTimeout:
+                # The proposal's text made a lookaround pattern slow: blocked, never run
+                # unchecked, and not held against the guard (a text could disable it).
+                why = "(the change could not be checked in time)"
+                return GuardVerdict(
+                    action="block", message=f"{guard.spec.message} {why}", guard_id=guard.id
+                )
             except GuardFailure as exc:
                 self._failed(guard, str(exc))
                 continue

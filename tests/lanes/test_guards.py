@@ -226,9 +226,10 @@ def test_guard_patterns_run_on_re2_unless_they_need_lookaround(pattern: str, lin
     assert (patterns.compiled(pattern).linear is not None) == linear
 
 
-def test_a_lookaround_pattern_runs_under_a_deadline() -> None:
+def test_a_lookaround_pattern_runs_under_a_deadline(store) -> None:
     """RE2 cannot run lookaround (the project's own shapes use it): such a pattern runs on
-    `regex` with a deadline, and past it the guard fails open instead of stalling."""
+    `regex` with a deadline; past it the proposal is blocked (never run unchecked) and the
+    guard is not counted as failing (a crafted text must not disable it)."""
     slow = patterns.compiled(r"(?!x)(a|aa)+$")
     start = time.monotonic()
     with pytest.raises(patterns.PatternTimeout):
@@ -236,7 +237,11 @@ def test_a_lookaround_pattern_runs_under_a_deadline() -> None:
     assert time.monotonic() - start < 1.0
     spec = GuardSpec(message="slow", rules=[ContentRule(pattern=r"(?!x)(a|aa)+$")])
     call = ToolCall(tool="write", arguments={"path": "a.py", "content": "a" * 60 + "b"})
-    assert GuardSet([Guard("slow", spec)]).check(call).action == "allow"
+    guards = GuardSet([Guard("slow", spec)], store=store)
+    for _ in range(3):
+        verdict = guards.check(call)
+        assert verdict.action == "block" and "in time" in verdict.message
+    assert store.counter("guard_failures:slow") == 0 and len(guards.guards) == 1
 
 
 def test_a_denial_comment_uses_the_denied_call() -> None:
