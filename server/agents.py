@@ -155,12 +155,38 @@ class AgentPool:
             try:
                 # The real Agent builds its policy lazily; touching it here loads the model
                 # while the reviewer is still typing the task.
-                getattr(agent, "policy", None)
+                policy = getattr(agent, "policy", None)
             except Exception as err:  # the error resurfaces, with its message, on use
                 log.warning("loading the model failed: %s", err)
+                policy = None
             ready.set_result(agent)
+            # Then the prompt's fixed start (system prompt, tool schema) under this user's
+            # adapter, so the first task prefills only its own words.
+            warm = getattr(policy, "warm_prompt", None)
+            if callable(warm):
+                try:
+                    warm()
+                except Exception as err:  # only a cache: the first proposal prefills it
+                    log.warning("warming the prompt cache failed: %s", err)
 
         self._executor.submit(load)
+
+    def preload(self, settings: Settings) -> Future[None]:
+        """Load the process's shared model in the background, at start: the first
+        editor to connect then waits for no model load, merge or grammar compile."""
+
+        def load() -> None:
+            if settings.backend != "local":
+                return
+            try:
+                from continual_lsp.policy.model_files import resolve_dtype
+                from continual_lsp.policy.model_host import shared_host
+
+                shared_host(settings, resolve_dtype(settings.sample_dtype, settings.device))
+            except Exception as err:  # the first agent's load reports it in its own words
+                log.warning("preloading the model failed: %s", err)
+
+        return self._executor.submit(load)
 
     def release(self, handle: AgentHandle, sink: EventSink) -> None:
         handle.listener.detach(sink)

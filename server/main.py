@@ -215,6 +215,8 @@ class Server:
         self.pool = AgentPool(
             agent_factory or default_agent_factory, self.executor, max_users=settings.max_users
         )
+        if agent_factory is None:  # the real agents: their model loads while none is here
+            self.pool.preload(settings)
 
     def make_server(self, settings: Settings, default_workspace: Path | None) -> ContinualServer:
         ls = build_server()

@@ -31,6 +31,7 @@ from continual_lsp.policy.base import (
     Datum,
     DecodeRestrictions,
     LossName,
+    Message,
     SampleParams,
     TrainMetrics,
     TrainOptions,
@@ -42,6 +43,7 @@ from continual_lsp.policy.grammar import (
     ToolCallGrammar,
     cache_keyword,
     check_tools,
+    common_prefix,
     constrained_decode,
     constrained_decode_batch,
     decoding_schema,
@@ -257,6 +259,34 @@ class LocalPolicy:
                 for n, p in self.model.named_parameters()
                 if "lora_B" in n and active in n
             )
+
+    def warm_prompt(self) -> int:
+        """Prefill the start every prompt of this policy shares (system prompt, tool
+        schema, up to the task's words) into the prompt cache, under the current weights;
+        returns the tokens prefilled (0 when the cache already held them)."""
+        renderer = self._renderer
+        one, other = (
+            renderer.render_prompt([Message(role="user", content=f"Task: {word}")])
+            for word in ("a", "b")
+        )
+        prefix = one[: common_prefix(one, other)]
+        with self.exclusive():
+            key = self.weights_key()
+            shared, cache = self.prompt_cache.lookup(prefix, key)
+            if shared >= len(prefix) - 1:
+                return 0
+            keyword = cache_keyword(self.model)
+            with self._skip_zero_adapter(), torch.inference_mode():
+                ids = torch.tensor([prefix[shared:]], dtype=torch.long, device=self.device)
+                out = self.model(
+                    input_ids=ids, use_cache=True, logits_to_keep=1, **{keyword: cache}
+                )
+                grown = getattr(out, "cache", None)
+                self.prompt_cache.store(
+                    prefix, grown if grown is not None else out.past_key_values, key
+                )
+            self.host.note_cache(self.prompt_cache)
+        return len(prefix) - shared
 
     def logprobs(self, prompt_tokens: list[int], completion_tokens: list[int]) -> list[float]:
         """Current weights' logprob of each completion token (no grad)."""

@@ -161,3 +161,20 @@ def test_users_at_once_each_get_their_own_call(model_and_tokenizer: tuple[Any, A
             _same(completion, alone)
     assert all(slot.pins == 0 for slot in host._slots)
     assert users[0].prompt_cache.hits >= 1 or users[1].prompt_cache.hits >= 1
+
+
+def test_a_warmed_prompt_cache_serves_the_first_task(model_and_tokenizer: tuple[Any, Any]) -> None:
+    """The prompt's fixed start, prefilled at connect under the user's adapter, is what
+    the first task reuses; the call is the one decoded from a cold cache."""
+    host = _host(model_and_tokenizer)
+    user = _user(host, "u0", seed=8)
+    params = SampleParams(temperature=0.0, max_tokens=40)
+    prompt = _prompt(user, TASKS[1])
+    want = _alone(user, prompt, params)
+    warmed = user.warm_prompt()
+    assert 100 < warmed < len(prompt)
+    assert user.warm_prompt() == 0  # already held
+    got = user.sample(prompt, params)
+    assert user.prompt_cache.hits == 2  # the second warm-up's lookup, then the task's
+    assert user.prompt_cache.reused_tokens >= 2 * (warmed - 1)
+    _same(got, want)

@@ -45,3 +45,34 @@ def test_a_user_past_the_limit_is_refused_until_someone_leaves(tmp_path: Path) -
     pool.acquire(Settings(user="carol"), tmp_path, sink).created.result(timeout=5)
     assert pool.connected_users() == {"bob", "carol"}
     assert "carol" in opened
+
+
+def test_the_model_is_preloaded_and_each_user_prompt_warmed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fresh server loads the shared model at start (not at the first connect), and a
+    connecting user's prompt cache is filled once their agent is ready."""
+    from continual_lsp.policy import model_files, model_host
+
+    loaded: list[str] = []
+    monkeypatch.setattr(model_host, "shared_host", lambda s, dtype: loaded.append(dtype))
+    monkeypatch.setattr(model_files, "resolve_dtype", lambda choice, device: "float32")
+    warmed: list[str] = []
+
+    class _Policy:
+        def warm_prompt(self) -> int:
+            warmed.append("alice")
+            return 250
+
+    class _Agent:
+        policy = _Policy()
+
+    pool = AgentPool(lambda s, w, listener: _Agent(), ThreadPoolExecutor(1))
+    pool.preload(Settings()).result(timeout=5)
+    assert loaded == ["float32"]
+    pool.preload(Settings(backend="tinker")).result(timeout=5)
+    assert loaded == ["float32"]  # only the local backend has a model to load here
+    handle = pool.acquire(Settings(user="alice"), tmp_path, _Sink())
+    handle.ready.result(timeout=5)
+    pool._executor.submit(lambda: None).result(timeout=5)  # the warm-up ran after ready
+    assert warmed == ["alice"]
