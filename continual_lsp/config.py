@@ -100,6 +100,13 @@ class Settings(BaseModel):
     # The candidates after the first (greedy) one. At 1.0 the 135M model wrote garbage
     # paths in about half of them (bench/learning/deny_to_retry.py, first run).
     retry_temperature: float = Field(default=0.8, gt=0.0)
+    # A file change proposed while the task's last test run failed: this many candidates
+    # (the model's call and warmer samples from its prompt, one batch) are tried on a
+    # copy of the workspace, and one that turns the failing test green is shown. 1: off.
+    # Chosen with bench/propose.py (bench/results/propose_candidates.json).
+    file_candidates: int = Field(default=4, ge=1, le=32)
+    # The time box of those test runs, all candidates of one turn together.
+    check_timeout_s: float = Field(default=30.0, gt=0.0)
     max_turns: int = 30
 
     # lanes

@@ -35,6 +35,7 @@ from continual_lsp.agent.checkpoints import Checkpoints, UndoError
 from continual_lsp.agent.conversation import KEEP_CALLS, Conversation
 from continual_lsp.agent.lanes_facade import LanesFacade
 from continual_lsp.agent.training_jobs import ProgressListener, TrainingJobs
+from continual_lsp.agent.trials import first_passing
 from continual_lsp.config import Settings, default_store_path
 from continual_lsp.errors import ReviewerError
 from continual_lsp.policy.base import Completion, DecodeRestrictions, SampleParams, Sampler
@@ -59,6 +60,7 @@ from continual_lsp.protocol import (
 from continual_lsp.protocol import Learned as LearnedPayload
 from continual_lsp.store import Store, StoreError
 from continual_lsp.text import shown_path, split_lines, unified_diff
+from continual_lsp.tools import checks
 from continual_lsp.tools import hunks as hunk_spans
 from continual_lsp.tools.base import (
     FILE_CHANGING_TOOLS,
@@ -78,6 +80,14 @@ class AgentError(ReviewerError):
     """A request the agent cannot carry out; the message is meant for the reviewer."""
 
 
+class _Unparsable(ToolError):
+    """A change that would leave a file that parsed not parsing (`tools.checks`)."""
+
+    def __init__(self, message: str, problem: str) -> None:
+        super().__init__(message)
+        self.problem = problem
+
+
 class Proposal(BaseModel):
     id: str
     task_id: str
@@ -87,6 +97,7 @@ class Proposal(BaseModel):
     note: str | None = None
     adapter_version: str | None = None
     allow_offer: AllowOffer | None = None
+    checked: str | None = None  # what was verified before showing (a file change)
     # The guard's reason when one blocks the call: Edit, Deny or override, never approve.
     blocked_by: str | None = None
 
@@ -135,6 +146,7 @@ class Proposal(BaseModel):
             hunks=hunks if len(hunks := self.hunks()) > 1 else None,
             allow_offer=self.allow_offer,
             blocked_by=self.blocked_by,
+            checked=self.checked,
         )
 
 
@@ -187,6 +199,7 @@ class _Task:
         self.history: list[ToolCall] = []  # the calls run, oldest first (sequence guards)
         self.pending: str | None = None
         self.done: str | None = None
+        self.failing_test: str | None = None  # the command of the last test run, if it failed
         # Guards compiled from this task's denials: each must let the calls the reviewer
         # accepts next in the task through (`LanesFacade.let_through`).
         self.new_guards: list[str] = []
@@ -222,6 +235,8 @@ class Agent:
         self._policy = policy
         self._lock = threading.RLock()
         self._tasks: dict[str, _Task] = {}
+        # What each proposal's change was checked for (`Proposal.checked`), by proposal id.
+        self._checked: dict[str, str] = {}
         # Denials' steps land while the reviewer reads the retry: (proposal id, job id)
         # for `_land_steps`, None to end it.
         self._landings: queue.Queue[tuple[str, int] | None] = queue.Queue()
@@ -464,6 +479,7 @@ class Agent:
             read_only=row["tool"] in ("read", "glob", "grep"),
             preview=Preview.model_validate(row["preview"]) if row["preview"] else None,
             adapter_version=row["adapter_version"],
+            checked=self._checked.get(row["id"]),
         )
         if row["status"] == "pending":
             proposal.allow_offer = self._allow_offer(proposal.call, proposal.preview)
@@ -780,6 +796,8 @@ class Agent:
         task.denied = []
         task.retries = 0
         task.turn += 1
+        if call.tool == "bash" and checks.runs_tests(str(call.arguments["cmd"])):
+            task.failing_test = None if result.ok else str(call.arguments["cmd"])
         if call.tool == "done":
             # Approved (or edited): the task ends with the summary the reviewer accepted.
             self._finish(task, str(call.arguments["summary"]))
@@ -865,19 +883,10 @@ class Agent:
                 break
             # Only repeats (`done` not allowed) would end the task as `done` does.
             finishing = call is None or call.tool == "done"
+            step = self._due_step(task, None if finishing else call, prompt_tokens)
             note: str | None = None
-            step = self.lanes.due_step(task.history, None if finishing else call)
             if step is not None:
-                # A sequence guard's step is missing: answered by proposing it, not by
-                # a denial or an end.
-                note = f"`{step}` is due after this task's changes, before it " + (
-                    "finishes" if finishing else "commits"
-                )
-                call = ToolCall(tool="bash", arguments={"cmd": step})
-                tokens = self.policy.renderer.render_call(call)
-                completion = Completion(
-                    tokens=tokens, logprobs=self.policy.logprobs(prompt_tokens, tokens), text=""
-                )
+                call, completion, note = step
             elif call is None:
                 self._finish(task, "stopped: the model only repeated calls already run")
                 break
@@ -887,31 +896,17 @@ class Agent:
             if verdict.action == "rewrite" and verdict.rewritten_call is not None:
                 call, note = verdict.rewritten_call, f"rewritten by a guard: {verdict.message}"
                 preview, error = self._preview(call)
+            candidate = Candidate(call, completion, prompt_tokens, preview, note, verdict=verdict)
             if error is not None:
-                # A call that cannot run (no such file, a range past the end) is not worth
-                # the reviewer's time: the likeliest runnable sample takes its place, or it
-                # fails like an executed call and the model sees why.
-                failed = Candidate(call, completion, prompt_tokens)
-                runnable = self._runnable_instead(task, failed, error)
-                if runnable is None:
-                    self._record_invalid(task, failed, str(error))
-                    task.invalid_streak += 1
-                    if task.invalid_streak > self.settings.max_retries:
-                        self._finish(
-                            task,
-                            f"stopped: {task.invalid_streak} calls in a row could not run "
-                            f"({error})",
-                        )
-                        break
+                instead = self._instead_of_failed(task, candidate, error)
+                if instead is None:
                     continue
-                call, preview, note = runnable.call, runnable.preview, runnable.note
-                assert runnable.completion is not None and runnable.verdict is not None
-                # The screen's verdict, not one on the rewritten call: a rewrite is shown.
-                completion, verdict = runnable.completion, runnable.verdict
+                candidate = instead
             task.invalid_streak = 0
-            proposal = self._add_proposal(
-                task, Candidate(call, completion, prompt_tokens, preview, note)
-            )
+            candidate = self._checked_change(task, candidate)
+            call, preview, verdict = candidate.call, candidate.preview, candidate.verdict
+            assert verdict is not None
+            proposal = self._add_proposal(task, candidate)
             if verdict.action == "block":
                 # A guard block is an automatic denial: same record, same learning step,
                 # and a chosen retry.
@@ -928,12 +923,113 @@ class Agent:
             return proposal
         return None
 
+    def _due_step(
+        self, task: _Task, call: ToolCall | None, prompt_tokens: list[int]
+    ) -> tuple[ToolCall, Completion, str] | None:
+        """A sequence guard's missing step, as the call to propose instead of `call` (None:
+        the task finishes) with its note; None when no step is due. Answered by
+        proposing it, not by a denial or an end."""
+        step = self.lanes.due_step(task.history, call)
+        if step is None:
+            return None
+        note = f"`{step}` is due after this task's changes, before it " + (
+            "finishes" if call is None else "commits"
+        )
+        instead = ToolCall(tool="bash", arguments={"cmd": step})
+        tokens = self.policy.renderer.render_call(instead)
+        logprobs = self.policy.logprobs(prompt_tokens, tokens)
+        return instead, Completion(tokens=tokens, logprobs=logprobs, text=""), note
+
+    def _instead_of_failed(
+        self, task: _Task, failed: Candidate, error: ToolError
+    ) -> Candidate | None:
+        """What to show for a call that cannot run (no such file, a range past the end, a
+        change that leaves a file not parsing): not worth the reviewer's time, so the
+        likeliest runnable sample takes its place; else a change that only fails to parse
+        is shown, marked, for the reviewer to judge; else None: it fails like an executed
+        call and the model sees why (too many in a row end the task)."""
+        runnable = self._runnable_instead(task, failed, error)
+        if runnable is not None:
+            # The screen's verdict, not one on the rewritten call: a rewrite is shown.
+            assert runnable.completion is not None and runnable.verdict is not None
+            return runnable
+        if isinstance(error, _Unparsable):
+            return replace(failed, checked=f"does not parse: {error.problem}")
+        self._record_invalid(task, failed, str(error))
+        task.invalid_streak += 1
+        if task.invalid_streak > self.settings.max_retries:
+            self._finish(
+                task, f"stopped: {task.invalid_streak} calls in a row could not run ({error})"
+            )
+        return None
+
+    def _checked_change(self, task: _Task, candidate: Candidate) -> Candidate:
+        """A file change as checked before it is shown: `checked` says what was verified.
+
+        It parses (`_preview` saw to that, or `checked` already says it does not). When
+        the task's last test run failed, `file_candidates` changes (this one and warmer
+        samples of a file change from its prompt, screened like a retry, likeliest first)
+        are tried on a copy of the workspace with that test command (`trials`), and the
+        first that turns it green is shown. Alternatives are drawn only then: without a
+        check to tell them apart, the model's own call is the likeliest that parses.
+        """
+        if candidate.call.tool not in FILE_CHANGING_TOOLS or candidate.preview is None:
+            return candidate
+        if candidate.checked is not None:  # does not parse: nothing to try it with
+            return candidate
+        parses = "parses" if checks.checker(candidate.preview.path) is not None else None
+        cmd = task.failing_test
+        if cmd is None or self.settings.file_candidates <= 1:
+            return replace(candidate, checked=parses)
+        started = time.perf_counter()
+        tools = [t for t in self.settings.allowed_tools or TOOL_NAMES if t in FILE_CHANGING_TOOLS]
+        params = self._batch_params(task, greedy_rows=0, salt=29)
+        params = params.model_copy(update={"tools": tools})
+        samples = self.policy.sample_batch(
+            candidate.prompt_tokens, params, self.settings.file_candidates - 1
+        )
+        kept, _drops = self._screen(task).all(samples, candidate.prompt_tokens)
+        others = sorted(
+            (c for c in kept if canonical(c.call) != canonical(candidate.call)),
+            key=mean_logprob,
+            reverse=True,
+        )
+        trial = first_passing(
+            self.workspace,
+            cmd,
+            [candidate, *others],
+            self.settings,
+            env=self.tools.env,
+            home=self.tools.home,
+        )
+        winner = trial.passed
+        self.store.append_event(
+            "change_checked",
+            {
+                "command": cmd,
+                "candidates": 1 + len(others),
+                "ran": trial.ran,
+                "stopped": trial.stopped,
+                "winner": winner.call.model_dump() if winner else None,
+                "seconds": round(time.perf_counter() - started, 3),
+            },
+            task.id,
+        )
+        if winner is None:
+            still = f"`{cmd}` still fails with it" if trial.stopped is None else None
+            return replace(candidate, checked="; ".join(n for n in (parses, still) if n) or None)
+        return replace(winner, checked="the failing test passes with this change")
+
     def _add_proposal(self, task: _Task, candidate: Candidate) -> Proposal:
         """Record a proposal as the task's pending one (not yet shown)."""
         call = candidate.call
         sandbox_note = self.tools.sandbox_note(call)
         proposal_id = self._store_proposal(task, candidate)
         task.pending = proposal_id
+        checked = candidate.checked or self._parse_check(candidate.preview)
+        if checked is not None:
+            self._checked[proposal_id] = checked
+            self.store.append_event("checked", {"checked": checked}, task.id, proposal_id)
         return Proposal(
             id=proposal_id,
             task_id=task.id,
@@ -942,7 +1038,17 @@ class Agent:
             preview=candidate.preview,
             note="; ".join(n for n in (candidate.note, sandbox_note) if n) or None,
             adapter_version=self.training.current_version_name(),
+            checked=checked,
         )
+
+    @staticmethod
+    def _parse_check(preview: Preview | None) -> str | None:
+        """`checked` for a change nothing else checked (a retry, the denied call offered
+        again): whether it parses, when a checker exists for its file."""
+        if preview is None or checks.checker(preview.path) is None:
+            return None
+        problem = checks.breaks(preview.path, preview.old_content, preview.new_content)
+        return "parses" if problem is None else f"does not parse: {problem}"
 
     def _choose_retry(self, task: _Task, denied: Proposal, correction: str) -> Candidate:
         """The retry after a correction: chosen among candidates, not just sampled.
@@ -1144,6 +1250,8 @@ class Agent:
 
         A change that leaves the file as it is counts as one that cannot run: approving it
         would do nothing, and a small model's favourite retry is the old line copied back.
+        So does one that leaves a file that parsed not parsing (`tools.checks`): it comes
+        with its preview, as `_Unparsable`.
         """
         try:
             preview = self.tools.preview(call)
@@ -1151,6 +1259,13 @@ class Agent:
             return None, exc
         if preview is not None and preview.old_content == preview.new_content:
             return None, ToolError(f"{call.tool} would leave {preview.path} as it is")
+        if preview is not None:
+            problem = checks.breaks(preview.path, preview.old_content, preview.new_content)
+            if problem is not None:
+                # The preview stays: the guards judge it, and it is shown, marked, when no
+                # other candidate parses (`_instead_of_failed`).
+                message = f"{call.tool} would leave {preview.path} not parsing ({problem})"
+                return preview, _Unparsable(message, problem)
         return preview, None
 
     def _sample(self, task: _Task) -> tuple[ToolCall | None, Completion, list[int], bool]:

@@ -29,7 +29,8 @@ MAX_SUBSTITUTED = 4
 class Candidate:
     """A call the model sampled, with the prompt it came from: recorded as a proposal once
     screened (`verdict`: what the guards said of the sampled call, a rewrite already
-    applied). As the retry chosen after a correction, `reason` set says why there is none:
+    applied; `checked`: what its change was checked for). As the retry chosen after a
+    correction, `reason` set says why there is none:
     then `call` and `preview` are the denied call's, offered for editing, and there is no
     completion."""
 
@@ -40,6 +41,7 @@ class Candidate:
     note: str | None = None
     reason: str | None = None
     verdict: GuardVerdict | None = None
+    checked: str | None = None  # what was verified before showing ("parses", ...)
 
 
 def canonical(call: ToolCall) -> str:

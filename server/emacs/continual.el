@@ -109,6 +109,8 @@ Asynchronously: see the commentary for why."
           (insert (format "Blocked by a guard: %s\n" blocked)))
         (when-let ((note (plist-get proposal :note)))
           (insert note "\n"))
+        (when-let ((checked (plist-get proposal :checked)))
+          (insert (format "Checked: %s\n" checked)))
         (insert (cond (diff)
                       ;; The model's own end of the task: its summary is the proposal.
                       ((equal tool "done")

@@ -126,6 +126,10 @@ local function receive(p)
       describe(p), p.proposalId, p.blockedBy), vim.log.levels.WARN)
     return
   end
+  if p.checked then
+    -- what the change was verified for: it parses, the failing test passes, or not
+    p.note = p.note and (p.note .. '; ' .. p.checked) or p.checked
+  end
   -- The note says why this call (a guard's rewrite, or no compliant retry: edit it).
   notify(string.format('proposed %s [%s]%s  :ContinualApprove / :ContinualDeny / :ContinualEdit / :ContinualDiff',
     describe(p), p.proposalId, p.note and ('  ' .. p.note) or ''))

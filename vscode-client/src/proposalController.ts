@@ -153,7 +153,12 @@ export class ProposalController implements vscode.Disposable {
 
   private notify(proposal: ProposalNotification): void {
     void vscode.window
-      .showInformationMessage(`Continual proposes: ${describeProposal(proposal)}`, "Show Diff", approveLabel(proposal), "Deny…")
+      .showInformationMessage(
+        `Continual proposes: ${describeProposal(proposal)}${proposal.checked ? ` (${proposal.checked})` : ""}`,
+        "Show Diff",
+        approveLabel(proposal),
+        "Deny…",
+      )
       .then((choice) => {
         if (choice === "Show Diff") void this.showDiff(proposal.proposalId);
         else if (choice === approveLabel(proposal)) void this.approve(proposal.proposalId);

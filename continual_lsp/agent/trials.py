@@ -1,0 +1,92 @@
+"""File changes tried against the task's failing test before a reviewer sees one.
+
+When the task's last test run failed, each candidate change is written into a throw-away
+copy of the workspace and the same command runs there, in the one sandbox every bash call
+uses (`tools.bash.run_bash`), all candidates of a turn within one time box. The first
+candidate that turns the test green is the one to show. The workspace itself is never
+touched: a copy is made once per turn, each change written into it and taken back.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from continual_lsp.agent.candidates import Candidate
+from continual_lsp.config import Settings
+from continual_lsp.tools.base import ToolError
+from continual_lsp.tools.bash import run_bash
+
+# A workspace with more files than this is not copied to try changes (node_modules and
+# the like would cost more than the check is worth on a turn).
+MAX_COPIED_FILES = 5000
+
+
+@dataclass(frozen=True)
+class Trial:
+    """What trying the candidates found: the first that passes (None: none did), how many
+    ran, and why the trial stopped early (None: it did not)."""
+
+    passed: Candidate | None
+    ran: int
+    stopped: str | None = None
+
+
+def _small_enough(root: Path) -> bool:
+    count = 0
+    for _dir, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d != ".git"]
+        count += len(files)
+        if count > MAX_COPIED_FILES:
+            return False
+    return True
+
+
+def first_passing(
+    workspace: Path,
+    cmd: str,
+    candidates: Sequence[Candidate],
+    settings: Settings,
+    *,
+    env: Mapping[str, str] | None = None,
+    home: str | os.PathLike[str] | None = None,
+) -> Trial:
+    """Run `cmd` on a copy of `workspace` with each candidate's change (its preview's new
+    content) in turn, until one exits 0 or `settings.check_timeout_s` is spent."""
+    if not _small_enough(workspace):
+        return Trial(None, 0, f"more than {MAX_COPIED_FILES} files to copy")
+    deadline = time.monotonic() + settings.check_timeout_s
+    ran = 0
+    with tempfile.TemporaryDirectory(prefix="continual-trial-") as tmp:
+        copy = Path(tmp) / workspace.name
+        # git's metadata stays out: a test run needs the files, and the copy's hooks and
+        # config must not be the workspace's.
+        shutil.copytree(workspace, copy, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+        for candidate in candidates:
+            left = deadline - time.monotonic()
+            if left < 1:
+                return Trial(None, ran, f"time box of {settings.check_timeout_s:g} s spent")
+            assert candidate.preview is not None
+            target = copy / candidate.preview.path
+            before = target.read_bytes() if target.is_file() else None
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(candidate.preview.new_content, encoding="utf-8")
+            try:
+                timeout = min(left, float(settings.bash_timeout))
+                result = run_bash(cmd, copy, settings, timeout=timeout, env=env, home=home)
+            except ToolError as exc:
+                return Trial(None, ran, str(exc))  # no sandbox here: nothing runs
+            finally:
+                if before is None:
+                    target.unlink(missing_ok=True)
+                else:
+                    target.write_bytes(before)
+            ran += 1
+            if result.ok:
+                return Trial(candidate, ran)
+    return Trial(None, ran)

@@ -1,0 +1,157 @@
+"""The cheapest check that a file still parses, chosen by its name, and what a test run is.
+
+A file change is checked before a reviewer sees it: Python is compiled (`compile`, which
+also refuses a `return` outside a function, unlike `ast.parse`), JSON, TOML and YAML
+(when PyYAML is importable) are loaded, and JavaScript goes through `node --check` when
+node is installed. Nothing here runs the code. A file kind without a checker is never
+called broken.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+import tomllib
+import warnings
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
+
+NODE_CHECK_TIMEOUT_S = 10.0
+
+# The commands whose failure says a test fails: a task's failing test run is re-run on
+# a copy of the workspace to try a change (the agent's `_checked_change`).
+_TEST_COMMAND = re.compile(
+    r"(?:^|[\s;&|(])(?:"
+    r"(?:python3?\s+-m\s+)?(?:pytest|py\.test|unittest)"
+    r"|node\s+--test"
+    r"|(?:npm|pnpm|yarn|bun)\s+(?:run\s+)?test"
+    r"|npx\s+(?:jest|vitest|mocha)|jest|vitest|mocha"
+    r"|go\s+test|cargo\s+test"
+    r")(?:$|[\s;&|)])"
+)
+
+
+def runs_tests(cmd: str) -> bool:
+    """Whether a shell command runs a test suite (pytest, node --test, npm test, ...)."""
+    return _TEST_COMMAND.search(cmd) is not None
+
+
+def _python(text: str, name: str) -> str | None:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # invalid escapes warn; they still compile
+            compile(text, name, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        return f"line {exc.lineno}: {exc.msg}"
+    except (ValueError, RecursionError, MemoryError) as exc:
+        return str(exc) or type(exc).__name__
+    return None
+
+
+def _json(text: str, name: str) -> str | None:
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        return f"line {exc.lineno}: {exc.msg}"
+    except RecursionError:
+        return "nested too deeply"
+    return None
+
+
+def _toml(text: str, name: str) -> str | None:
+    try:
+        tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        return str(exc)
+    return None
+
+
+def _yaml(text: str, name: str) -> str | None:
+    import yaml
+
+    try:
+        for _ in yaml.safe_load_all(text):
+            pass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        return f"line {mark.line + 1}: {problem}" if mark is not None else str(problem)
+    return None
+
+
+def _node(text: str, name: str) -> str | None:
+    node = shutil.which("node")
+    if node is None:
+        return None
+    with tempfile.TemporaryDirectory(prefix="continual-check-") as tmp:
+        # The suffix tells node the module kind (.mjs: ES module, .cjs: CommonJS).
+        target = Path(tmp) / ("check" + PurePosixPath(name).suffix)
+        target.write_text(text, encoding="utf-8")
+        try:
+            proc = subprocess.run(
+                [node, "--check", str(target)],
+                capture_output=True,
+                text=True,
+                timeout=NODE_CHECK_TIMEOUT_S,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None  # no verdict: never call a file broken for a slow checker
+    if proc.returncode == 0:
+        return None
+    lines = proc.stderr.splitlines()
+    where = next((ln.rsplit(":", 1)[-1] for ln in lines if ln.startswith(str(target))), "")
+    error = next((ln for ln in lines if "Error" in ln), lines[-1] if lines else "node --check")
+    return f"line {where}: {error}" if where.isdigit() else error
+
+
+# Files named like JSON that hold JSON with comments (JSONC): no strict checker.
+_JSONC = re.compile(r"(?:^|/)(?:tsconfig[^/]*|jsconfig[^/]*|\.vscode/[^/]*|devcontainer)\.json$")
+
+
+def checker(path: str) -> Callable[[str, str], str | None] | None:
+    """The parse check for `path`'s kind of file, or None when there is none here."""
+    suffix = PurePosixPath(path).suffix.lower()
+    if suffix in (".py", ".pyi"):
+        return _python
+    if suffix == ".json" and not _JSONC.search(path):
+        return _json
+    if suffix == ".toml":
+        return _toml
+    if suffix in (".yaml", ".yml") and _yaml_importable():
+        return _yaml
+    if suffix in (".js", ".mjs", ".cjs") and shutil.which("node") is not None:
+        return _node
+    return None
+
+
+@functools.cache
+def _yaml_importable() -> bool:
+    try:
+        import yaml  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def parse_error(path: str, text: str) -> str | None:
+    """Why `text` does not parse as `path`'s kind of file; None when it parses or no
+    checker exists for it."""
+    check = checker(path)
+    return check(text, path) if check is not None else None
+
+
+def breaks(path: str, old: str | None, new: str) -> str | None:
+    """The parse error of a change that leaves `path` not parsing when it parsed before
+    (a new file counts as one that parsed); None otherwise. A file that did not parse
+    before is not this change's fault."""
+    check = checker(path)
+    if check is None:
+        return None
+    error = check(new, path)
+    if error is None or (old is not None and check(old, path) is not None):
+        return None
+    return error

@@ -1,0 +1,121 @@
+"""A file change is checked before it is shown (issue 30 item 3): it parses, and with a
+failing test run in the task, a candidate that turns it green is preferred.
+
+The real embedded model forced to scripted calls (tests/server/scripted.py): a batch of
+candidates is the next scripted call, so which candidate exists is known.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from continual_lsp.agent.agent import Agent
+from continual_lsp.config import Settings
+from tests.server.scripted import FIX_MEAN, ForcedCallPolicy
+
+pytestmark = pytest.mark.model
+
+BROKEN = {
+    "tool": "write",
+    "arguments": {"path": "hello.py", "content": "def hello():\n    print(f"},
+}
+HELLO = {
+    "tool": "write",
+    "arguments": {"path": "hello.py", "content": "def hello():\n    print('hi')\n"},
+}
+TESTS = "PYTHONPATH=src python3 -m pytest -q tests/test_ops.py"
+RUN_TESTS = {"tool": "bash", "arguments": {"cmd": TESTS}}
+# Parses, and leaves the test failing: `//` kept.
+NOT_A_FIX = {
+    "tool": "edit_lines",
+    "arguments": {
+        "path": "src/calc/ops.py",
+        "start": 7,
+        "end": 7,
+        "content": "    return (sum(values) // len(values))\n",
+    },
+}
+
+
+def _agent(
+    tmp_path: Path, workspace: Path, model_and_tokenizer: Any, calls: list[Any], **settings: Any
+) -> Agent:
+    config = Settings(
+        enable_training=False,
+        store_path=str(tmp_path / "store.sqlite3"),
+        sandbox="none",  # the test runs need python3 and pytest, not bwrap
+        allow_unsandboxed=True,
+        **settings,
+    )
+    return Agent(config, workspace, policy=ForcedCallPolicy(config, calls, model_and_tokenizer))
+
+
+def test_a_change_that_does_not_parse_gives_way_to_one_that_does(
+    tmp_path: Path, workspace: Path, model_and_tokenizer: Any
+) -> None:
+    agent = _agent(tmp_path, workspace, model_and_tokenizer, [BROKEN, HELLO])
+    _, proposal = agent.start_task("Write hello.py with a hello() that prints hi")
+    assert proposal is not None and proposal.call.arguments == HELLO["arguments"]
+    assert proposal.checked == "parses"
+    assert proposal.notification(workspace).checked == "parses"
+    (replaced,) = [e["payload"] for e in agent.store.events(kind="invalid_replaced")]
+    assert "hello.py not parsing (line 2" in replaced["error"]
+    agent.close()
+
+
+def test_a_change_no_candidate_can_fix_is_shown_marked(
+    tmp_path: Path, workspace: Path, model_and_tokenizer: Any
+) -> None:
+    agent = _agent(tmp_path, workspace, model_and_tokenizer, [BROKEN])
+    _, proposal = agent.start_task("Write hello.py with a hello() that prints hi")
+    assert proposal is not None and proposal.call.arguments == BROKEN["arguments"]
+    assert proposal.preview is not None and proposal.preview.new_content.endswith("print(f")
+    assert proposal.checked is not None and proposal.checked.startswith("does not parse: line 2")
+    # the same mark when the reviewer's client asks again (continual/pending)
+    (pending,) = agent.pending_proposals()
+    assert pending.notification(workspace).checked == proposal.checked
+    agent.close()
+
+
+def _after_a_failing_run(agent: Agent) -> Any:
+    _, run = agent.start_task("Fix the failing test: the code, not the test")
+    assert run is not None and run.call.arguments == RUN_TESTS["arguments"]
+    outcome = agent.decide(run.id, "approve")
+    assert outcome.result is not None and not outcome.result.ok  # test_mean fails
+    return outcome.next_proposal
+
+
+def test_with_a_failing_test_the_change_that_turns_it_green_is_shown(
+    tmp_path: Path, workspace: Path, model_and_tokenizer: Any
+) -> None:
+    calls = [RUN_TESTS, NOT_A_FIX, FIX_MEAN]
+    agent = _agent(tmp_path, workspace, model_and_tokenizer, calls, file_candidates=3)
+    proposal = _after_a_failing_run(agent)
+    # the model's call keeps `//`; the candidate tried after it passes and is shown
+    assert proposal is not None and proposal.call.arguments == FIX_MEAN["arguments"]
+    assert proposal.checked == "the failing test passes with this change"
+    (checked,) = [e["payload"] for e in agent.store.events(kind="change_checked")]
+    assert checked["command"] == TESTS and checked["ran"] == 2 and checked["candidates"] == 2
+    # tried on a copy: the workspace still has the bug until the reviewer approves
+    assert "// len(values)" in (workspace / "src/calc/ops.py").read_text()
+    agent.close()
+
+
+def test_no_candidate_passes_or_the_setting_is_off(
+    tmp_path: Path, workspace: Path, model_and_tokenizer: Any
+) -> None:
+    calls = [RUN_TESTS, NOT_A_FIX]
+    agent = _agent(tmp_path, workspace, model_and_tokenizer, calls, file_candidates=3)
+    proposal = _after_a_failing_run(agent)
+    assert proposal is not None and proposal.call.arguments == NOT_A_FIX["arguments"]
+    assert proposal.checked == f"parses; `{TESTS}` still fails with it"
+    agent.close()
+
+    off = _agent(tmp_path / "off", workspace, model_and_tokenizer, calls, file_candidates=1)
+    proposal = _after_a_failing_run(off)
+    assert proposal is not None and proposal.checked == "parses"
+    assert off.store.events(kind="change_checked") == []
+    off.close()
