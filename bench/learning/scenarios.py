@@ -34,13 +34,27 @@ from continual_lsp.agent.scenarios import (
 
 REPO = Path(__file__).resolve().parents[2]
 WORKSPACES = REPO / "examples" / "bench-workspaces"
-# The order the bench runs them in (and always has: results stay comparable).
+# The order the bench runs them in (and always has: results stay comparable); the four
+# of issue 33 come after the first four.
 SCENARIO_FILES = [
     Path(__file__).parent / "scenarios" / f"{name}.json"
-    for name in ("tool_choice", "package_manager", "logging", "scope")
+    for name in (
+        "tool_choice",
+        "package_manager",
+        "logging",
+        "scope",
+        "command_prefix",
+        "module_location",
+        "test_naming",
+        "commit_message",
+    )
 ]
+# `--scenarios dev`: the subset a recipe's learning check runs (scripts/check_starter_learns.sh),
+# one of each kind of judged field: a tool, a bash command, written text, a path.
+DEV_SCENARIOS = ("tool_choice", "package_manager", "logging", "module_location")
 
 __all__ = [
+    "DEV_SCENARIOS",
     "SCENARIOS",
     "SCENARIO_FILES",
     "WORKSPACES",

@@ -46,15 +46,38 @@ def test_check_disjoint_catches_a_leak() -> None:
 
 
 def test_scenarios_are_complete_and_checkers_separate_demo_from_violation() -> None:
-    assert {s.name for s in SCENARIOS} >= {"tool_choice", "package_manager", "logging", "scope"}
+    assert {s.name for s in SCENARIOS} >= {
+        "tool_choice", "package_manager", "logging", "scope",
+        "command_prefix", "module_location", "test_naming", "commit_message",
+    }  # fmt: skip
     for sc in SCENARIOS:
         assert len(sc.train) >= 8 and len(sc.held_out) >= 4, sc.name
         for s in [*sc.train, *sc.held_out]:
             assert sc.check(judge_call(s.demo)), s.id
             assert not sc.check(judge_call(s.violation)), s.id
             assert s.correction.strip()
-            for path in s.paths():
+            # A `write` may create its file (module_location, test_naming); every other
+            # path the situation shows or changes is a real workspace file.
+            created = {
+                c["arguments"]["path"] for c in (s.demo, s.violation) if c["tool"] == "write"
+            }
+            for path in s.paths() - created:
                 assert (WORKSPACES / s.workspace / path).is_file(), (s.id, path)
+
+
+def test_the_new_scenarios_use_their_own_situations() -> None:
+    """Issue 33's four: every held-out situation is new to every scenario's training (ids,
+    tasks, names, files), and the dev subset names bundled scenarios."""
+    from bench.learning.scenarios import DEV_SCENARIOS, scenario
+
+    new = [
+        scenario(n) for n in ("command_prefix", "module_location", "test_naming", "commit_message")
+    ]
+    assert check_disjoint() == []
+    for sc in new:
+        assert sc.train[0].workspace.endswith("py-lib"), sc.name
+        assert {s.id for s in sc.train}.isdisjoint({s.id for s in sc.held_out})
+    assert {scenario(n).name for n in DEV_SCENARIOS} == set(DEV_SCENARIOS)
 
 
 def test_judge_reads_a_call_cut_at_the_token_budget() -> None:
