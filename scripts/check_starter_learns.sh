@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The recipe's learning check (issue 33): a candidate starter ships only if it learns from
+# a deny-only reviewer at least as much as the starter it replaces.
+#
+#   bash scripts/check_starter_learns.sh <candidate adapter dir> [work dir]
+#
+# Runs `bench/learning/through_agent.py --reviewer deny` on the dev scenarios
+# (DEV_SCENARIOS in bench/learning/scenarios.py; SCENARIOS overrides, e.g. "all") for the
+# shipped adapter (continual_lsp/data/starter) and for the candidate, five corrections
+# each (CORRECTIONS overrides), prints both numbers and exits 1, "not shipped: learns
+# less than the one it replaces", when the candidate's mean weights-only held-out
+# compliance at the 5th correction is lower (bench/learning/learning_check.py decides).
+# Each run loads the model and takes SDPO steps: tens of minutes on 2 cores.
+#
+# Wiring (for the lead, once no train_starter.sh process is running: bash reads a script
+# as it runs, so editing it under a running process changes what that process does):
+# append to scripts/train_starter.sh, after the train step,
+#
+#   [ -n "${SKIP_LEARNING_CHECK:-}" ] || bash scripts/check_starter_learns.sh "$WORK/run/adapter" "$WORK/learning-check"
+#
+# so that `set -e` stops the recipe before anyone copies a candidate that learns less.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CANDIDATE="${1:?usage: check_starter_learns.sh <candidate adapter dir> [work dir]}"
+WORK="${2:-.learning-check}"
+PY="${PYTHON:-.venv/bin/python}"
+export TRL_EXPERIMENTAL_SILENCE=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+if [ ! -f "$CANDIDATE/adapter_model.safetensors" ]; then
+  echo "check_starter_learns: no adapter in $CANDIDATE" >&2
+  exit 2
+fi
+mkdir -p "$WORK"
+run() {  # $1: tag, $2...: extra flags
+  local tag="$1"
+  shift
+  # shellcheck disable=SC2086
+  "$PY" bench/learning/through_agent.py --reviewer deny --scenarios ${SCENARIOS:-dev} \
+    --corrections "${CORRECTIONS:-5}" --tag "check-$tag" --summary "$WORK/$tag.json" "$@"
+}
+run shipped
+run candidate --adapter "$CANDIDATE"
+"$PY" bench/learning/learning_check.py "$WORK/shipped.json" "$WORK/candidate.json"

@@ -1,0 +1,115 @@
+"""through_agent.py's arithmetic and evidence (no model): forgetting, the k = 0 gate, and
+that a partial run never erases numbers another run measured."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.learning import through_agent
+from bench.learning.through_agent import forgetting_numbers
+
+
+def test_kept_fraction_is_after_over_before() -> None:
+    got = forgetting_numbers(0.75, 0.5, 31 / 36, 29 / 36)
+    assert got["kept_fraction"] == pytest.approx(0.667)
+    assert got["agent_skill_drop"] == pytest.approx(5.6)  # points of one-step finished
+
+
+def test_kept_fraction_edges() -> None:
+    # Nothing learned: nothing to keep, not "kept 0 %" nor "kept all".
+    assert forgetting_numbers(0.0, 0.25, None, None) == {
+        "kept_fraction": None,
+        "agent_skill_drop": None,
+    }
+    assert forgetting_numbers(0.5, 0.75, None, None)["kept_fraction"] == 1.0
+    assert forgetting_numbers(1.0, 0.0, 0.8, 0.9)["kept_fraction"] == 0.0
+    assert forgetting_numbers(1.0, 0.0, 0.8, 0.9)["agent_skill_drop"] == pytest.approx(-10.0)
+
+
+def _evidence(tmp_path: Path) -> Path:
+    path = tmp_path / "through_agent_deny.json"
+    path.write_text(
+        json.dumps(
+            {
+                "scenarios": {
+                    "scope": {"retry_follows": 1.0, "shown_at_3": 1.0, "weights_at_5": 0.25}
+                },
+                "without_starter": {"scope": {"weights_at_5": 0.0}},
+            }
+        )
+    )
+    return path
+
+
+def test_forgetting_writes_only_what_was_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    evidence = _evidence(tmp_path)
+    monkeypatch.setattr(through_agent, "REPO", tmp_path)
+
+    def fake(first: Any, second: Any, args: Any) -> dict[str, Any]:
+        return {
+            "first_before": 0.5,
+            "first_after": 0.25,
+            "lessons_second": 8,
+            **forgetting_numbers(0.5, 0.25, None, None),  # skill not measured
+        }
+
+    monkeypatch.setattr(through_agent, "run_forgetting", fake)
+    args = ["--forgetting", "logging", "scope", "--evidence", str(evidence)]
+    assert through_agent.main(args) == 0
+    data = json.loads(evidence.read_text())
+    assert data["forgetting"] == {"kept_fraction": 0.5, "pair": ["logging", "scope"]}
+    assert data["scenarios"]["scope"]["weights_at_5"] == 0.25  # untouched
+    assert (tmp_path / "bench/learning/results/forgetting-logging-scope.json").is_file()
+
+
+def test_a_run_of_some_scenarios_keeps_the_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    evidence = _evidence(tmp_path)
+    monkeypatch.setattr(through_agent, "REPO", tmp_path)
+    rows = [{"k": 0, "compliance": 0.0, "shown": 0.0, "margin": 0.0, "drift": 0.0}] + [
+        {"k": k, "compliance": 0.5, "shown": 0.75, "margin": 1.0, "drift": 0.0, "follows": [True]}
+        for k in range(1, 6)
+    ]
+    monkeypatch.setattr(
+        through_agent,
+        "run_scenario",
+        lambda sc, args: {
+            "scenario": sc.name,
+            "reviewer": "deny",
+            "wall_s": 1,
+            "rows": rows,
+            "lanes": [],
+        },
+    )
+    assert through_agent.main(["--scenarios", "test_naming", "--evidence", str(evidence)]) == 0
+    data = json.loads(evidence.read_text())
+    assert set(data["scenarios"]) == {"scope", "test_naming"}
+    assert data["scenarios"]["test_naming"] == {
+        "retry_follows": 1.0,
+        "shown_at_3": 0.75,
+        "weights_at_5": 0.5,
+    }
+    assert data["without_starter"] == {"scope": {"weights_at_5": 0.0}}
+
+
+def test_baseline_fails_a_scenario_that_does_not_start_at_zero(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(through_agent, "REPO", tmp_path)
+    seen: list[str] = []
+
+    def fake(scenarios: list[Any], args: Any) -> dict[str, float]:
+        seen.extend(s.name for s in scenarios)
+        return {s.name: (0.25 if s.name == "scope" else 0.0) for s in scenarios}
+
+    monkeypatch.setattr(through_agent, "baseline", fake)
+    assert through_agent.main(["--baseline", "--scenarios", "dev"]) == 0
+    assert seen == ["tool_choice", "package_manager", "logging", "module_location"]
+    assert through_agent.main(["--baseline", "--scenarios", "scope", "logging"]) == 1
