@@ -104,7 +104,8 @@ action's edit (if any), then runs its command."
   ;; Vectors: json-encode would take a list of lists that start with a string for an alist.
   (mapcar (lambda (i) (vector (plist-get i :id) (plist-get i :text) (plist-get i :lane)
                             (or (plist-get i :overridden) :json-false)
-                            (if (plist-get i :taskScoped) t :json-false)))
+                            (if (plist-get i :taskScoped) t :json-false)
+                            (if (eq (plist-get i :active) t) t :json-false)))
           (continual-ledger)))
 
 (defun flow-override ()
@@ -151,7 +152,15 @@ action's edit (if any), then runs its command."
       (flow-note 'approved_disk (flow-file "src/calc/ops.py"))
       (flow-step "approved by code action")
       (flow-note 'ledger (flow-ledger))
-      (flow-step "ledger"))))
+      (flow-step "ledger")
+      ;; The reviewer keeps it after all: M-x continual-promote routes it as a standing rule.
+      (let* ((scoped (seq-find (lambda (i) (equal (plist-get i :text) flow-scoped-correction))
+                               (continual-ledger)))
+             (promoted (continual-promote (plist-get scoped :id))))
+        (flow-note 'promoted_lane (plist-get promoted :lane))
+        (flow-note 'promoted_id (plist-get promoted :itemId))
+        (flow-note 'ledger_after (flow-ledger)))
+      (flow-step "promoted"))))
 
 (defun flow-start (class)
   (let ((buffer (find-file-noselect (expand-file-name "src/calc/ops.py" flow-ws))))

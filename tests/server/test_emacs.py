@@ -148,7 +148,13 @@ def test_emacs_a_task_scoped_correction_then_the_one_line_fix_approved_by_code_a
     change only, so it becomes no guard, and the one-line fix is shown, approvable, and
     approved through eglot's code action."""
     result = run_emacs(workspace, tmp_path, "scoped", module=True, flow="scoped", training=False)
-    assert result["steps"] == ["proposal", "denied", "approved by code action", "ledger"]
+    assert result["steps"] == [
+        "proposal",
+        "denied",
+        "approved by code action",
+        "ledger",
+        "promoted",
+    ]
     assert result["first_tool"] == "write"
     assert result["retry_tool"] == "edit_lines"
     assert result["retry_content"] == "    return sum(values) / len(values)\n"
@@ -157,9 +163,13 @@ def test_emacs_a_task_scoped_correction_then_the_one_line_fix_approved_by_code_a
     assert result["approve_buffer"] == "    return sum(values) / len(values)"
     assert (workspace / "src/calc/ops.py").read_text() == result["approved_disk"]
     assert "# BUG: integer division truncates the mean" in result["approved_disk"]  # one line
-    [(_, _, lane, _, scoped)] = [i for i in result["ledger"] if i[1] == SCOPED]
-    assert (lane, scoped) == ("NONE", True)
+    [(item_id, _, lane, _, scoped, active)] = [i for i in result["ledger"] if i[1] == SCOPED]
+    assert (lane, scoped, active) == ("NONE", True, True)
     assert not [i for i in result["ledger"] if i[2] == "CODE"]
+    # Promoted from Emacs (continual/promote): a standing item; the task-scoped one retires.
+    assert result["promoted_lane"] in ("CODE", "CONTEXT", "WEIGHTS")
+    after = {i[0]: i for i in result["ledger_after"]}
+    assert after[item_id][5] is False and after[result["promoted_id"]][5] is True
     kinds = sorted(d["decision"] for d in decisions(tmp_path / "store.sqlite3").values())
     assert kinds == ["approve", "deny"]
 
@@ -196,7 +206,7 @@ def test_emacs_a_blocked_proposal_is_overridden_from_the_code_action(
     assert result["override_modified"] is False
     assert (workspace / "src/calc/ops.py").read_text() == result["override_disk"]
     assert result["next_tool"] == "bash"
-    [(_, _, lane, overridden, _)] = [i for i in result["ledger"] if i[0] == guard_id]
+    [(_, _, lane, overridden, _, _)] = [i for i in result["ledger"] if i[0] == guard_id]
     assert (lane, overridden) == ("CODE", 1)
     kinds = sorted(d["decision"] for d in decisions(tmp_path / "store.sqlite3").values())
     assert kinds == ["deny", "override"]
