@@ -235,3 +235,30 @@ def test_file_names_of_any_ecosystem_in_an_edit_prohibition(
 )
 def test_exclamations_and_hedges_compile_nothing(text: str) -> None:
     assert compile_guard(text) is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Never commit without running the tests first.",
+        "Don't push when CI is red.",
+        "Never commit if the linter fails.",
+    ],
+)
+def test_an_action_forbidden_only_under_a_condition_is_not_always_blocked(text: str) -> None:
+    spec = compile_guard(text)
+    guard = Guard("g", spec) if spec is not None else None
+    for cmd in ("git commit -m 'fix: x'", "git push origin fix-1"):
+        assert guard is None or guard.check(_bash(cmd), None).action == "allow", spec
+
+
+@pytest.mark.parametrize(
+    ("text", "cmd"),
+    [
+        ("Do not commit without asking.", "git commit -m x"),
+        ("Do not switch branches without explicit instructions.", "git switch main"),
+        ("Never push unless I ask.", "git push"),
+    ],
+)
+def test_an_approval_gate_still_blocks(text: str, cmd: str) -> None:
+    assert _guard(text).check(_bash(cmd), None).action == "block"
