@@ -78,6 +78,11 @@ class Settings(BaseModel):
     save_every: int = 1
     is_clip_low: float = 0.5
     is_clip_high: float = 2.0
+    # More from each correction (issue 33; off until bench/learning measures them better,
+    # docs/evidence.md): steps on one correction's datums (the IS clamp stops them), and
+    # earlier corrections of the same cluster replayed with each new step.
+    steps_per_correction: int = Field(default=1, ge=1, le=8)
+    replay_same_cluster: int = Field(default=0, ge=0, le=8)
 
     # agent
     # What runs without asking (cumulative): "manual" asks for everything, "read_only"

@@ -698,7 +698,8 @@ class Agent:
             # The chosen retry is this step's demonstration (SDPO's successful attempt in
             # the teacher's context), verified by the guards and its preview.
             demonstration = choice.call if choice is not None and choice.reason is None else None
-            self.training.release(job_id, demonstration, examples)
+            cluster = routed.item_id if routed is not None else None
+            self.training.release(job_id, demonstration, examples, cluster)
         if routed is not None:
             self.listener.on_routed(routed)
         self.store.mark_applied(proposal.id, {"denied": True})

@@ -73,13 +73,19 @@ class TrainingJobs:
         return self._enqueue(row, signal, correction, demonstration, examples or [], held)
 
     def release(
-        self, job_id: int | None, demonstration: ToolCall | None, examples: list[ToolCall]
+        self,
+        job_id: int | None,
+        demonstration: ToolCall | None,
+        examples: list[ToolCall],
+        cluster: str | None = None,
     ) -> None:
         """Complete a held job with what was chosen since (none: it teaches the correction
-        alone) and let the worker take it."""
+        alone) and the cluster its correction was routed to, and let the worker take it."""
         if job_id is None:
             return
         updates: dict[str, Any] = {"examples": [e.model_dump() for e in examples]}
+        if cluster is not None:
+            updates["cluster"] = cluster
         if demonstration is not None:
             updates["demonstration"] = demonstration.model_dump()
         self.store.release_held_job(job_id, updates)

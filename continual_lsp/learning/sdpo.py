@@ -104,6 +104,9 @@ class SdpoJob(BaseModel):
     demonstration: dict[str, Any] | None = None
     examples: list[dict[str, Any]] = Field(default_factory=list)
     signal: Signal = "deny"
+    # The lane item the correction was routed to (its cluster): what `replay_same_cluster`
+    # replays from. None: not routed (an edit, a guard's own block).
+    cluster: str | None = None
 
     def demonstration_call(self) -> ToolCall | None:
         return None if self.demonstration is None else ToolCall.model_validate(self.demonstration)
@@ -127,6 +130,14 @@ class SdpoConfig(BaseModel):
     max_grad_norm: float | None = 1.0
     alpha: float = 1.0
     prefix_cache: bool = True
+    # "More from each correction" (issue 33), both off by default. Steps on the same
+    # datums, scored once: later steps see the ratio π/π_old move away from 1, and they
+    # stop once the clamp [clip_low, clip_high] has engaged on most tokens (the trust
+    # region) — the KL to the reference pulls back at every one.
+    steps_per_correction: int = Field(default=1, ge=1, le=8)
+    # Up to this many earlier corrections of the same cluster, re-scored under the current
+    # weights, ride in each new step's batch (their behaviour logprobs stay the stored ones).
+    replay_same_cluster: int = Field(default=0, ge=0, le=8)
 
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any) -> SdpoConfig:
@@ -137,6 +148,8 @@ class SdpoConfig(BaseModel):
                 "clip_low": settings.is_clip_low,
                 "clip_high": settings.is_clip_high,
                 "trust_region_rate": settings.teacher_update_rate,
+                "steps_per_correction": settings.steps_per_correction,
+                "replay_same_cluster": settings.replay_same_cluster,
                 **overrides,
             }
         )
@@ -514,26 +527,59 @@ def loss_name(settings: Settings) -> LossName:
     return "topk_distill" if settings.loss_mode == "topk" else "importance_sampling"
 
 
-def sdpo_step(
-    policy: Policy, job_payload: SdpoJob | dict[str, Any], settings: Settings, **options: Any
-) -> TrainMetrics:
-    """One SDPO step for one reviewer signal; returns the step's metrics.
+# Later steps on the same datums stop once the clamp engaged on more than this share of the
+# tokens: the weights have left the region where the stored scores mean anything.
+TRUST_REGION_CLIPPED = 0.5
 
-    `options` override `SdpoConfig.from_settings(settings)` field by field (`lr`,
-    `trust_region_rate`, `grammar_mask`, `max_grad_norm`, …); an unknown one is a
-    ValidationError. Raises `NothingToLearn` when the job has neither a correction nor a
-    demonstration.
+
+def sdpo_step(
+    policy: Policy,
+    job_payload: SdpoJob | dict[str, Any],
+    settings: Settings,
+    replay: Sequence[SdpoJob] = (),
+    **options: Any,
+) -> TrainMetrics:
+    """SDPO for one reviewer signal: one step, or up to `steps_per_correction` on the same
+    datums; returns the last step's metrics (`seconds` and `tokens` summed).
+
+    `replay`: earlier jobs of the same cluster, newest first; the first
+    `replay_same_cluster` that still carry a signal join the batch. `options` override
+    `SdpoConfig.from_settings(settings)` field by field (`lr`, `trust_region_rate`,
+    `grammar_mask`, `max_grad_norm`, …); an unknown one is a ValidationError. Raises
+    `NothingToLearn` when the job has neither a correction nor a demonstration.
     """
     config = SdpoConfig.from_settings(settings, **options)
     job = job_payload if isinstance(job_payload, SdpoJob) else SdpoJob.model_validate(job_payload)
     datums = build_datums(policy, job, settings, config)
-    metrics = policy.train_step(datums, loss_name(settings), config.lr, **config.train_options())
-    if settings.teacher == "ema":
-        update_ema_teacher(cast("LocalPolicy", policy), settings.teacher_update_rate)
+    replayed = 0
+    for earlier in replay:
+        if replayed >= config.replay_same_cluster:
+            break
+        try:
+            datums += build_datums(policy, earlier, settings, config)
+            replayed += 1
+        except NothingToLearn:
+            continue
+    metrics = None
+    seconds, tokens, steps = 0.0, 0, 0
+    for _ in range(config.steps_per_correction):
+        metrics = policy.train_step(
+            datums, loss_name(settings), config.lr, **config.train_options()
+        )
+        steps += 1
+        seconds, tokens = seconds + metrics.seconds, tokens + metrics.tokens
+        if settings.teacher == "ema":
+            update_ema_teacher(cast("LocalPolicy", policy), settings.teacher_update_rate)
+        if metrics.clipped_fraction > TRUST_REGION_CLIPPED:
+            break
+    assert metrics is not None  # steps_per_correction ≥ 1
+    metrics = metrics.model_copy(update={"seconds": seconds, "tokens": tokens})
     log.info(
-        "sdpo step on %s (%s): loss %.4f kl %.4f adv %.3f ratio %.3f in %.2fs",
+        "sdpo on %s (%s): %d step(s), %d replayed; loss %.4f kl %.4f adv %.3f ratio %.3f in %.2fs",
         job.proposal_id,
         job.signal,
+        steps,
+        replayed,
         metrics.loss,
         metrics.kl,
         metrics.mean_advantage,

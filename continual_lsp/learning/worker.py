@@ -278,15 +278,22 @@ def run_job(
     policy: Policy, store: Store, directory: Path, settings: Settings, job: dict[str, Any]
 ) -> dict[str, Any]:
     """One claimed job → one step (+ a saved version every `save_every` steps) → result."""
-    from continual_lsp.learning.sdpo import NothingToLearn, SdpoJob, sdpo_step
+    from continual_lsp.learning.sdpo import JOB_KIND, NothingToLearn, SdpoJob, sdpo_step
 
     done = _already_done(store, job)
     if done is not None:
         return done
     payload = SdpoJob.model_validate(job["payload"])
     sync_weights(policy, store)
+    replay = []
+    if settings.replay_same_cluster and payload.cluster:
+        # Twice as many as replayed: an earlier job with nothing left to learn is skipped.
+        earlier = store.cluster_jobs(
+            JOB_KIND, payload.cluster, job["id"], 2 * settings.replay_same_cluster
+        )
+        replay = [SdpoJob.model_validate(p) for p in earlier]
     try:
-        metrics = sdpo_step(policy, payload, settings)
+        metrics = sdpo_step(policy, payload, settings, replay)
     except NothingToLearn as exc:
         steps = store.counter(STEP_COUNTER)
         return _result(store.current_adapter(), steps, 0.0, 0.0, 0.0, skipped=str(exc))

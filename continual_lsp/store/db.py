@@ -635,6 +635,18 @@ class Store:
             job[key] = _loads(job[key])
         return job
 
+    def cluster_jobs(
+        self, kind: str, cluster: str, before: int, limit: int
+    ) -> list[dict[str, Any]]:
+        """Payloads of the done `kind` jobs of `cluster` queued before job `before`, newest
+        first (what a step replays with its own correction)."""
+        rows = self._query(
+            "SELECT payload FROM jobs WHERE kind=? AND status='done' AND id<?"
+            " AND json_extract(payload, '$.cluster') = ? ORDER BY id DESC LIMIT ?",
+            (kind, before, cluster, limit),
+        )
+        return [json.loads(r["payload"]) for r in rows]
+
     def has_job_for(self, proposal_id: str) -> bool:
         rows = self._query(
             "SELECT 1 FROM jobs WHERE json_extract(payload, '$.proposal_id') = ? LIMIT 1",

@@ -35,9 +35,9 @@ def record_jobs(agent: Agent, monkeypatch: Any) -> list[dict[str, Any]]:
         )
         return len(jobs)
 
-    def release(job_id: int | None, demo: Any, examples: Any) -> None:
+    def release(job_id: int | None, demo: Any, examples: Any, cluster: Any = None) -> None:
         assert job_id is not None and jobs[job_id - 1]["held"], "released a job not held"
-        jobs[job_id - 1].update(demo=demo, examples=examples, held=False)
+        jobs[job_id - 1].update(demo=demo, examples=examples, cluster=cluster, held=False)
 
     monkeypatch.setattr(agent.training, "enqueue", enqueue)
     monkeypatch.setattr(agent.training, "release", release)

@@ -238,6 +238,9 @@ def test_a_denial_queues_the_calls_approved_after_its_cluster(
     by_proposal = {job["proposal"]: job["examples"] for job in jobs}
     assert by_proposal[first.id] == []
     assert by_proposal[second.id] == [approved]
+    # Both carry the cluster they were routed to: what `replay_same_cluster` replays from.
+    clusters = {job["cluster"] for job in jobs}
+    assert len(clusters) == 1 and None not in clusters
     agent.close()
 
 

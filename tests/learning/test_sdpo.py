@@ -201,3 +201,20 @@ def test_nothing_to_learn(policy: LocalPolicy) -> None:
     s = make_situation(policy)
     with pytest.raises(NothingToLearn):
         sdpo_step(policy, job(s, "deny", demo=False, correction=None), Settings())
+
+
+def test_steps_per_correction_take_the_demonstration_further(policy: LocalPolicy) -> None:
+    """Issue 33: several steps on one correction's datums move the demonstration further
+    than one step, and the KL to the reference stays bounded (the clamp and the KL term)."""
+    s = make_situation(policy)
+    before = sum(policy.logprobs(s.prompt, s.demo))
+    sdpo_step(policy, job(s, "edit"), Settings())
+    one = sum(policy.logprobs(s.prompt, s.demo))
+    training.reset_adapter(policy)
+    assert sum(policy.logprobs(s.prompt, s.demo)) == pytest.approx(before, abs=1e-4)
+    metrics = sdpo_step(policy, job(s, "edit"), Settings(steps_per_correction=3))
+    three = sum(policy.logprobs(s.prompt, s.demo))
+    assert before < one < three
+    assert metrics.tokens == 3 * (len(s.demo) + len(s.denied)) or metrics.clipped_fraction > 0.5
+    kl = training.kl_to_reference(policy, s.prompt, s.demo)
+    assert sum(kl) / len(kl) < 1.0

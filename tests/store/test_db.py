@@ -266,3 +266,23 @@ def test_a_second_store_in_one_process_keeps_the_first_ones_writes_visible(tmp_p
     assert int(seen.stdout) == len(first.events())
     first.close()
     second.close()
+
+
+def test_cluster_jobs_are_the_done_ones_of_that_cluster_newest_first(store: Store) -> None:
+    def done(cluster: str | None, name: str) -> int:
+        job = store.enqueue_job("sdpo", {"proposal_id": name, "cluster": cluster})
+        claimed = store.claim_job(("sdpo",))
+        assert claimed is not None and claimed["id"] == job
+        store.finish_job(job, {})
+        return job
+
+    done("c1", "a")
+    done("c2", "other cluster")
+    done("c1", "b")
+    done(None, "not routed")
+    store.enqueue_job("sdpo", {"proposal_id": "still held", "cluster": "c1"}, held=True)
+    now = done("c1", "c")
+    later = done("c1", "after")
+    names = [p["proposal_id"] for p in store.cluster_jobs("sdpo", "c1", later, 5)]
+    assert names == ["c", "b", "a"]  # the held one has not run
+    assert [p["proposal_id"] for p in store.cluster_jobs("sdpo", "c1", now, 1)] == ["b"]
