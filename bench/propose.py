@@ -1,6 +1,7 @@
 """Time to a proposal on the embedded model: render the prompt, decode one call, parse it.
 
     python bench/propose.py [--temperature 0] [--threads N] [--repeats 1]
+                            [--file-candidates 1 4] [--out bench/results/propose_candidates.json]
 
 Prints one row per task (seconds, prompt tokens, completion tokens, how many the grammar
 forced vs how many were decoded one by one), then p50 / p90 and the forced share. One
@@ -9,6 +10,13 @@ that a running server pays once at start-up. Prompts share the system prompt, so
 warm-up the prompt cache spares its prefill, as it does between an agent's turns.
 Goal: p50 <= 3 s on 2 CPU cores. On a shared machine read the cpu column too: the wall
 time there mostly measures the neighbours.
+
+With --file-candidates N...: a file-change turn (the task, src/calc/ops.py read in view)
+timed as the agent runs it with `Settings.file_candidates` = N: the model's call, then
+N - 1 warmer file changes in one batch, each previewed and parse-checked (tools.checks);
+N = 1 is the call alone. p50 per N goes to --out with the CPU model (goal: p50 <= 1 s on
+2 cores), and one run of the sample's failing test on a copy of the workspace (what each
+tried candidate adds when a test failed) beside it.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -26,6 +35,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.tasks import SAMPLE_TASKS
+
+SAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sample-workspace"
+FAILING_TEST = "PYTHONPATH=src python3 -m pytest -q tests/test_ops.py"
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -48,6 +60,11 @@ def main() -> int:
         "--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
         help="Settings.sample_dtype (the agent's default: auto)",
     )  # fmt: skip
+    parser.add_argument(
+        "--file-candidates", type=int, nargs="*", default=[],
+        help="time a file-change turn with each N candidates (Settings.file_candidates)",
+    )  # fmt: skip
+    parser.add_argument("--out", default="bench/results/propose_candidates.json")
     args = parser.parse_args()
 
     import torch
@@ -120,7 +137,112 @@ def main() -> int:
     )
     cache = policy.prompt_cache
     print(f"prompt cache: {cache.hits} hits, {cache.reused_tokens} prompt tokens not recomputed")
+    if args.file_candidates:
+        file_change_turns(policy, args)
     return 0
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def file_change_turns(policy: Any, args: argparse.Namespace) -> None:
+    """p50 of a file-change turn with N candidates, beside N = 1; written to --out."""
+    import json
+    import shutil
+    import tempfile
+
+    import torch
+
+    from continual_lsp.agent.candidates import Candidate
+    from continual_lsp.agent.trials import first_passing
+    from continual_lsp.config import Settings
+    from continual_lsp.policy.base import Message, SampleParams
+    from continual_lsp.tools import ToolCall, ToolError, ToolRunner, checks
+
+    workspace = Path(tempfile.mkdtemp(prefix="propose-bench-")) / "ws"
+    shutil.copytree(SAMPLE, workspace)
+    settings = Settings(sandbox="none", allow_unsandboxed=True)
+    runner = ToolRunner(workspace, settings)
+    read = ToolCall(tool="read", arguments={"path": "src/calc/ops.py"})
+    in_view = policy.renderer.turn_messages(read, runner.execute(read))
+    renderer = policy.renderer
+
+    def checked(text: str) -> bool:
+        """Parse, preview and parse-check one candidate (the agent's screen)."""
+        try:
+            call = renderer.parse_call(text)
+            preview = runner.preview(call)
+        except (ValueError, ToolError):
+            return False
+        return (
+            preview is None
+            or checks.breaks(preview.path, preview.old_content, preview.new_content) is None
+        )
+
+    def turn(task: str, n: int, seed: int) -> tuple[float, float]:
+        t0, c0 = time.perf_counter(), time.process_time()
+        prompt = renderer.render_prompt([Message(role="user", content=f"Task: {task}"), *in_view])
+        first = policy.sample(prompt, SampleParams(seed=seed, max_tokens=args.max_tokens))
+        texts = [first.text]
+        if n > 1:
+            params = SampleParams(
+                temperature=0.8, seed=seed, max_tokens=args.max_tokens,
+                tools=["write", "edit", "edit_lines"],
+            )  # fmt: skip
+            texts += [c.text for c in policy.sample_batch(prompt, params, n - 1)]
+        for text in texts:
+            checked(text)
+        return time.perf_counter() - t0, time.process_time() - c0
+
+    results: dict[str, Any] = {}
+    print(f"\nfile-change turns, ops.py in view ({len(SAMPLE_TASKS)} tasks each)")
+    for n in args.file_candidates:
+        rows = [turn(task, n, seed=i) for i, task in enumerate(SAMPLE_TASKS)]
+        walls, cpus = [r[0] for r in rows], [r[1] for r in rows]
+        results[str(n)] = {
+            "p50_s": round(percentile(walls, 50), 3),
+            "p90_s": round(percentile(walls, 90), 3),
+            "cpu_p50_s": round(percentile(cpus, 50), 3),
+        }
+        print(
+            f"N = {n}: wall p50 {percentile(walls, 50):.2f} s  p90 {percentile(walls, 90):.2f} s"
+            f"  cpu p50 {percentile(cpus, 50):.2f} s"
+        )
+    fix = ToolCall(
+        tool="edit_lines",
+        arguments={"path": "src/calc/ops.py", "start": 7, "end": 7,
+                   "content": "    return sum(values) / len(values)\n"},
+    )  # fmt: skip
+    started = time.perf_counter()
+    trial = first_passing(
+        workspace, FAILING_TEST, [Candidate(fix, None, [], runner.preview(fix))], settings
+    )
+    trial_s = time.perf_counter() - started
+    print(
+        f"one trial of `{FAILING_TEST}` on a copy: {trial_s:.2f} s (passed: {bool(trial.passed)})"
+    )
+    report = {
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "load_average": round(os.getloadavg()[0], 2),
+        "tasks": len(SAMPLE_TASKS),
+        "goal_p50_s": 1.0,
+        "file_candidates": results,
+        "trial_run_s": round(trial_s, 3),
+        "trial_passed": trial.passed is not None,
+    }
+    Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    print(f"cpu: {report['cpu']}; wrote {args.out}")
 
 
 if __name__ == "__main__":

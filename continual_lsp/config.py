@@ -108,7 +108,9 @@ class Settings(BaseModel):
     # A file change proposed while the task's last test run failed: this many candidates
     # (the model's call and warmer samples from its prompt, one batch) are tried on a
     # copy of the workspace, and one that turns the failing test green is shown. 1: off.
-    # Chosen with bench/propose.py (bench/results/propose_candidates.json).
+    # Chosen with bench/propose.py (bench/results/propose_candidates.json): the N - 1
+    # extra candidates decode in one batch, so N = 4 cost what N = 2 did (cpu p50 4.0 vs
+    # 3.9 s a file-change turn, N = 1: 1.9 s, on 2 loaded cores), for three tries, not one.
     file_candidates: int = Field(default=4, ge=1, le=32)
     # The time box of those test runs, all candidates of one turn together.
     check_timeout_s: float = Field(default=30.0, gt=0.0)
