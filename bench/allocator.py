@@ -74,6 +74,7 @@ from continual_lsp.lanes import (  # noqa: E402
     features,
     learned,
     policy_shapes,
+    prose_actions,
     shapes,
 )
 from continual_lsp.lanes.allocator import allocate  # noqa: E402
@@ -196,6 +197,7 @@ _REVIEWED_MODULES = (
     shapes,
     convention_shapes,
     policy_shapes,
+    prose_actions,
     allocator_module,
 )
 

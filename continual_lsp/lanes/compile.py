@@ -42,6 +42,7 @@ from continual_lsp.lanes.guards import (
     ToolRule,
 )
 from continual_lsp.lanes.policy_shapes import POLICY_SHAPES
+from continual_lsp.lanes.prose_actions import action_rules, split_span
 from continual_lsp.lanes.shapes import (
     SHAPES,
     dir_globs,
@@ -53,18 +54,6 @@ from continual_lsp.lanes.shapes import (
 )
 
 PACKAGE_MANAGERS = frozenset({"npm", "yarn", "pnpm", "bun"})
-
-# Verb phrases that name a shell action even without backticks ("never commit or push").
-ACTIONS: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"\bforce[- ]push\w*", re.I), r"\bgit\s+push\b[^;&|]*\s(--force\S*|-f)\b"),
-    (re.compile(r"\bcommit\b(?!\s+messages?)", re.I), r"\bgit\s+commit\b"),
-    (re.compile(r"(?<![\w-])push\b", re.I), r"\bgit\s+push\b"),
-    (re.compile(r"\b(open|create)\s+(a\s+)?(pull request|pr)\b", re.I), r"\bgh\s+pr\s+create\b"),
-    (re.compile(r"\bswitch(ing)?\s+branch(es)?\b", re.I), r"\bgit\s+(checkout|switch)\b"),
-    (re.compile(r"\bgit\s+config\b", re.I), r"\bgit\s+config\b"),
-    (re.compile(r"\brebase\b", re.I), r"\bgit\s+rebase\b"),
-    (re.compile(r"\bamend\b", re.I), r"--amend\b"),
-]
 
 # Known code smells named in prose -> regex on added lines.
 SMELLS: list[tuple[re.Pattern[str], str]] = [
@@ -378,57 +367,10 @@ def _clause_rules(clause: str, text: str) -> list[Rule]:
     for m in re.finditer(NEG_WORD.pattern + r"\s+(?P<span>(?:[^.;:]|[.:](?=\S))*)", clause, re.I):
         if m.group(1).lower() in ("over", "instead of", "rather than", "not", "no"):
             continue
-        span = re.split(
-            r"\b(unless|when|if|without|because|except|until|with|instead)\b"
-            r"|,\s*(?:and\s+|but\s+)?(?:run|use|add|put|write|create|call|fix|make|let|go)\b",
-            m.group("span"),
-            flags=re.I,
-        )[0]
-        # "never commit without running the tests", "don't push when CI is red": the action
-        # is forbidden only under a condition no command check sees, so blocking it always
-        # would stand in the way. An approval ("without asking") is a gate: the reviewer is.
-        rest = m.group("span")[len(span) :]
-        conditional = re.match(r"\s*(?:with|when|if|without)\b", rest, re.I) and not re.match(
-            r"\s*without\s+(?:\w+\s+)?(?:asking|approval|permission|consent|confirm\w*|instructions?|"
-            r"request|being\s+(?:asked|told)|sign-off|me\b)",
-            rest,
-            re.I,
-        )
+        span, conditional = split_span(m.group("span"))
         if "`" in span and any(i.code and i.polarity == "neg" for i in items):
             continue  # the backticked form already produced the rule
-        # "never commit `.env` files" forbids committing those files (a shape), not commits.
-        commits_an_object = re.search(
-            r"\bcommit\s+(`|[\w.*/-]+\s+files?\b|\S+\.\w+\b|"
-            r"(?!(?:or|and|nor|to|unless|without|until|anything|any|files?|changes|it|them|"
-            r"your|the|this|code|work|on|in|into|directly|yourself|by|for|from|everything|all)\b)"
-            r"[a-z][\w-]+\s+\w)",
-            span,
-            re.I,
-        )
-        branch = re.search(
-            r"\bpush\w*\s+(?:\w+\s+)?(?:to|into|onto)\s+(?:the\s+)?`?([\w./-]+?)`?"
-            r"(?:\s+branch)?(?:[\s,.;:]|$)",
-            span,
-            re.I,
-        )
-        if branch and branch.group(1).lower() not in ("a", "an", "any", "remote", "origin"):
-            name = re.escape(branch.group(1))
-            rules.append(CommandRule(pattern=rf"\bgit\s+push\b[^;&|]*[\s:/]{name}(?![\w./-])"))
-        # "never run scripts/deploy.sh": that script, however it is invoked.
-        for script in re.findall(
-            r"^(?:run|execute|invoke|call|use)\s+`?((?:\.?/)?[\w./-]+\.(?:sh|bash|py|js|ts|rb|pl|ps1))`?",
-            span,
-            re.I,
-        ):
-            body = re.escape(script.removeprefix("./"))
-            rules.append(CommandRule(pattern=rf"(?:^|[\s;&|(/]|\./){body}(?![\w.-])"))
-        for pat, regex in ACTIONS:
-            if conditional or (commits_an_object and "commit" in regex):
-                continue
-            if branch and "push" in regex and "force" not in regex:
-                continue
-            if pat.search(span) and not re.search(r"\b(messages?|branch names?)\b", span, re.I):
-                rules.append(CommandRule(pattern=regex))
+        rules.extend(action_rules(span, conditional))
         # path prohibitions: "never edit files under vendor/", "never edit pubspec.yaml"
         if EDIT_VERBS.search(span):
             globs = dir_globs(_globs_in(span))
