@@ -1,7 +1,7 @@
 """SDPO: what a reviewer's denial or edit does to the weights (DESIGN §4).
 
 One job = one reviewer signal about one proposal. `sdpo_step` turns it into one LoRA
-step:
+step (more with the options at the end of this docstring):
 
 1. **Teacher context** (`teacher_prompt`): the student's own prompt with one extra user
    turn spliced in before the assistant header: the reviewer's correction and, when one
@@ -51,6 +51,12 @@ it from the student's weights, not from zero as TRL's `PEFTAdapterEMACallback` d
 `trust_region` — the current teacher mixed with the frozen reference in probability
 space, `q = (1−ρ)·π_T + ρ·π_ref` (both on the teacher context), ρ = `trust_region_rate`
 (default `teacher_update_rate`).
+
+More from one correction (issue 33; both off by default, `Settings`): `steps_per_correction`
+repeats the step on the same datums until the IS clamp engages on most tokens (the
+trust region: the stored scores stop describing the weights), and `replay_same_cluster`
+adds earlier corrections of the same cluster (`SdpoJob.cluster`, the lane item a denial
+was routed to) to each new step's batch, re-scored under the current weights.
 
 Over 500 lines on purpose: teacher context, scoring, grammar masks, datums and the step
 are one algorithm, read top to bottom against this docstring (and `SdpoConfig` sits
