@@ -156,6 +156,8 @@ def _bash(cmd: str) -> ToolCall:
         # A branch named after "push to" is that branch, not every push.
         ("Don't push straight to `develop`.", "git push origin develop", "git push origin fix-1"),
         ("Never push to the release branch.", "git push origin HEAD:release", "git push"),
+        # "a remote" is no branch: every push is forbidden.
+        ("Never push to a remote.", "git push origin fix-1", "git status"),
         # A script named after "run" is that script however it is started.
         ("Do not execute tools/reset_db.py.", "./tools/reset_db.py --yes", "python tools/x.py"),
         ("Do not execute tools/reset_db.py.", "python tools/reset_db.py", "ls tools"),
