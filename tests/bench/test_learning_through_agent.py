@@ -113,3 +113,67 @@ def test_baseline_fails_a_scenario_that_does_not_start_at_zero(
     assert through_agent.main(["--baseline", "--scenarios", "dev"]) == 0
     assert seen == ["tool_choice", "package_manager", "logging", "module_location"]
     assert through_agent.main(["--baseline", "--scenarios", "scope", "logging"]) == 1
+
+
+def test_forgetting_teaches_first_then_eight_of_second_then_measures_first_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import argparse
+
+    from bench.learning.scenarios import scenario
+    from continual_lsp.policy import training
+
+    calls: list[tuple[str, str, int]] = []
+    settings_seen: list[Any] = []
+
+    class FakeAgent:
+        def close(self) -> None:
+            calls.append(("close", "", 0))
+
+    def fake_agent(settings: Any, work: Path, sc: Any) -> FakeAgent:
+        settings_seen.append(settings)
+        calls.append(("agent", sc.name, 0))
+        return FakeAgent()
+
+    def fake_teach(
+        agent: Any, settings: Any, config: Any, sc: Any, count: int, args: Any
+    ) -> list[dict[str, Any]]:
+        calls.append(("teach", sc.name, count))
+        return [
+            {"k": k, "compliance": 0.5 if sc.name == "logging" else 1.0}
+            for k in range(1, count + 1)
+        ]
+
+    def fake_measure(
+        agent: Any, settings: Any, config: Any, sc: Any
+    ) -> tuple[float, float, float, None]:
+        calls.append(("measure", sc.name, 0))
+        return 0.25, 1.0, 0.0, None
+
+    monkeypatch.setattr(through_agent, "_agent", fake_agent)
+    monkeypatch.setattr(through_agent, "teach", fake_teach)
+    monkeypatch.setattr(through_agent, "measure", fake_measure)
+    monkeypatch.setattr(training, "list_adapters", lambda *a, **k: [])
+    args = argparse.Namespace(
+        corrections=5, held_out=4, reviewer="deny", no_starter=False, settings=[], skill_tasks=36
+    )
+    result = through_agent.run_forgetting(scenario("logging"), scenario("scope"), args)
+    assert calls == [
+        ("agent", "logging", 0),
+        ("teach", "logging", 5),
+        ("close", "", 0),
+        ("agent", "scope", 0),
+        ("teach", "scope", 8),
+        ("measure", "logging", 0),  # the first rule, on the adapter after the second's lessons
+        ("close", "", 0),
+    ]
+    # One store and one adapters dir: the second agent continues the first's lineage.
+    assert settings_seen[0].store_path == settings_seen[1].store_path
+    assert settings_seen[0].adapters_dir == settings_seen[1].adapters_dir
+    assert (result["first_before"], result["first_after"], result["kept_fraction"]) == (
+        0.5,
+        0.25,
+        0.5,
+    )
+    # No adapter was saved: the skill bench had nothing to compare, so it did not run.
+    assert result["agent_skill_drop"] is None and result["adapter"] is None
