@@ -128,6 +128,8 @@ SCRIPTS: dict[str, list[dict[str, Any]]] = {
     # issue 31: the whole file rewritten, denied with a task-scoped correction; the retry is
     # the one-line fix
     "scoped": [REWRITE_OPS, FIX_MEAN, RUN_TESTS, DONE],
+    # bash a guard blocks (sample and retry), overridden; then done
+    "blocked_bash": [RUN_TESTS, RUN_TESTS, DONE],
 }
 
 # The guard of the "override" script (seeded in the store by the tests).

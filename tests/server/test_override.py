@@ -125,3 +125,47 @@ def test_review_shows_blocked_by_and_takes_override(workspace: Path, tmp_path: P
     [outcome] = [line for line in lines if line["type"] == "outcome"]
     assert outcome["decision"] == "override" and outcome["result"]["ok"] is True
     assert "return sum(values) / len(values)" in (workspace / "src/calc/ops.py").read_text()
+
+
+def test_a_plain_client_is_asked_to_override_not_approve(workspace: Path, tmp_path: Path) -> None:
+    """A client that does not render proposals gets a blocked bash call through
+    window/showMessageRequest with Override guard in place of Approve; choosing it runs it."""
+    store = tmp_path / "store.sqlite3"
+    seeded_store = Store(store)
+    guard_id = seeded_store.add_lane_item(
+        {
+            "text": "Do not echo.",
+            "lane": "CODE",
+            "reason": "seeded by the test",
+            "spec": {
+                "message": "Do not echo.",
+                "rules": [{"kind": "command", "pattern": "^echo "}],
+            },
+        }
+    )
+    seeded_store.close()
+
+    async def scenario() -> None:
+        ed = Editor(workspace)  # does not declare continualProposals
+        ed.message_choice = lambda params: params.actions[0].title
+        try:
+            await ed.start_stdio(store, "--script", "blocked_bash")
+            await ed.initialize()
+            await ed.request("continual/startTask", {"text": "run the tests"})
+            await ed.wait_until(lambda: ed.message_requests, timeout=120)
+            request = ed.message_requests[0]
+            assert request.message.startswith("Blocked by a guard (Do not echo.): Proposed bash")
+            assert [a.title for a in request.actions] == ["Override guard", "Deny…", "Edit…"]
+            await ed.wait_until(overridden_once, timeout=60)
+        finally:
+            await ed.stop()
+
+    def overridden_once() -> bool:
+        rows = decisions(store)
+        return "override" in [d["decision"] for d in rows.values()]
+
+    asyncio.run(asyncio.wait_for(scenario(), 180))
+    assert [d["decision"] for d in decisions(store).values()][:2] == ["deny", "override"]
+    check = Store(store)
+    assert int(check.counter(f"overridden:{guard_id}")) == 1
+    check.close()
