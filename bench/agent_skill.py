@@ -426,16 +426,22 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def fraction(rows: list[dict[str, Any]], key: str, value: Any = True) -> float | None:
+    """The share of `rows` whose `key` is `value`; None when there are no rows (a part of
+    the bench that was not run is not a 0)."""
+    return round(mean([float(r[key] == value) for r in rows]), 4) if rows else None
+
+
 def summarise(one: list[dict[str, Any]], multi: list[dict[str, Any]]) -> dict[str, Any]:
     """The evidence keys of issue 30 for one policy."""
     done = [r for r in one + multi if r["finished"]]
     return {
         "one_step": {
-            "finished": round(mean([float(r["finished"]) for r in one]), 4),
-            "on_target": round(mean([float(r["on_target"]) for r in one]), 4),
+            "finished": fraction(one, "finished"),
+            "on_target": fraction(one, "on_target"),
         },
-        "multi_step": {"finished": round(mean([float(r["finished"]) for r in multi]), 4)},
-        "ended_by_done": round(mean([float(r["ended_by"] == "done") for r in done]), 4),
+        "multi_step": {"finished": fraction(multi, "finished")},
+        "ended_by_done": fraction(done, "ended_by", "done"),
         "ended_by_repeat": sum(r["ended_by"] == "repeat" for r in one + multi),
         "unparsable_after_approve": sum(len(r["unparsable"]) for r in one + multi),
     }
@@ -492,7 +498,8 @@ def main(argv: list[str] | None = None) -> int:
         ("unparsable after approve", lambda r: r["unparsable_after_approve"]),
     ]
     for label, get in rows_out:
-        print(f"{label:28}" + "".join(f"{float(get(r)):>10.2f}" for r in results.values()))
+        cells = [get(r) for r in results.values()]
+        print(f"{label:28}" + "".join(f"{'-' if c is None else f'{c:.2f}':>10}" for c in cells))
     for key in ("valid", "proposals", "seconds", "tokens"):
         vals = [mean([float(r[key]) for r in detail["skill"][n] + detail["multi"][n]])
                 for n in results]  # fmt: skip

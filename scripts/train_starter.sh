@@ -3,8 +3,9 @@
 #
 #   bash scripts/train_starter.sh [work dir]     (default: .starter-run)
 #
-# SITUATIONS (per shard, default 740: ~2,600 sequences in all) and MAX_MINUTES (default:
-# the recipe's 80) override the recipe from the environment.
+# SITUATIONS (per shard, default 740: ~2,600 sequences in all), MAX_MINUTES (default:
+# the recipe's 80) and INIT_ADAPTER (start from that adapter, e.g. the shipped one,
+# instead of a fresh one) override the recipe from the environment.
 #
 # Two generation shards run side by side (~7 min on the 2-core build machine), then LoRA
 # SFT on the call tokens for at most `max_minutes` (80). Rerunning resumes from the last
@@ -25,4 +26,4 @@ done
 wait
 "$PY" -m continual_lsp.curriculum.train train \
   --data "$WORK/shard1.jsonl" "$WORK/shard2.jsonl" --out "$WORK/run" \
-  ${MAX_MINUTES:+--max-minutes "$MAX_MINUTES"}
+  ${MAX_MINUTES:+--max-minutes "$MAX_MINUTES"} ${INIT_ADAPTER:+--init-adapter "$INIT_ADAPTER"}

@@ -51,6 +51,10 @@ class TrainConfig(BaseModel):
     # (OpenMP threads wait for each other at every barrier; see policy.local.torch_threads).
     threads: int = 1
     seed: int = 0
+    # Start from an adapter of the same shape (the shipped starter) instead of a fresh one:
+    # on a loaded machine the time budget covers a fifth of an epoch, which teaches a
+    # new ending and longer tasks on top of the old skills but not all of them again.
+    init_adapter: str | None = None
 
 
 def load_tokenizer(model: str) -> object:
@@ -177,6 +181,8 @@ def cmd_train(args: argparse.Namespace) -> None:
         cfg = TrainConfig(data=args.data, out=args.out)
     if args.max_minutes is not None:
         cfg.max_minutes = args.max_minutes
+    if args.init_adapter:
+        cfg.init_adapter = args.init_adapter
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     out = Path(cfg.out)
@@ -194,6 +200,9 @@ def cmd_train(args: argparse.Namespace) -> None:
     optim = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     ckpt = out / "checkpoint.pt"
     step, spent = 0, 0.0
+    if cfg.init_adapter and not ckpt.exists():
+        load_adapter(model, Path(cfg.init_adapter))
+        print(f"started from the adapter in {cfg.init_adapter}", flush=True)
     if ckpt.exists():
         state = torch.load(ckpt, weights_only=False)
         model.load_state_dict(state["adapter"], strict=False)
@@ -248,6 +257,20 @@ def cmd_train(args: argparse.Namespace) -> None:
     print(json.dumps({"steps": step, "of": total_steps, "adapter": str(out / "adapter")}))
 
 
+def load_adapter(model: Any, directory: Path) -> None:
+    """Set the LoRA weights of `model` to those of an exported adapter (same rank and
+    targets), in float32."""
+    import torch
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    state = load_file(str(directory / "adapter_model.safetensors"))
+    result = set_peft_model_state_dict(model, {k: v.to(torch.float32) for k, v in state.items()})
+    missing = [k for k in result.missing_keys if "lora_" in k]
+    if missing or result.unexpected_keys:
+        raise ValueError(f"{directory} does not fit the recipe's adapter: {missing[:3]}")
+
+
 def export(model: Any, directory: Path) -> None:
     """The adapter in peft's format, weights in bf16 (half the size; merged into fp32)."""
     import torch
@@ -275,6 +298,7 @@ def main(argv: list[str] | None = None) -> None:
     tr.add_argument("--out", default="")
     tr.add_argument("--config", help="a TrainConfig JSON file instead of --data/--out")
     tr.add_argument("--max-minutes", type=float, help="the time budget (default: the recipe's)")
+    tr.add_argument("--init-adapter", help="start from this adapter directory")
     ex = sub.add_parser("export", help="write the adapter of a run's last checkpoint")
     ex.add_argument("--run", required=True)
     ex.add_argument("--out", required=True)

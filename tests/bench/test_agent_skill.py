@@ -83,6 +83,8 @@ def test_how_a_task_ended_and_the_evidence_keys() -> None:
         "ended_by_repeat": 1,
         "unparsable_after_approve": 1,
     }
+    # A part not run is not a 0.
+    assert summarise([], [row])["one_step"] == {"finished": None, "on_target": None}
 
 
 def test_the_multi_step_tasks_share_no_name_or_path_with_the_curriculum() -> None:
