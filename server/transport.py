@@ -50,7 +50,11 @@ async def read_message(reader: AsyncReader, limit: int = MAX_MESSAGE_BYTES) -> b
     accepted and ignored."""
     length: int | None = None
     while True:
-        line = await reader.readline()
+        try:
+            line = await reader.readline()
+        except ValueError:  # a line past the stream's limit: skipped, like other junk
+            log.warning("skipped a header line longer than the reader's limit")
+            continue
         if not line:
             return None
         line = line.strip()

@@ -213,3 +213,11 @@ def test_exit_right_behind_shutdown_still_answers_the_shutdown(tmp_path: Path) -
         if server.proc.poll() is None:
             server.proc.kill()
             server.proc.wait()
+
+
+def test_a_header_line_past_the_readers_limit_is_skipped_not_fatal() -> None:
+    """asyncio's StreamReader (TCP, and stdio on a pipe) raises ValueError for a line over
+    its 64 KiB limit; the loop skips it like other junk and answers what follows."""
+    junk = b"X" * (70 << 10) + b"\r\n"
+    replies = _run(junk + _msg(_initialize()))
+    assert "result" in replies[0]
