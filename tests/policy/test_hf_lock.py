@@ -100,3 +100,43 @@ def test_two_threads_loading_at_once_in_a_fresh_process() -> None:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "['embedder', 'model'] []" in proc.stdout
+
+
+def test_a_load_that_meets_a_half_done_import_tries_again() -> None:
+    calls: list[int] = []
+
+    @loads
+    def load() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise ImportError("cannot import name 'AutoModel' from 'transformers'")
+        return "loaded"
+
+    assert load() == "loaded" and len(calls) == 3
+
+
+def test_a_missing_package_fails_at_once_and_a_lasting_import_error_in_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from continual_lsp.policy import hf_lock
+
+    calls: list[int] = []
+
+    @loads
+    def missing() -> None:
+        calls.append(1)
+        raise ModuleNotFoundError("No module named 'peft'")
+
+    with pytest.raises(ModuleNotFoundError):
+        missing()
+    assert len(calls) == 1
+    monkeypatch.setattr(hf_lock, "RETRY_S", 0.5)
+
+    @loads
+    def broken() -> None:
+        raise ImportError("cannot import name 'Nope' from 'transformers'")
+
+    started = time.monotonic()
+    with pytest.raises(ImportError):
+        broken()
+    assert time.monotonic() - started < 5
