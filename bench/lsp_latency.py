@@ -20,8 +20,10 @@ its answer, and dropped when none was (or the phase changed meanwhile):
   The decide itself (routing, the retry's sampling) is reported as "deciding", ungated.
 
 A phase with fewer than `--samples` answers of either kind (at least 50) after its
-timeout fails the bench: exit 1, nothing written. A bench that took no sample must not
-report p99 0.00 ms as a goal met (issue 32).
+timeout fails the bench: exit 1, nothing written; so does a training step that does not
+land as a new adapter version (a failed job also leaves the queue). A bench that took no
+sample must not report p99 0.00 ms as a goal met (issue 32). Goal not met: exit 2, the
+numbers written.
 """
 
 from __future__ import annotations
@@ -217,6 +219,7 @@ async def drive(
             pending = await new_task(None)
             if pending is None:
                 continue
+        before = (await editor.request("continual/status", {}))["trainingSteps"]
         rec.open("deciding")
         result = await editor.request(
             "continual/decide",
@@ -227,6 +230,10 @@ async def drive(
         rec.open("training")
         await wait_for(rec, lambda: rec.depth == 0, 900, "the training step")
         rec.open(None)
+        # A job that failed leaves the queue too: only a new adapter version is a step.
+        after = (await editor.request("continual/status", {}))["trainingSteps"]
+        if after <= before:
+            raise RuntimeError(f"the training step did not land (trainingSteps {after})")
         work["training_steps"] += 1
         pending = result.get("nextProposal")
     return work
