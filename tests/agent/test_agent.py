@@ -25,8 +25,14 @@ pytestmark = pytest.mark.model
 
 
 def test_write_proposal_is_previewed_then_approved(
-    tmp_path: Path, workspace: Path, policy: Any
+    tmp_path: Path, workspace: Path, model_and_tokenizer: Any
 ) -> None:
+    from continual_lsp.policy.local import LocalPolicy
+
+    # The prompt lists the tools the grammar allows, as it does when agent and policy
+    # share one Settings (the shared fixture's prompt lists every tool and done).
+    narrow = Settings(enable_training=False, allowed_tools=["write"])
+    policy = LocalPolicy(narrow, model_and_tokenizer)
     agent = make_agent(tmp_path, workspace, policy, allowed_tools=["write"])
     _, proposal = agent.start_task("Create notes.txt that says hello")
     assert proposal is not None and proposal.call.tool == "write"
