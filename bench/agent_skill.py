@@ -529,6 +529,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = args.out or RESULTS / "agent_skill.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(evidence, indent=2) + "\n")
     if extras:
         (RESULTS / "correction_following.json").write_text(
