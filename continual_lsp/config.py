@@ -24,14 +24,15 @@ class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     # policy
-    # "vllm": sampling and scoring on an OpenAI-compatible vLLM server with multi-LoRA,
-    # training on `vllm_trainer` in the worker (docs/deploy.md).
+    # "local": transformers + peft in this process; "tinker": sampling and training on
+    # Tinker (docs/tinker.md); "vllm": sampling and scoring on an OpenAI-compatible vLLM
+    # server with multi-LoRA, training on `vllm_trainer` in the worker (docs/deploy.md).
     backend: Literal["local", "tinker", "vllm"] = "local"
     model: str = EMBEDDED_MODEL  # "embedded:…", an HF model directory, or a .gguf path
-    device: str = "cpu"
-    max_new_tokens: int = 192
-    temperature: float = 0.0
-    seed: int = 0
+    device: str = "cpu"  # where the local backend runs the model ("cpu", "cuda")
+    max_new_tokens: int = 192  # the longest call the model may write, in tokens
+    temperature: float = 0.0  # of a turn's first sample (0: greedy)
+    seed: int = 0  # of every sample, so a run can be replayed
     # Merge the shipped starter adapter (tool use, reading a correction; issue 13) into
     # the embedded model at load. Other models are loaded as they are.
     starter: bool = True
@@ -46,20 +47,20 @@ class Settings(BaseModel):
     # (`--served-model-name`; None: `model`). `model` stays the local copy of the same
     # weights: its tokenizer renders prompts here and the local trainer trains on it.
     vllm_url: str = "http://127.0.0.1:8000"
-    vllm_model: str | None = None
-    vllm_trainer: Literal["local", "tinker"] = "local"
+    vllm_model: str | None = None  # the served model name (None: `model`)
+    vllm_trainer: Literal["local", "tinker"] = "local"  # where a vLLM setup trains
     # Adapter paths as the vLLM host sees them, when the folder is mounted there under
     # another path: {local prefix: remote prefix}, for every user of a shared server
     # (env: "LOCAL=REMOTE"). Paths under no prefix are sent as they are.
     vllm_path_map: dict[str, str] = Field(default_factory=dict)
-    vllm_timeout_s: float = Field(default=60.0, gt=0)
+    vllm_timeout_s: float = Field(default=60.0, gt=0)  # one request to the vLLM server
     # Servers before vLLM 0.12 take `guided_json` instead of `structured_outputs`.
     vllm_legacy_guided: bool = False
 
     # learning
-    enable_training: bool = True
-    lora_rank: int = 16
-    lora_targets: list[str] = Field(
+    enable_training: bool = True  # a denial or an edit runs an SDPO step
+    lora_rank: int = 16  # of the user's adapter
+    lora_targets: list[str] = Field(  # the modules the adapter wraps
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"]
     )
     # Chosen with bench/learning (docs/evidence.md): on the embedded model 5e-4 moved the
@@ -71,18 +72,22 @@ class Settings(BaseModel):
     # drift 7-23% from the 5th correction on at the same held-out compliance; 1.0 cut it
     # further but undid the behaviour (package manager 100% -> 0% at 8 corrections).
     kl_coef: float = 0.25
+    # "token": the sampled-token surrogate; "topk": full-logit top-k plus the tail.
     loss_mode: Literal["token", "topk"] = "token"
-    topk: int = 20
+    topk: int = 20  # the k of loss_mode "topk"
+    # The SDPO teacher: the current adapter, an EMA of it (saved with each version,
+    # restored on restart and revert), or the current one held in a trust region.
     teacher: Literal["current", "ema", "trust_region"] = "current"
-    teacher_update_rate: float = 0.05
-    save_every: int = 1
+    teacher_update_rate: float = 0.05  # how far the EMA teacher moves per step
+    save_every: int = 1  # steps between saved adapter versions
+    # The importance-sampling ratio clamp of a step (student over the sampler).
     is_clip_low: float = 0.5
-    is_clip_high: float = 2.0
+    is_clip_high: float = 2.0  # (see is_clip_low)
     # More from each correction (issue 33; off until bench/learning measures them better,
     # docs/evidence.md): steps on one correction's datums (the IS clamp stops them), and
     # earlier corrections of the same cluster replayed with each new step.
     steps_per_correction: int = Field(default=1, ge=1, le=8)
-    replay_same_cluster: int = Field(default=0, ge=0, le=8)
+    replay_same_cluster: int = Field(default=0, ge=0, le=8)  # (see steps_per_correction)
 
     # agent
     # What runs without asking (cumulative): "manual" asks for everything, "read_only"
@@ -92,13 +97,13 @@ class Settings(BaseModel):
     # Offer "always allow" once the reviewer approved this many calls of a class; learn
     # the rule by itself after `allow_learn_after` approvals (None: only when asked).
     allow_offer_after: int = Field(default=2, ge=1)
-    allow_learn_after: int | None = Field(default=None, ge=2)
+    allow_learn_after: int | None = Field(default=None, ge=2)  # (see allow_offer_after)
     allowed_tools: list[str] | None = None  # None = the seven tools and done
     # read / edit / edit_lines name one of the workspace's files (the ones glob and grep
     # see) when it has at most this many; 0: any path. A small model guesses a path that
     # looks right (`lib/x.py` for `svc/x.py`), and a read that fails teaches it nothing.
     decode_paths_limit: int = Field(default=2000, ge=0)
-    max_retries: int = 3
+    max_retries: int = 3  # calls in a row that cannot run before a task stops
     # After a denial or a guard block: candidates sampled in one batch from the context
     # with the correction; the compliant one the correction lifts most is the retry.
     retry_candidates: int = Field(default=6, ge=1, le=32)
@@ -114,34 +119,35 @@ class Settings(BaseModel):
     file_candidates: int = Field(default=4, ge=1, le=32)
     # The time box of those test runs, all candidates of one turn together.
     check_timeout_s: float = Field(default=30.0, gt=0.0)
-    max_turns: int = 30
+    max_turns: int = 30  # a task ends at this many turns
 
     # lanes
-    weights_recurrence: int = 3
-    cluster_threshold: float = 0.6
-    consolidation_depth: int = 4
-    import_workspace_rules: bool = False
+    weights_recurrence: int = (
+        3  # a behavioural correction goes to WEIGHTS at this many in its cluster
+    )
+    cluster_threshold: float = 0.6  # cosine similarity that puts two corrections in one cluster
+    consolidation_depth: int = 4  # WEIGHTS items queued before a consolidation runs
     # "xai": the detector and allocator also ask xAI (structured output); sends each
     # correction's text there (README, Privacy). Needs XAI_API_KEY; the key alone does
     # not turn it on.
     allocator: Literal["offline", "xai"] = "offline"
-    xai_model: str = "grok-4-fast-non-reasoning"
-    xai_host: str = "api.x.ai"
-    xai_timeout_s: float = Field(default=20.0, gt=0)
+    xai_model: str = "grok-4-fast-non-reasoning"  # (allocator "xai")
+    xai_host: str = "api.x.ai"  # (allocator "xai")
+    xai_timeout_s: float = Field(default=20.0, gt=0)  # (allocator "xai")
 
     # tools / sandbox
-    bash_timeout: int = 30
+    bash_timeout: int = 30  # seconds a bash call may run
     # rlimits of every process a bash call starts. Address space is off by default:
     # node, the JVM and Go reserve far more virtual memory than they use, so a cap that
     # stops a runaway allocation also breaks `npm test`. Set it where that is not a worry.
     bash_memory_limit_mb: int | None = Field(default=None, ge=16)
-    bash_file_size_limit_mb: int = Field(default=1024, ge=1)
+    bash_file_size_limit_mb: int = Field(default=1024, ge=1)  # the largest file a call may write
     bash_tmp_size_mb: int = Field(default=256, ge=1)  # the sandbox's private /tmp (RAM)
     bash_max_processes: int = Field(default=256, ge=8)  # a fork bomb meets this, not the timeout
-    output_cap: int = 30_000
-    sandbox: Literal["bwrap", "none"] = "bwrap"
-    allow_unsandboxed: bool = False
-    allow_network: bool = False
+    output_cap: int = 30_000  # characters of a tool's output kept
+    sandbox: Literal["bwrap", "none"] = "bwrap"  # how bash runs ("none" needs allow_unsandboxed)
+    allow_unsandboxed: bool = False  # the explicit consent sandbox "none" needs
+    allow_network: bool = False  # bash may reach the network
     # Paths bash's sandbox covers with an empty tmpfs or /dev/null, besides the home
     # secrets. A shared TCP server fills it from its own configuration (tokens file,
     # every user's store and adapters, every workspace root; the user's own workspace
@@ -151,13 +157,15 @@ class Settings(BaseModel):
     # store
     store_path: str | None = None  # default: the user's data directory
     adapters_dir: str | None = None  # default: beside the store
-    user: str = "default"
+    user: str = "default"  # whose store and adapters these are
 
     # server
     # Directories a client's workspace must lie inside (empty = any directory the server
     # can open). Set it for a TCP server: a token holder otherwise picks any directory
     # this process can write to. Env: CONTINUAL_LSP_WORKSPACE_ROOTS, comma-separated.
     workspace_roots: list[str] = Field(default_factory=list)
+    # The reviewer changing lines a proposal just wrote, within this many seconds, is
+    # recorded as an edit signal for that proposal.
     manual_edit_window_s: float = 120.0
 
     # team server: one process, one base model, many users (issue 20)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -44,3 +46,20 @@ def test_the_old_auto_approve_setting_maps_onto_autonomy() -> None:
     assert Settings(auto_approve_read_only=False).autonomy == "manual"
     assert Settings(auto_approve_read_only=True).autonomy == "allow_rules"
     assert Settings(auto_approve_read_only=False, autonomy="read_only").autonomy == "read_only"
+
+
+def test_configuration_page_is_generated_from_settings() -> None:
+    """docs/configuration.md is what scripts/settings_doc.py writes from config.py, and every
+    setting has a meaning there (a field without a comment fails)."""
+    root = Path(__file__).resolve().parent.parent
+    check = subprocess.run(
+        [sys.executable, "scripts/settings_doc.py", "--check"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
+    assert check.returncode == 0, check.stderr
+    page = (root / "docs" / "configuration.md").read_text(encoding="utf-8")
+    for name in Settings.model_fields:
+        row = next(line for line in page.splitlines() if line.startswith(f"| `{name}` |"))
+        assert not row.endswith("|  |"), f"{name} has no meaning in config.py"
