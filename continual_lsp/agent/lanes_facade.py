@@ -9,7 +9,7 @@ from typing import Any, Protocol
 from continual_lsp.config import Settings
 from continual_lsp.lanes import (
     allocator,
-    allow,
+    allow_rules,
     context,
     guard_feedback,
     guards,
@@ -67,7 +67,7 @@ class LanesFacade:
     def cluster_demonstrations(self, item_id: str, exclude: str) -> list[ToolCall]:
         """Calls the reviewer accepted after earlier corrections routed with `item_id`'s
         cluster (not the proposal `exclude` itself)."""
-        from continual_lsp.learning.situations import cluster_demonstrations
+        from continual_lsp.learning.gate import cluster_demonstrations
 
         item = self.store.lane_item(item_id)
         if item is None or not item.get("cluster_id"):
@@ -118,24 +118,24 @@ class LanesFacade:
 
     def allow_match(
         self, call: ToolCall, preview: Preview | None, workspace: str
-    ) -> allow.AllowMatch | None:
+    ) -> allow_rules.AllowMatch | None:
         """The allow rule that lets `call` run unasked (consult only after the guards)."""
-        return allow.match(self.store, call, preview, workspace)
+        return allow_rules.match(self.store, call, preview, workspace)
 
     def allow_offer(
         self, call: ToolCall, preview: Preview | None, workspace: str, after: int
-    ) -> tuple[allow.AllowSpec, list[str]] | None:
-        return allow.offer(self.store, call, preview, workspace, after)
+    ) -> tuple[allow_rules.AllowSpec, list[str]] | None:
+        return allow_rules.offer(self.store, call, preview, workspace, after)
 
     def add_allow_rule(
         self, call: ToolCall, preview: Preview | None, workspace: str, source: str, learned: bool
     ) -> tuple[str, str]:
         """(item id, what it allows); ValueError saying why calls like this cannot be."""
-        spec, why = allow.call_class(call, preview, workspace)
+        spec, why = allow_rules.call_class(call, preview, workspace)
         if spec is None:
             raise ValueError(why)
-        spec.approvals = allow.approvals_of(self.store, spec)
-        return allow.add_rule(self.store, spec, source, learned), spec.summary()
+        spec.approvals = allow_rules.approvals_of(self.store, spec)
+        return allow_rules.add_rule(self.store, spec, source, learned), spec.summary()
 
     def decode_restrictions(self) -> DecodeRestrictions:
         """The active guards' blocks that a grammar can express, so the sampler never

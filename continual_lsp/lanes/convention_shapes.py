@@ -23,8 +23,8 @@ from continual_lsp.lanes.shapes import (
     CODE_FILES,
     JS,
     NEG,
+    Probe,
     Shaped,
-    Situation,
     _backticked,
     _globs,
     _import_re,
@@ -37,7 +37,7 @@ from continual_lsp.text import unified_diff
 from continual_lsp.tools.base import Preview, ToolCall
 
 
-def _edit(path: str, old: str, new: str, before: str) -> Situation:
+def _edit(path: str, old: str, new: str, before: str) -> Probe:
     """An edit of an existing file `before`, with the preview the agent would compute."""
     after = before.replace(old, new, 1)
     preview = Preview(
@@ -48,7 +48,7 @@ def _edit(path: str, old: str, new: str, before: str) -> Situation:
         old_sha256=None,
     )
     call = ToolCall(tool="edit", arguments={"path": path, "old": old, "new": new})
-    return Situation(call, preview=preview)
+    return Probe(call, preview=preview)
 
 
 # -- lines a change must keep --------------------------------------------------------------------

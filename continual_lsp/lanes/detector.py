@@ -116,7 +116,7 @@ def detect(
         return Detection(is_correction=True, confidence=1.0, source="denial", rule_score=1.0)
     if use_llm is not False:
         answer = llm.ask("detect", text, settings)
-        if isinstance(answer, llm.Detection):
+        if isinstance(answer, llm.DetectionAnswer):
             conf = float(min(max(answer.confidence, 0.0), 1.0))
             return Detection(is_correction=answer.is_correction, confidence=conf, source="llm")
     return detect_offline(text, embedder=embedder)

@@ -28,7 +28,7 @@ from continual_lsp.config import Settings
 log = logging.getLogger(__name__)
 
 
-class Detection(BaseModel):
+class DetectionAnswer(BaseModel):
     is_correction: bool
     confidence: float
 
@@ -47,7 +47,7 @@ class GeneratedGuard(BaseModel):
 Task = Literal["detect", "allocate", "guard"]
 
 SCHEMAS: dict[Task, type[BaseModel]] = {
-    "detect": Detection,
+    "detect": DetectionAnswer,
     "allocate": Allocation,
     "guard": GeneratedGuard,
 }

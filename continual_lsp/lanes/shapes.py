@@ -39,7 +39,9 @@ from continual_lsp.tools.base import Preview, ToolCall
 
 
 @dataclass
-class Situation:
+class Probe:
+    """A call and the calls before it: what a shape's rule is tried on to see it fire or pass."""
+
     call: ToolCall
     history: list[ToolCall] = field(default_factory=list)
     preview: Preview | None = None  # what a change to an existing file would do
@@ -48,16 +50,16 @@ class Situation:
 @dataclass
 class Shaped:
     rule: Rule
-    violating: Situation
-    compliant: Situation
+    violating: Probe
+    compliant: Probe
 
 
-def _write(path: str, content: str) -> Situation:
-    return Situation(ToolCall(tool="write", arguments={"path": path, "content": content}))
+def _write(path: str, content: str) -> Probe:
+    return Probe(ToolCall(tool="write", arguments={"path": path, "content": content}))
 
 
-def _bash(cmd: str, history: list[ToolCall] | None = None) -> Situation:
-    return Situation(ToolCall(tool="bash", arguments={"cmd": cmd}), history or [])
+def _bash(cmd: str, history: list[ToolCall] | None = None) -> Probe:
+    return Probe(ToolCall(tool="bash", arguments={"cmd": cmd}), history or [])
 
 
 def _write_pair(rule: Rule, path: str, violating: str, compliant: str) -> Shaped:
@@ -730,7 +732,7 @@ def existing_only_shape(rule: PathRule) -> Shaped:
     base = rule.globs[-1].replace("/**", "").replace("*", "x")
     old = f"{base}/0001_old.py" if rule.globs[-1].endswith("/**") else base
     preview = Preview(path=old, old_content="old\n", new_content="x\n", diff="", old_sha256=None)
-    over = Situation(ToolCall(tool="write", arguments={"path": old, "content": "x\n"}), [], preview)
+    over = Probe(ToolCall(tool="write", arguments={"path": old, "content": "x\n"}), [], preview)
     new = f"{base}/0002_new.py" if rule.globs[-1].endswith("/**") else "elsewhere/new.py"
     return Shaped(rule, over, _write(new, "x\n"))
 
@@ -1120,7 +1122,7 @@ def read_first_shapes(text: str) -> list[Shaped]:
     reads = [ToolCall(tool="read", arguments={"path": p}) for p in paths]
     change = ToolCall(tool="write", arguments={"path": "src/a.py", "content": "x\n"})
     return [
-        Shaped(ReadFirstRule(paths=paths), Situation(change), Situation(change, reads)),
+        Shaped(ReadFirstRule(paths=paths), Probe(change), Probe(change, reads)),
     ]
 
 
@@ -1173,7 +1175,7 @@ def synthesise(rule: Rule) -> Shaped | None:
         call = ToolCall(tool=tool, arguments={"path": inside, "content": "x\n"})
         if tool != "write":
             return None
-        return Shaped(rule, Situation(call), _write("elsewhere/ok.txt", "x\n"))
+        return Shaped(rule, Probe(call), _write("elsewhere/ok.txt", "x\n"))
     if isinstance(rule, ContentRule) and not rule.required:
         literal = re.sub(r"\\b|\\w\*", "", rule.pattern)
         literal = re.sub(r"\\(.)", r"\1", literal)
@@ -1190,8 +1192,8 @@ def synthesise(rule: Rule) -> Shaped | None:
         other_args = {"path": "a.txt"} if other == "read" else {"pattern": "*"}
         return Shaped(
             rule,
-            Situation(ToolCall(tool=tool, arguments=args)),
-            Situation(ToolCall(tool=other, arguments=other_args)),
+            Probe(ToolCall(tool=tool, arguments=args)),
+            Probe(ToolCall(tool=other, arguments=other_args)),
         )
     return None
 

@@ -6,7 +6,7 @@ Flow:
 2. When a cluster is WEIGHTS and has gathered `Settings.consolidation_depth` situations
    since its last consolidation, a `consolidate` job is queued (depth, not clock).
 3. The training worker runs it (`continual_lsp.learning.consolidate`), reading the events
-   back through `continual_lsp.learning.situations` and promoting a candidate only past
+   back through `continual_lsp.learning.gate` and promoting a candidate only past
    the gate there. The store's events are the whole interface: the lane never imports
    learning, learning never imports the lane.
 """

@@ -1,7 +1,7 @@
 """Consolidation: distil one WEIGHTS cluster's principle into the adapter, behind the gate.
 
 Run by the training worker for a `consolidate` job that the weights lane queued; the
-situations and the pure gate are `continual_lsp.learning.situations`.
+situations and the pure gate are `continual_lsp.learning.gate`.
 
 `consolidate(policy, store, cluster_id, settings)`: situations = logged ones + simple
 synthesised variations of their task text; split into train / held-out; teacher = prompt
@@ -24,7 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from continual_lsp.config import Settings
-from continual_lsp.learning.situations import EvalMetrics, Situation, gate, situations_for_cluster
+from continual_lsp.learning.gate import EvalMetrics, GateExample, gate, situations_for_cluster
 from continual_lsp.policy.base import Datum, Message, Policy, SampleParams
 from continual_lsp.store.db import Store, new_id
 from continual_lsp.tools.base import ToolCall
@@ -62,7 +62,7 @@ def _prompt(policy: Policy, task: str, principle: str | None) -> list[int]:
 
 def evaluate(
     policy: Policy,
-    held_out: list[Situation],
+    held_out: list[GateExample],
     drift_reference: list[list[float]] | None = None,
 ) -> tuple[EvalMetrics, list[list[float]]]:
     """Compliance (student prompt, no bullet) and drift of the policy's current weights."""
@@ -100,7 +100,7 @@ def evaluate(
     )
 
 
-def _targets(policy: Policy, s: Situation, principle: str) -> ToolCall | None:
+def _targets(policy: Policy, s: GateExample, principle: str) -> ToolCall | None:
     """The teacher-endorsed call: the demonstration, else the teacher's own greedy call."""
     if s.compliant is not None:
         return s.compliant
@@ -204,7 +204,7 @@ def _principle(store: Store, cluster_id: str, item: dict[str, Any]) -> str:
     return next((c["label"] for c in store.clusters() if c["id"] == cluster_id), item["text"])
 
 
-def _teacher_batch(policy: Policy, train: list[Situation], principle: str) -> list[Datum]:
+def _teacher_batch(policy: Policy, train: list[GateExample], principle: str) -> list[Datum]:
     """The student prompt (no bullet) and the teacher-endorsed call of each situation."""
     batch: list[Datum] = []
     for s in train:

@@ -20,7 +20,7 @@ from continual_lsp.lanes.guards import (
     command_segments,
     commit_messages,
 )
-from continual_lsp.lanes.shapes import Shaped, Situation, fires, synthesise
+from continual_lsp.lanes.shapes import Probe, Shaped, fires, synthesise
 from continual_lsp.tools.base import ToolCall
 from tests.lanes.support import bash, blocks_then_allows, guard_from, write
 
@@ -370,9 +370,7 @@ def test_self_check_drops_a_guard_that_blocks_compliant_code() -> None:
 def test_synthesised_situations() -> None:
     shaped = synthesise(CommandRule(pattern=r"(^|[;&|(]\s*|\bsudo\s+)git\s+push(?![\w-])"))
     assert shaped is not None and fires(shaped)
-    broken = Shaped(
-        CommandRule(pattern="."), Situation(bash("git push")), Situation(bash("echo ok"))
-    )
+    broken = Shaped(CommandRule(pattern="."), Probe(bash("git push")), Probe(bash("echo ok")))
     assert not fires(broken)
 
 

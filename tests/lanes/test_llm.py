@@ -22,7 +22,7 @@ chat_pb2_grpc = pytest.importorskip("xai_sdk.proto.v6.chat_pb2_grpc")
 sample_pb2 = pytest.importorskip("xai_sdk.proto.v6.sample_pb2")
 
 ANSWERS = {
-    "Detection": {"is_correction": True, "confidence": 0.9},
+    "DetectionAnswer": {"is_correction": True, "confidence": 0.9},
     "Allocation": {"checkable": False, "behavioural": True, "confidence": 0.8},
     "GeneratedGuard": {"feasible": False, "code": ""},
 }
@@ -83,7 +83,7 @@ def test_the_setting_turns_it_on_and_only_the_text_is_sent(fake_xai, embedder) -
     first = servicer.requests[0]
     contents = [part.text for m in first.messages for part in m.content]
     assert contents == [llm.PROMPTS["detect"], text]  # the prompt and the text, nothing else
-    assert json.loads(first.response_format.schema) == llm.Detection.model_json_schema()
+    assert json.loads(first.response_format.schema) == llm.DetectionAnswer.model_json_schema()
     assert first.model == settings.xai_model
 
 

@@ -4,7 +4,7 @@ in tests/learning/test_situations.py, consolidation in tests/learning/test_conso
 from __future__ import annotations
 
 from continual_lsp.lanes.weights import pending_situations
-from continual_lsp.learning.situations import situations_for_cluster
+from continual_lsp.learning.gate import situations_for_cluster
 from tests.lanes.support import teach_cluster
 
 

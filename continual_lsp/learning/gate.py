@@ -1,7 +1,7 @@
 """What consolidation learns from: the situations the weights lane logged, and the gate.
 
 The lane (`continual_lsp.lanes.weights`) leaves a `lane_situation` event for every
-routed correction; this module reads them back as `Situation`s (plus simple variations of
+routed correction; this module reads them back as `GateExample`s (plus simple variations of
 their task text), finds the calls the reviewer accepted after a cluster's corrections (the
 teacher's examples for a denial without a demonstration, DESIGN §4), and holds the pure
 gate that promotes a consolidated adapter. The store's events are the only thing the lane
@@ -26,7 +26,7 @@ _VARIATIONS = [
 ]
 
 
-class Situation(BaseModel):
+class GateExample(BaseModel):
     task: str
     compliant: ToolCall | None = None  # what the reviewer wanted (demonstration)
     violating: ToolCall | None = None  # the call that was corrected
@@ -118,14 +118,14 @@ def cluster_demonstrations(
     return found
 
 
-def situations_for_cluster(store: Store, cluster_id: str, variations: int = 2) -> list[Situation]:
-    logged: list[Situation] = []
+def situations_for_cluster(store: Store, cluster_id: str, variations: int = 2) -> list[GateExample]:
+    logged: list[GateExample] = []
     for ev in store.events(kind="lane_situation", cluster_id=cluster_id):
         p = ev["payload"]
         if not p.get("task_text"):
             continue
         logged.append(
-            Situation(
+            GateExample(
                 task=str(p["task_text"]),
                 violating=_call(p.get("tool"), p.get("arguments")),
                 compliant=_approved(store, ev),
