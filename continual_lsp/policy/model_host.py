@@ -150,6 +150,7 @@ class ModelHost:
         self.lock = threading.RLock()
         self._waiting = 0  # threads waiting for `lock` (the scheduler lets them in first)
         self._waiters: set[int] = set()
+        self._unpinned = threading.Condition(self.lock)
         self._waiting_lock = threading.Lock()
         self.scheduler: DecodeScheduler | None = None  # `enable_batching`
         self._initial = self._initial_state()
@@ -229,6 +230,10 @@ class ModelHost:
         try:
             with self.lock:
                 self._note_waiting(False)
+                # A row of this slot in flight decodes on its weights: a change (a landed
+                # step, a loaded version) waits for it, so a call never mixes two versions.
+                while slot.pins:
+                    self._unpinned.wait()
                 self._make_live(slot)
                 slot.used = next(self._clock)
                 yield
@@ -252,6 +257,7 @@ class ModelHost:
         with self.lock:
             slot.pins += 1 if pinned else -1
             if not pinned:
+                self._unpinned.notify_all()
                 self._evict()
 
     def adapter_of(self, slot: AdapterSlot) -> dict[str, torch.Tensor]:

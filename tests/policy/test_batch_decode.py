@@ -178,3 +178,28 @@ def test_a_warmed_prompt_cache_serves_the_first_task(model_and_tokenizer: tuple[
     assert user.prompt_cache.hits == 2  # the second warm-up's lookup, then the task's
     assert user.prompt_cache.reused_tokens >= 2 * (warmed - 1)
     _same(got, want)
+
+
+def test_a_new_version_waits_for_the_call_in_flight(model_and_tokenizer: tuple[Any, Any]) -> None:
+    """A version loaded (here: the adapter reset) while the user's call decodes lands
+    after it: the call is the one its starting weights decode, not a mix of two."""
+    host = _host(model_and_tokenizer)
+    user = _user(host, "u0", seed=9)
+    params = SampleParams(temperature=0.0, max_tokens=48)
+    prompt = _prompt(user, TASKS[0])
+    want = _alone(user, prompt, params)
+    got: list[Completion] = []
+    with host.lock:  # no step runs until the reset is waiting
+        sampler = threading.Thread(target=lambda: got.append(user.sample(prompt, params)))
+        sampler.start()
+        while not user._slot.pins:
+            host._unpinned.wait(0.01)
+        loader = threading.Thread(target=user.load_adapter, args=("",))
+        loader.start()
+        while host._waiting < 1 and loader.is_alive():  # it waits for the lock
+            host._unpinned.wait(0.01)
+    sampler.join(300)
+    loader.join(300)
+    _same(got[0], want)
+    with user.exclusive():
+        assert user._adapter_is_zero()  # the reset did land, after the call
