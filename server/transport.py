@@ -14,6 +14,7 @@ import hmac
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from cattrs import transform_error
@@ -111,6 +112,46 @@ def authenticate(data: dict[str, Any], tokens: dict[str, str]) -> tuple[str | No
     return user, ""
 
 
+@dataclass
+class _Lifecycle:
+    """Where a connection is between initialize, shutdown and exit."""
+
+    initialized: bool = False
+    shutting_down: bool = False
+
+    def refusal(self, method: Any) -> tuple[int, str] | None:
+        """(code, why) for a message of `method` arriving now, or None to handle it."""
+        if self.shutting_down:
+            # pygls drops every message after shutdown without a word: a client that
+            # asks anything (initialize again, status) would wait forever.
+            return INVALID_REQUEST, "the server is shutting down: only exit is accepted now"
+        if method == "initialize":
+            if self.initialized:
+                return INVALID_REQUEST, (
+                    "already initialized: initialize is accepted once per connection"
+                )
+            self.initialized = True
+        elif not self.initialized and method is not None and method != "shutdown":
+            # LSP: before initialize a request is answered ServerNotInitialized and a
+            # notification dropped; shutdown is answered (nothing to stop) so a client
+            # whose initialize failed can still end cleanly.
+            return SERVER_NOT_INITIALIZED, "the server is not initialized: send initialize first"
+        return None
+
+
+def _parse(body: bytes, write: Callable[[bytes], Any]) -> dict[str, Any] | None:
+    """The message as a JSON object, or None after answering why it is not one."""
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        write(frame(error_response(None, PARSE_ERROR, f"Parse error: {exc}")))
+        return None
+    if not isinstance(data, dict):
+        write(frame(error_response(None, INVALID_REQUEST, "a message must be a JSON object")))
+        return None
+    return data
+
+
 async def serve_connection(
     reader: AsyncReader,
     write: Callable[[bytes], Any],
@@ -125,7 +166,7 @@ async def serve_connection(
     the user is known. Without, `make_server(None)` is called at once.
     """
     ls = make_server(None) if tokens is None else None
-    initialized = shutting_down = False
+    lifecycle = _Lifecycle()
     while True:
         if ls is None:
             try:
@@ -137,13 +178,8 @@ async def serve_connection(
             body = await read_message(reader)
         if body is None:
             break
-        try:
-            data = json.loads(body)
-        except (ValueError, RecursionError) as exc:
-            write(frame(error_response(None, PARSE_ERROR, f"Parse error: {exc}")))
-            continue
-        if not isinstance(data, dict):
-            write(frame(error_response(None, INVALID_REQUEST, "a message must be a JSON object")))
+        data = _parse(body, write)
+        if data is None:
             continue
         if ls is None:
             assert tokens is not None
@@ -155,32 +191,14 @@ async def serve_connection(
                 return None
             ls = make_server(user)
         method = data.get("method")
-        request = "id" in data and isinstance(method, str)
         if method == "exit":
-            if shutting_down:
+            if lifecycle.shutting_down:
                 await _answered_shutdown(ls)
             break
-        if shutting_down:
-            # pygls drops every message after shutdown without a word: a client that
-            # asks anything (initialize again, status) would wait forever.
-            if request:
-                why = "the server is shutting down: only exit is accepted now"
-                write(frame(error_response(data["id"], INVALID_REQUEST, why)))
-            continue
-        if method == "initialize":
-            if initialized:
-                if request:
-                    why = "already initialized: initialize is accepted once per connection"
-                    write(frame(error_response(data["id"], INVALID_REQUEST, why)))
-                continue
-            initialized = True
-        elif not initialized and method is not None and method != "shutdown":
-            # LSP: before initialize a request is answered ServerNotInitialized and a
-            # notification dropped; shutdown is answered (nothing to stop) so a client
-            # whose initialize failed can still end cleanly.
-            if request:
-                why = "the server is not initialized: send initialize first"
-                write(frame(error_response(data["id"], SERVER_NOT_INITIALIZED, why)))
+        refused = lifecycle.refusal(method)
+        if refused is not None:
+            if "id" in data and isinstance(method, str):
+                write(frame(error_response(data["id"], *refused)))
             continue
         try:
             message = ls.protocol.structure_message(data)
@@ -195,7 +213,8 @@ async def serve_connection(
             else:
                 log.warning("dropped a malformed notification: %s", _explain(data, exc))
             continue
-        shutting_down = method == "shutdown" and request
+        if method == "shutdown" and "id" in data:
+            lifecycle.shutting_down = True
         try:
             ls.protocol.handle_message(message)
         except SystemExit:
