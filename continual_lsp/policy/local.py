@@ -263,13 +263,16 @@ class LocalPolicy:
     def warm_prompt(self) -> int:
         """Prefill the start every prompt of this policy shares (system prompt, tool
         schema, up to the task's words) into the prompt cache, under the current weights;
-        returns the tokens prefilled (0 when the cache already held them)."""
+        returns the tokens prefilled (0 when the cache already held them, or when the
+        host's prompt-cache bounds have no room for them)."""
         renderer = self._renderer
         one, other = (
             renderer.render_prompt([Message(role="user", content=f"Task: {word}")])
             for word in ("a", "b")
         )
         prefix = one[: common_prefix(one, other)]
+        if not self.host.cache_room(len(prefix)):
+            return 0  # it would clear another user's cache: their next turn prefills it
         with self.exclusive():
             key = self.weights_key()
             shared, cache = self.prompt_cache.lookup(prefix, key)

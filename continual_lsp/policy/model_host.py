@@ -381,6 +381,19 @@ class ModelHost:
 
     # -- prompt caches -----------------------------------------------------------------------
 
+    def cache_room(self, tokens: int) -> bool:
+        """Whether `tokens` more tokens of K/V fit the prompt-cache bounds without
+        clearing another user's cache (a warm-up that would is not worth its prefill)."""
+        config = self.model.get_base_model().config
+        heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        size = next(self.model.parameters()).element_size()
+        need = tokens * 2 * config.num_hidden_layers * heads * dim * size
+        with self.lock:
+            held = [c for ref in self._caches.values() if (c := ref()) is not None and c.entries]
+            total = sum(prompt_cache_bytes(c) for c in held)
+        return len(held) < self.max_prompt_caches and total + need <= self.max_prompt_cache_bytes
+
     def note_cache(self, cache: PromptCache) -> None:
         """`cache` was just used; clear the least recently used others while more than
         `max_prompt_caches` hold entries or they hold more than `max_prompt_cache_bytes`.

@@ -175,8 +175,8 @@ def test_a_warmed_prompt_cache_serves_the_first_task(model_and_tokenizer: tuple[
     assert 100 < warmed < len(prompt)
     assert user.warm_prompt() == 0  # already held
     got = user.sample(prompt, params)
-    assert user.prompt_cache.hits == 2  # the second warm-up's lookup, then the task's
-    assert user.prompt_cache.reused_tokens >= 2 * (warmed - 1)
+    assert user.prompt_cache.hits == 1  # the task's
+    assert user.prompt_cache.reused_tokens >= warmed - 1
     _same(got, want)
 
 
@@ -203,3 +203,13 @@ def test_a_new_version_waits_for_the_call_in_flight(model_and_tokenizer: tuple[A
     _same(got[0], want)
     with user.exclusive():
         assert user._adapter_is_zero()  # the reset did land, after the call
+
+
+def test_a_warm_up_never_clears_another_users_cache(model_and_tokenizer: tuple[Any, Any]) -> None:
+    """Twenty editors connecting at once must not prefill twenty system prompts the
+    prompt-cache bound then drops: past the bound's room, a warm-up does nothing."""
+    host = _host(model_and_tokenizer, max_prompt_cache_mb=16.0)
+    first, second = _user(host, "u0", seed=10), _user(host, "u1", seed=11)
+    assert first.warm_prompt() > 100  # ~13 MB of float32 K/V of 16
+    assert second.warm_prompt() == 0
+    assert first.prompt_cache.entries and not second.prompt_cache.entries
