@@ -176,13 +176,10 @@ class AgentPool:
         editor to connect then waits for no model load, merge or grammar compile."""
 
         def load() -> None:
-            if settings.backend != "local":
-                return
             try:
-                from continual_lsp.policy.model_files import resolve_dtype
-                from continual_lsp.policy.model_host import shared_host
+                from continual_lsp.agent.preload import preload_model
 
-                shared_host(settings, resolve_dtype(settings.sample_dtype, settings.device))
+                preload_model(settings)
             except Exception as err:  # the first agent's load reports it in its own words
                 log.warning("preloading the model failed: %s", err)
 

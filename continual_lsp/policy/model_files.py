@@ -187,9 +187,12 @@ def measured_cpu_dtype() -> str:
     model cache (a second process, or the next start, reads it)."""
     import torch
 
-    from continual_lsp.policy.local import torch_threads
-
-    threads = torch_threads()
+    # LocalPolicy sets its thread count (`local.torch_threads`) after this runs; the same
+    # rule, read here without importing local.py (which imports this module).
+    env = os.environ.get("CONTINUAL_LSP_THREADS", "").strip()
+    threads = (
+        int(env) if env.isdigit() and int(env) > 0 else max(1, len(os.sched_getaffinity(0)) // 2)
+    )
     key = f"{cpu_model()} | torch {torch.__version__} | {threads} threads"
     path = cache_dir() / DTYPE_FILE
     known: dict[str, Any] = {}

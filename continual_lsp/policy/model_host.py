@@ -72,6 +72,7 @@ from continual_lsp.policy.batch_decode import (
     supports_batching,
 )
 from continual_lsp.policy.grammar import PromptCache, ToolCallGrammar
+from continual_lsp.policy.hf_lock import LOAD_LOCK
 from continual_lsp.policy.model_files import load_model_and_tokenizer
 
 TRAINED = ".default."  # peft's name for the one trainable adapter, as it appears in names
@@ -451,7 +452,10 @@ def shared_host(settings: Settings, dtype: str = "float32") -> ModelHost:
     for the life of the process (a server reconnecting users must not reload it). The
     agents sample on a `sample_dtype` host; a training worker keeps float32."""
     key = HostKey.of(settings, dtype)
-    with _hosts_lock:
+    # The load lock first, as `make_policy` takes it: the server's preload thread came
+    # here holding `_hosts_lock` and then waited for the load lock, which an agent's
+    # `make_policy` held while it waited for `_hosts_lock` (a fresh server hung).
+    with LOAD_LOCK, _hosts_lock:
         host = _hosts.get(key)
         if host is None:
             host = _hosts[key] = ModelHost.load(settings, dtype)
