@@ -15,8 +15,8 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import from_fs_path, to_fs_path
 
 from .errors import RequestFailed
+from .lsp_text import line_edit, line_position
 from .state import SessionState
-from .text import line_edit, line_position
 
 
 def normalize_uri(uri: str) -> str:

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from pygls.uris import to_fs_path
 
+from .lsp_text import line_edit, unified_diff
 from .state import AppliedRegion
-from .text import line_edit, unified_diff
 
 if TYPE_CHECKING:
     from .session import Session

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .text import line_edit, split_lines
+from .lsp_text import line_edit, split_lines
 
 
 class EditError(ValueError):

@@ -40,9 +40,9 @@ from pygls.io_ import StdinAsyncReader
 from continual_lsp.config import Settings, default_store_path
 
 from .agents import AgentFactory, AgentPool, default_agent_factory
-from .allocator import tune_allocators
 from .app import ContinualServer, build_server
 from .delivery import deliver
+from .malloc_tuning import tune_allocators
 from .session import Session
 from .transport import AsyncReader, serve_connection
 

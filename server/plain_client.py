@@ -13,7 +13,7 @@ from pygls.exceptions import JsonRpcException
 from pygls.uris import to_fs_path
 
 from . import decisions, proposals, reviewer_files
-from .text import proposal_message
+from .lsp_text import proposal_message
 
 if TYPE_CHECKING:
     from continual_lsp.agent.agent import Proposal

@@ -11,8 +11,8 @@ from continual_lsp.protocol import NOTIFY_PROPOSAL
 
 from .documents import normalize_uri
 from .errors import RequestFailed
-from .hunks import hunk_diagnostics
-from .text import proposal_message
+from .hunk_votes import hunk_diagnostics
+from .lsp_text import proposal_message
 
 if TYPE_CHECKING:
     from continual_lsp.agent.agent import Proposal

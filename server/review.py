@@ -54,7 +54,7 @@ from continual_lsp.protocol import (
 )
 
 from .agents import AgentFactory, default_agent_factory
-from .text import describe_call
+from .lsp_text import describe_call
 
 if TYPE_CHECKING:
     from continual_lsp.agent.agent import Agent, Proposal

@@ -21,9 +21,9 @@ from . import decisions, proposals
 from .documents import normalize_uri
 from .edits import EditError, edited_command_arguments, edited_file_arguments, edited_json_arguments
 from .errors import RequestFailed
+from .lsp_text import proposal_message
 from .proposals import FILE_TOOLS
 from .state import OpenedFile
-from .text import proposal_message
 
 if TYPE_CHECKING:
     from continual_lsp.agent.agent import Proposal

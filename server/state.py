@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from lsprotocol import types as lsp
 
-from .hunks import HunkVotes
+from .hunk_votes import HunkVotes
 
 if TYPE_CHECKING:
     from continual_lsp.agent.agent import Proposal

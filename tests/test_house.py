@@ -56,3 +56,49 @@ def test_the_rules_catch_what_they_name() -> None:
     assert unexplained_length(f'"""Short."""{padding}', ast.parse(f'"""Short."""{padding}'))
     explained = f'"""Over {MAX_MODULE_LINES} lines on purpose: one argument."""{padding}'
     assert not unexplained_length(explained, ast.parse(explained))
+
+
+# One name per thing (issue 35): a module stem or a class name names one thing across both
+# packages; the handlers are one module per LSP method and are named by their method.
+SHARED_STEMS = {"__init__", "base", "errors"}
+
+
+def _stems() -> dict[str, list[Path]]:
+    found: dict[str, list[Path]] = {}
+    for path in modules():
+        if path.stem not in SHARED_STEMS and "handlers" not in path.parts:
+            found.setdefault(path.stem, []).append(path.relative_to(ROOT))
+    return found
+
+
+def _classes() -> dict[str, list[Path]]:
+    found: dict[str, list[Path]] = {}
+    for path in modules():
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ClassDef):
+                found.setdefault(node.name, []).append(path.relative_to(ROOT))
+    return found
+
+
+def test_no_module_stem_twice() -> None:
+    twice = {stem: paths for stem, paths in _stems().items() if len(paths) > 1}
+    assert not twice
+
+
+def test_no_class_name_twice() -> None:
+    twice = {name: paths for name, paths in _classes().items() if len(paths) > 1}
+    assert not twice
+
+
+def test_every_module_is_named_in_the_architecture_map() -> None:
+    """docs/architecture.md names each module by its file name (stems are unique, so the
+    name is the module); the handlers are named as their folder."""
+    doc = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    unnamed = [
+        str(path.relative_to(ROOT))
+        for path in modules()
+        if path.name != "__init__.py"
+        and not ("handlers" in path.parts and "handlers/" in doc)
+        and path.name not in doc
+    ]
+    assert not unnamed

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 from lsprotocol import types as lsp
 
 from ..documents import normalize_uri
-from ..hunks import hunk_actions
+from ..hunk_votes import hunk_actions
+from ..lsp_text import describe_call
 from ..proposals import diagnostics_for, proposals_at
-from ..text import describe_call
 
 if TYPE_CHECKING:
     from pygls.lsp.server import LanguageServer

@@ -15,7 +15,7 @@ from continual_lsp.protocol import HunkDecision
 # A runtime import: pygls resolves command handlers' type hints to find their parameters.
 from ..connection import Connection
 from ..errors import RequestFailed
-from ..hunks import HUNK
+from ..hunk_votes import HUNK
 from ..proposals import lookup, proposal_uri, publish
 from .decide import decide_hunks
 

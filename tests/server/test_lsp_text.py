@@ -10,8 +10,8 @@ from continual_lsp.server.edits import (
     edited_file_arguments,
     edited_json_arguments,
 )
+from continual_lsp.server.lsp_text import end_position, line_edit, proposal_message, split_lines
 from continual_lsp.server.reviewer_files import strip_correction
-from continual_lsp.server.text import end_position, line_edit, proposal_message, split_lines
 from continual_lsp.tools.text_edits import apply_edit, apply_edit_lines
 
 OLD = "a\nb\nc\nd\n"

@@ -1,4 +1,4 @@
-"""server/allocator.py: glibc's arenas capped, its mmap threshold held and MKL's
+"""server/malloc_tuning.py: glibc's arenas capped, its mmap threshold held and MKL's
 per-thread cache off, in a child process (the settings are process-wide; the test
 process keeps its own)."""
 
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHILD = """
 import ctypes, json, os, re, sys, threading
 sys.path.insert(0, sys.argv[1])
-from server.allocator import tune_allocators
+from server.malloc_tuning import tune_allocators
 
 tuned = tune_allocators() if sys.argv[2] == "tuned" else None
 libc = ctypes.CDLL("libc.so.6")
@@ -88,7 +88,7 @@ def test_threads_share_two_arenas_and_large_blocks_stay_mmapped() -> None:
 
 def test_a_deployment_choice_of_mkl_cache_is_kept() -> None:
     env = {**os.environ, "MKL_DISABLE_FAST_MM": "0"}
-    code = "import os, sys; sys.path.insert(0, sys.argv[1]); from server.allocator import "
+    code = "import os, sys; sys.path.insert(0, sys.argv[1]); from server.malloc_tuning import "
     code += "tune_allocators; tune_allocators(); print(os.environ['MKL_DISABLE_FAST_MM'])"
     out = subprocess.run(
         [sys.executable, "-c", code, str(ROOT)], env=env, capture_output=True, text=True
