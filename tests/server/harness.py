@@ -395,10 +395,11 @@ def read_json(path: Path) -> Any:
 
 
 def decisions(store_path: Path) -> dict[str, dict[str, Any]]:
-    """Every recorded decision, by proposal id."""
+    """Every recorded decision, by proposal id, in the order they were made (the primary
+    key's index would give them in proposal-id order)."""
     store = Store(store_path)
     try:
-        rows = store._query("SELECT proposal_id FROM decisions")
+        rows = store._query("SELECT proposal_id FROM decisions ORDER BY rowid")
         return {r[0]: store.decision(r[0]) for r in rows}  # type: ignore[misc]
     finally:
         store.close()
