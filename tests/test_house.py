@@ -4,6 +4,7 @@ no module over 500 lines unless its docstring says why ("... 500 lines ...")."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -102,3 +103,14 @@ def test_every_module_is_named_in_the_architecture_map() -> None:
         and path.name not in doc
     ]
     assert not unnamed
+
+
+def test_the_readme_is_short_gives_the_two_commands_first_and_its_links_resolve() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 180
+    blocks = re.findall(r"```bash\n(.*?)```", readme, flags=re.S)
+    assert [b.strip() for b in blocks[:2]] == ["bash scripts/demo.sh", "bash scripts/test.sh"]
+    for page in ["README.md", *(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]:
+        text = (ROOT / page).read_text(encoding="utf-8")
+        for link in re.findall(r"\]\(([^)#:]+)\)", text):
+            assert (ROOT / page).parent.joinpath(link).exists(), f"{page}: {link}"
