@@ -18,18 +18,18 @@ is of a kind the dev set does not hold. The gap between the two estimates is pri
 Honesty notes, printed with the results: the guard compiler's phrase patterns and the
 detector's cue lists were written by people who had read the 84-row starting set (`origin:
 corrections-dev`); the detector's task-list verbs and standing triggers ("on every commit",
-"when adding …") were extended after reading which of the 390 added rows it misread. The rule shapes of `lanes/shapes.py` (the guard kinds issue #17 lists)
+"when adding …") were extended after reading which of the 390 added rows it misread. The rule shapes of `lanes/shapes/` (the guard kinds issue #17 lists)
 were written after reading which of the 390 added rows the compiler missed (twice: the
 second round added language and framework conventions, package managers, command
 wrappers, file placement, read-first files, commit-message language and "make sure `X`
-passes"), and so were `lanes/convention_shapes.py` and `lanes/policy_shapes.py` (a third
+passes"), and so were `lanes/shapes/conventions.py` and `lanes/shapes/repo_policy.py` (a third
 round: lines a file must keep, append-only files, co-required tokens, dependencies added
 by their tool or with approval, identifier case, boolean prefixes, line formatting,
 assignment operators, expression bodies, relative imports, libraries kept out of a kind
 of folder, debug builds, "no commits", commit subject length, lockfiles), so the
 rules-only figures and CODE recall are optimistic on those rows too; every shape is also
 tested on paraphrases that are not in the dev set (tests/lanes/test_guard_kinds.py,
-test_convention_shapes.py, test_policy_shapes.py), and CODE precision says whether a
+shapes/test_conventions.py, shapes/test_repo_policy.py), and CODE precision says whether a
 shape fires on a row no function can keep. The eight handcrafted features that tell a project fact from a way of working
 (identifier spans, proper nouns, "we use", glossary lines, descriptive starts, words
 about the user, digits, non-command code spans) and the detector's rules-file entry
@@ -69,17 +69,26 @@ sys.path.insert(0, str(REPO))
 from continual_lsp.lanes import allocator as allocator_module  # noqa: E402
 from continual_lsp.lanes import compile as guard_compile  # noqa: E402
 from continual_lsp.lanes import (  # noqa: E402
-    convention_shapes,
     detector,
     features,
     learned,
-    policy_shapes,
     prose_actions,
     shapes,
 )
 from continual_lsp.lanes.allocator import allocate  # noqa: E402
 from continual_lsp.lanes.detector import detect_offline  # noqa: E402
 from continual_lsp.lanes.learned import HEADS_FILE, Heads, featurize  # noqa: E402
+from continual_lsp.lanes.shapes import (  # noqa: E402
+    content,
+    conventions,
+    dependencies,
+    git,
+    idioms,
+    kit,
+    paths,
+    repo_policy,
+    sequence,
+)
 
 LANES = ["CODE", "WEIGHTS", "CONTEXT", "NONE"]
 DEFAULT_DATA = REPO / "bench/data/rules-dev.jsonl"
@@ -195,8 +204,15 @@ _REVIEWED_MODULES = (
     guard_compile,
     detector,
     shapes,
-    convention_shapes,
-    policy_shapes,
+    kit,
+    content,
+    idioms,
+    dependencies,
+    git,
+    sequence,
+    paths,
+    conventions,
+    repo_policy,
     prose_actions,
     allocator_module,
 )

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from continual_lsp.config import Settings
-from continual_lsp.lanes.convention_shapes import CONVENTION_SHAPES
 from continual_lsp.lanes.features import (
     FILE_TYPES,
     HEDGE,
@@ -41,7 +40,6 @@ from continual_lsp.lanes.guards import (
     SizeRule,
     ToolRule,
 )
-from continual_lsp.lanes.policy_shapes import POLICY_SHAPES
 from continual_lsp.lanes.prose_actions import action_rules, split_span
 from continual_lsp.lanes.shapes import (
     SHAPES,
@@ -52,6 +50,8 @@ from continual_lsp.lanes.shapes import (
     shaped_rules,
     synthesise,
 )
+from continual_lsp.lanes.shapes.conventions import CONVENTION_SHAPES
+from continual_lsp.lanes.shapes.repo_policy import POLICY_SHAPES
 
 PACKAGE_MANAGERS = frozenset({"npm", "yarn", "pnpm", "bun"})
 

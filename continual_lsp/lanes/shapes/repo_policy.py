@@ -1,7 +1,7 @@
 """Rule shapes of repository policy: how dependencies are added, build modes, git
 actions written as noun phrases, the commit subject, lockfiles.
 
-Like `convention_shapes.py`: each shape reads a general English form of rule and returns
+Like `conventions.py`: each shape reads a general English form of rule and returns
 its declarative rule with a violating and a compliant situation; the compiler keeps the
 rule only when its guard fires on the first and lets the second through.
 """
@@ -18,15 +18,15 @@ from continual_lsp.lanes.guards import (
     ContentRule,
     PathRule,
 )
-from continual_lsp.lanes.shapes import (
+from continual_lsp.lanes.shapes.kit import (
     EMOJI,
     NEG,
     Shaped,
-    _bash,
-    _negated,
-    _write,
-    _write_pair,
+    bash_probe,
     forbids,
+    negated,
+    write_pair,
+    write_probe,
 )
 
 # -- dependencies ---------------------------------------------------------------------------------
@@ -91,7 +91,7 @@ def _manifest_shape(manifest: str) -> Shaped:
     pattern, dep, other = DEPENDENCY_LINES[manifest]
     path = manifest.replace("*", "App")
     rule = ContentRule(pattern=pattern, path_globs=[manifest])
-    return _write_pair(rule, path, dep, other)
+    return write_pair(rule, path, dep, other)
 
 
 def dependency_policy_shapes(text: str) -> list[Shaped]:
@@ -110,7 +110,7 @@ def dependency_policy_shapes(text: str) -> list[Shaped]:
     if m:
         cmd = m.group("cmd") or m.group("cmd2")
         manifest = MANIFEST_OF.get(cmd.split()[0].lower()) if cmd.split() else None
-        if manifest and not _negated(t, cmd):
+        if manifest and not negated(t, cmd):
             out.append(_manifest_shape(manifest))
     asks = re.search(
         r"\b(?:ask|approval|permission|confirm|check with)\w*\b[^.]*\bbefore\s+(?:adding|installing|introducing)\s+(?:a\s+|any\s+)?"
@@ -126,8 +126,12 @@ def dependency_policy_shapes(text: str) -> list[Shaped]:
         banned = None
     if asks or banned:
         rule = CommandRule(pattern=ADD_DEPENDENCY)
-        out.append(Shaped(rule, _bash("cd web && npm install left-pad"), _bash("npm install")))
-        out.append(Shaped(rule, _bash("pip install requests"), _bash("pip install -r req.txt")))
+        out.append(
+            Shaped(rule, bash_probe("cd web && npm install left-pad"), bash_probe("npm install"))
+        )
+        out.append(
+            Shaped(rule, bash_probe("pip install requests"), bash_probe("pip install -r req.txt"))
+        )
         for manifest in DEPENDENCY_LINES:
             out.append(_manifest_shape(manifest))
     if forbids(t, r"[^.]*\binstall\w*\b[^.]*\bglobal(?:ly)?\b") or re.search(
@@ -137,7 +141,9 @@ def dependency_policy_shapes(text: str) -> list[Shaped]:
             pattern=r"\b(?:npm|pnpm|bun)\s+(?:install|i|add)\b[^;&|]*\s(?:-g|--global)\b"
             r"|\byarn\s+global\s+add\b|\bsudo\s+(?:-\S+\s+)*(?:pip3?|npm|gem)\s+install\b"
         )
-        out.append(Shaped(rule, _bash("npm i -g typescript"), _bash("npm i -D typescript")))
+        out.append(
+            Shaped(rule, bash_probe("npm i -g typescript"), bash_probe("npm i -D typescript"))
+        )
     return out
 
 
@@ -156,7 +162,7 @@ def build_mode_shapes(text: str) -> list[Shaped]:
     if not (prefers_debug or no_release):
         return []
     rule = CommandRule(pattern=RELEASE_BUILD)
-    return [Shaped(rule, _bash("cargo build --release"), _bash("cargo build"))]
+    return [Shaped(rule, bash_probe("cargo build --release"), bash_probe("cargo build"))]
 
 
 def no_git_action_shapes(text: str) -> list[Shaped]:
@@ -164,10 +170,12 @@ def no_git_action_shapes(text: str) -> list[Shaped]:
     out: list[Shaped] = []
     if re.search(r"\bno\s+(?:git\s+)?commits\b(?![- ](?:message|hook))", text, re.I):
         rule = CommandRule(pattern=SEGMENT_START + r"git\s+commit\b")
-        out.append(Shaped(rule, _bash("git add -A && git commit -m x"), _bash("git status")))
+        out.append(
+            Shaped(rule, bash_probe("git add -A && git commit -m x"), bash_probe("git status"))
+        )
     if re.search(r"\bno\s+(?:git\s+)?push(?:es|ing)?\b", text, re.I):
         rule = CommandRule(pattern=SEGMENT_START + r"git\s+push\b")
-        out.append(Shaped(rule, _bash("git push origin main"), _bash("git status")))
+        out.append(Shaped(rule, bash_probe("git push origin main"), bash_probe("git status")))
     return out
 
 
@@ -188,7 +196,11 @@ def commit_style_shapes(text: str) -> list[Shaped]:
         n = int(m.group(1))
         rule = CommitMessageRule(pattern=rf"^[^\n]{{{n + 1},}}")
         out.append(
-            Shaped(rule, _bash(f"git commit -m '{'x' * (n + 1)}'"), _bash("git commit -m 'fix: x'"))
+            Shaped(
+                rule,
+                bash_probe(f"git commit -m '{'x' * (n + 1)}'"),
+                bash_probe("git commit -m 'fix: x'"),
+            )
         )
     out.extend(_commit_start_shapes(t))
     if re.search(
@@ -198,7 +210,11 @@ def commit_style_shapes(text: str) -> list[Shaped]:
     ):
         rule = CommitMessageRule(pattern=r"\n\s*\S")
         out.append(
-            Shaped(rule, _bash("git commit -m 'fix: x\n\nmore'"), _bash("git commit -m 'fix: x'"))
+            Shaped(
+                rule,
+                bash_probe("git commit -m 'fix: x\n\nmore'"),
+                bash_probe("git commit -m 'fix: x'"),
+            )
         )
     return out
 
@@ -225,7 +241,9 @@ def _commit_start_shapes(t: str) -> list[Shaped]:
     else:
         pattern, bad, good = r"^\[?[A-Z][A-Z0-9]*-\d+\b", "fix login", "ABC-12: fix login"
     rule = CommitMessageRule(pattern=pattern, must_match=True)
-    return [Shaped(rule, _bash(f"git commit -m '{bad}'"), _bash(f"git commit -m '{good}'"))]
+    return [
+        Shaped(rule, bash_probe(f"git commit -m '{bad}'"), bash_probe(f"git commit -m '{good}'"))
+    ]
 
 
 LOCKFILES = [
@@ -241,7 +259,7 @@ def lockfile_shapes(text: str) -> list[Shaped]:
     if not forbids(text, edits + r"(?:the\s+|any\s+)?(?:\w+\s+)?lock ?files?\b"):
         return []
     rule = PathRule(globs=LOCKFILES)
-    return [Shaped(rule, _write("package-lock.json", "{}\n"), _write("src/a.ts", "x\n"))]
+    return [Shaped(rule, write_probe("package-lock.json", "{}\n"), write_probe("src/a.ts", "x\n"))]
 
 
 POLICY_SHAPES: list[Callable[[str], list[Shaped]]] = [

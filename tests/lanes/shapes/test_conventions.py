@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from continual_lsp.lanes.compile import compile_guard
-from continual_lsp.lanes.convention_shapes import CONVENTION_SHAPES, _edit
 from continual_lsp.lanes.guards import Guard, KeepRule
-from continual_lsp.lanes.policy_shapes import POLICY_SHAPES
 from continual_lsp.lanes.shapes import Probe, fires
+from continual_lsp.lanes.shapes.conventions import CONVENTION_SHAPES, _edit
+from continual_lsp.lanes.shapes.repo_policy import POLICY_SHAPES
 from continual_lsp.tools.base import ToolCall
 from tests.lanes.support import bash, blocks_then_allows, guard_from, write
 

@@ -1,11 +1,11 @@
 """Rule shapes of code conventions: identifier names, line and whitespace formatting,
-operators, imports, and lines a file must keep (`policy_shapes.py` has the dependency,
+operators, imports, and lines a file must keep (`repo_policy.py` has the dependency,
 build and git policies).
 
 Each shape reads one general English form of rule and returns its declarative rule with a
 violating and a compliant situation it synthesises; the compiler keeps the rule only when
 its guard fires on the first and lets the second through (`shapes.fires`). As in
-`shapes.py`, the vocabulary is the general vocabulary of software work; the names a
+`kit.py`, the vocabulary is the general vocabulary of software work; the names a
 guard needs (a file, a token, a folder, a command) come from the rule's own text.
 """
 
@@ -19,19 +19,19 @@ from continual_lsp.lanes.guards import (
     ContentRule,
     KeepRule,
 )
-from continual_lsp.lanes.shapes import (
+from continual_lsp.lanes.shapes.kit import (
     CODE_FILES,
     JS,
     NEG,
     Probe,
     Shaped,
-    _backticked,
-    _globs,
-    _import_re,
-    _languages,
-    _negated,
-    _write_pair,
+    backticked,
     forbids,
+    globs_of,
+    import_re,
+    languages_of,
+    negated,
+    write_pair,
 )
 from continual_lsp.text import unified_diff
 from continual_lsp.tools.base import Preview, ToolCall
@@ -67,7 +67,7 @@ def keep_shapes(text: str) -> list[Shaped]:
         t,
         re.I,
     )
-    files = [g for g in _globs(t) if "." in g.rsplit("/", 1)[-1] and "*" not in g]
+    files = [g for g in globs_of(t) if "." in g.rsplit("/", 1)[-1] and "*" not in g]
     if append_only and files:
         rule = KeepRule(pattern=r"\S", path_globs=files)
         before = "- first entry\n- second entry\n"
@@ -111,7 +111,7 @@ def co_requirement_shapes(text: str) -> list[Shaped]:
         pattern = rf"^(?=.*{re.escape(user)})(?!.*{re.escape(need)}).*$"
         rule = ContentRule(pattern=pattern)
         path = "src/example.tsx"
-        out.append(_write_pair(rule, path, f'"{user} x"\n', f'"{need} {user} x"\n'))
+        out.append(write_pair(rule, path, f'"{user} x"\n', f'"{need} {user} x"\n'))
     return out
 
 
@@ -198,7 +198,7 @@ def identifier_naming_shapes(text: str) -> list[Shaped]:
     "exported names in PascalCase": declarations whose name breaks the case are blocked."""
     out: list[Shaped] = []
     kinds_rx = "|".join(KIND_WORDS.values())
-    langs = [g for g in _languages(text) if g.startswith("*.")]
+    langs = [g for g in languages_of(text) if g.startswith("*.")]
     for case, case_rx in CASE_NAMES.items():
         for cm in re.finditer(case_rx, text, re.I):
             before, after = text[: cm.start()], text[cm.end() :]
@@ -228,7 +228,7 @@ def _declaration_shapes(kind: str, case: str, langs: list[str]) -> list[Shaped]:
         rule = ContentRule(pattern=prefix + name, path_globs=files)
         path = "src/example" + files[0][1:]
         out.append(
-            _write_pair(rule, path, template.format(name=bad_name), template.format(name=good_name))
+            write_pair(rule, path, template.format(name=bad_name), template.format(name=good_name))
         )
     return out
 
@@ -243,10 +243,10 @@ BOOL_DECL = (
 def boolean_prefix_shapes(text: str) -> list[Shaped]:
     """ "Prefix booleans with `is`/`has`", "use `is` prefix for state: `isLoading`"."""
     t = text
-    prefixes = [p for p in _backticked(t) if re.fullmatch(r"[a-z]{2,6}", p)]
+    prefixes = [p for p in backticked(t) if re.fullmatch(r"[a-z]{2,6}", p)]
     if not prefixes or not re.search(r"\bprefix\w*|\bstart with\b|\bbegin with\b", t, re.I):
         return []
-    examples = [b for b in _backticked(t) if re.fullmatch(r"[a-z]{2,6}[A-Z]\w*", b)]
+    examples = [b for b in backticked(t) if re.fullmatch(r"[a-z]{2,6}[A-Z]\w*", b)]
     booleanish = re.search(r"\bbool(?:ean)?s?\b|\bflags?\b", t, re.I)
     if not booleanish and not (
         len(examples) >= 2 and all(any(e.startswith(p) for p in prefixes) for e in examples)
@@ -256,7 +256,7 @@ def boolean_prefix_shapes(text: str) -> list[Shaped]:
     pattern = BOOL_DECL.format(prefix=rf"(?:{alt})[A-Z0-9]", prefix_py=rf"(?:{alt})_")
     rule = ContentRule(pattern=pattern, path_globs=CODE_FILES)
     good = f"const {prefixes[0]}Loading = false;\n"
-    return [_write_pair(rule, "src/a.ts", "const loading = false;\n", good)]
+    return [write_pair(rule, "src/a.ts", "const loading = false;\n", good)]
 
 
 # -- formatting of lines ------------------------------------------------------------------------
@@ -266,7 +266,7 @@ def line_format_shapes(text: str) -> list[Shaped]:
     """Line length, trailing whitespace, a final newline, TODO markers, semicolons."""
     t = text
     out: list[Shaped] = []
-    langs = [g for g in _languages(t) if g.startswith("*.")] or CODE_FILES
+    langs = [g for g in languages_of(t) if g.startswith("*.")] or CODE_FILES
     path = "src/example" + langs[0][1:]
     m = re.search(
         r"\blines?\b[^.]*?\b(?:under|at most|no more than|max(?:imum)?(?: of)?|exceed\w*|"
@@ -281,12 +281,12 @@ def line_format_shapes(text: str) -> list[Shaped]:
     ):
         n = int(m.group(1) or m.group(2))
         rule = ContentRule(pattern=rf"^[^\n]{{{n + 1},}}$", path_globs=langs)
-        out.append(_write_pair(rule, path, "x" * (n + 1) + "\n", "x\n"))
+        out.append(write_pair(rule, path, "x" * (n + 1) + "\n", "x\n"))
     if forbids(t, r"[^.]*\btrailing (?:white ?space|spaces)\b") or re.search(
         r"\b(?:strip|remove|trim)\s+(?:all\s+)?trailing (?:white ?space|spaces)\b", t, re.I
     ):
         rule = ContentRule(pattern=r"[ \t]+$")
-        out.append(_write_pair(rule, path, "x = 1  \n", "x = 1\n"))
+        out.append(write_pair(rule, path, "x = 1  \n", "x = 1\n"))
     if re.search(
         r"\bfiles?\b[^.]*\b(?:end|ends|ending)\s+with\s+(?:a\s+|one\s+)?(?:single\s+)?(?:newline|new line|line break)"
         r"|\b(?:final|trailing)\s+newline\b",
@@ -294,16 +294,16 @@ def line_format_shapes(text: str) -> list[Shaped]:
         re.I,
     ) and not forbids(t, r"\s+(?:\w+\s+)?(?:final|trailing)\s+newline"):
         rule = ContentRule(pattern=r"\n\Z", required=True)
-        out.append(_write_pair(rule, path, "x = 1", "x = 1\n"))
+        out.append(write_pair(rule, path, "x = 1", "x = 1\n"))
     todo = re.search(r"\b(TODO|FIXME|XXX|HACK)s?\b", t)
     if todo and re.search(NEG, t, re.I) and not re.search(r"\b(without|unless|except)\b", t, re.I):
         rule = ContentRule(pattern=rf"\b{todo.group(1)}\b")
-        out.append(_write_pair(rule, path, f"x = 1  # {todo.group(1)}: later\n", "x = 1\n"))
+        out.append(write_pair(rule, path, f"x = 1  # {todo.group(1)}: later\n", "x = 1\n"))
     if re.search(
         NEG + r"\s+(?:use\s+|add\s+)?(?:any\s+)?semicolons\b|\bomit\s+semicolons\b", t, re.I
     ):
         rule = ContentRule(pattern=r";[ \t]*$", path_globs=JS)
-        out.append(_write_pair(rule, "src/a.js", "const a = 1;\n", "const a = 1\n"))
+        out.append(write_pair(rule, "src/a.js", "const a = 1;\n", "const a = 1\n"))
     return out
 
 
@@ -325,14 +325,14 @@ def global_shapes(text: str) -> list[Shaped]:
     what = r"\s+(?:(?:use|add|introduce|create|define)\s+)?(?:any\s+)?(?:new\s+|mutable\s+)?"
     if not forbids(text, what + r"(?:globals|global variables?)\b"):
         return []
-    langs = [g for g in _languages(text) if g.startswith("*.")]
+    langs = [g for g in languages_of(text) if g.startswith("*.")]
     out = []
     for files, pattern, bad, good in GLOBAL_WRITES:
         if langs and not set(files) & set(langs):
             continue
         path = "src/example" + files[0][1:]
         rule = ContentRule(pattern=pattern, path_globs=files)
-        out.append(_write_pair(rule, path, bad, good))
+        out.append(write_pair(rule, path, bad, good))
     return out
 
 
@@ -353,10 +353,10 @@ def operator_shapes(text: str) -> list[Shaped]:
     ):
         return []
     op = m.group("op") or m.group("op2")
-    langs = [g for g in _languages(text) if g.startswith("*.")]
+    langs = [g for g in languages_of(text) if g.startswith("*.")]
     rule = ContentRule(pattern=PLAIN_ASSIGNMENT, path_globs=langs)
     path = "src/example" + (langs[0][1:] if langs else ".txt")
-    return [_write_pair(rule, path, "total = 1\n", f"total {op} 1\n")]
+    return [write_pair(rule, path, "total = 1\n", f"total {op} 1\n")]
 
 
 # A getter whose body is one `return` ("get x { return _x; }"): an expression body says it
@@ -368,15 +368,15 @@ def expression_body_shapes(text: str) -> list[Shaped]:
     """ "Prefer expression bodies for one-line getters", "use expression-bodied members"."""
     if not re.search(r"\bexpression[- ]bod(?:y|ies|ied)\b|`=>`\s+(?:for|in)\s+getters", text, re.I):
         return []
-    if not re.search(r"\b(getters?|properties|members|accessors)\b", text, re.I) or _negated(
+    if not re.search(r"\b(getters?|properties|members|accessors)\b", text, re.I) or negated(
         text, "expression"
     ):
         return []
-    langs = [g for g in _languages(text) if g.startswith("*.")]
+    langs = [g for g in languages_of(text) if g.startswith("*.")]
     rule = ContentRule(pattern=GETTER_BLOCK, path_globs=langs or ["*.dart", "*.cs", "*.kt"])
     path = "lib/example" + (langs[0][1:] if langs else ".dart")
     return [
-        _write_pair(
+        write_pair(
             rule, path, "int get count {\n  return _count;\n}\n", "int get count => _count;\n"
         )
     ]
@@ -421,7 +421,7 @@ def relative_import_shapes(text: str) -> list[Shaped]:
     if deep:
         rule = ContentRule(pattern=DEEP_RELATIVE_IMPORT, path_globs=JS)
         return [
-            _write_pair(
+            write_pair(
                 rule,
                 "src/a/b.ts",
                 "import { x } from '../../lib/x';\n",
@@ -430,7 +430,7 @@ def relative_import_shapes(text: str) -> list[Shaped]:
         ]
     rule = ContentRule(pattern=RELATIVE_IMPORT, path_globs=[*JS, "*.py"])
     return [
-        _write_pair(
+        write_pair(
             rule, "src/a/b.ts", "import { x } from '../lib/x';\n", "import { x } from '@/lib/x';\n"
         )
     ]
@@ -454,11 +454,11 @@ def folder_access_shapes(text: str) -> list[Shaped]:
         if not mods:
             continue
         globs = [f"**/{where}/**", f"**/{where}.*"]
-        pattern = "|".join(f"(?:{_import_re(x)})" for x in mods)
+        pattern = "|".join(f"(?:{import_re(x)})" for x in mods)
         rule = ContentRule(pattern=pattern, path_globs=globs)
         path = f"src/{where}/a.ts"
         out.append(
-            _write_pair(
+            write_pair(
                 rule,
                 path,
                 f"import {{ db }} from '{mods[0]}';\n",
