@@ -12,13 +12,8 @@
 # compliance at the 5th correction is lower (bench/learning/learning_check.py decides).
 # Each run loads the model and takes SDPO steps: tens of minutes on 2 cores.
 #
-# Wiring (for the lead, once no train_starter.sh process is running: bash reads a script
-# as it runs, so editing it under a running process changes what that process does):
-# append to scripts/train_starter.sh, after the train step,
-#
-#   [ -n "${SKIP_LEARNING_CHECK:-}" ] || bash scripts/check_starter_learns.sh "$WORK/run/adapter" "$WORK/learning-check"
-#
-# so that `set -e` stops the recipe before anyone copies a candidate that learns less.
+# scripts/train_starter.sh runs this after its train step, so `set -e` stops the recipe
+# before anyone copies a candidate that learns less (SKIP_LEARNING_CHECK=1 skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CANDIDATE="${1:?usage: check_starter_learns.sh <candidate adapter dir> [work dir]}"

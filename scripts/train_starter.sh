@@ -27,3 +27,6 @@ wait
 "$PY" -m continual_lsp.curriculum.train train \
   --data "$WORK/shard1.jsonl" "$WORK/shard2.jsonl" --out "$WORK/run" \
   ${MAX_MINUTES:+--max-minutes "$MAX_MINUTES"} ${INIT_ADAPTER:+--init-adapter "$INIT_ADAPTER"}
+# The learning check (issue 33): a candidate that learns less from a deny-only reviewer
+# than the shipped starter stops the recipe here (set -e), before anyone copies it.
+[ -n "${SKIP_LEARNING_CHECK:-}" ] || bash scripts/check_starter_learns.sh "$WORK/run/adapter" "$WORK/learning-check"
