@@ -171,11 +171,9 @@ def cmd_export(args: argparse.Namespace) -> None:
     print(json.dumps({"step": state["step"], "adapter": args.out}))
 
 
-def cmd_train(args: argparse.Namespace) -> None:
-    import torch
-
-    from continual_lsp.policy.training import _cache_layers, _forward
-
+def _train_config(args: argparse.Namespace) -> TrainConfig:
+    """The run's config: a saved one (`--config`) or the flags', with the budget and the
+    starting adapter as the flags say."""
     cfg = TrainConfig.model_validate_json(Path(args.config).read_text()) if args.config else None
     if cfg is None:
         cfg = TrainConfig(data=args.data, out=args.out)
@@ -183,6 +181,31 @@ def cmd_train(args: argparse.Namespace) -> None:
         cfg.max_minutes = args.max_minutes
     if args.init_adapter:
         cfg.init_adapter = args.init_adapter
+    return cfg
+
+
+def _resume(model: Any, optim: Any, cfg: TrainConfig, ckpt: Path) -> tuple[int, float]:
+    """(steps done, seconds spent) of a run: the checkpoint's, or a fresh start (from
+    `init_adapter` when one is named)."""
+    import torch
+
+    if not ckpt.exists():
+        if cfg.init_adapter:
+            load_adapter(model, Path(cfg.init_adapter))
+            print(f"started from the adapter in {cfg.init_adapter}", flush=True)
+        return 0, 0.0
+    state = torch.load(ckpt, weights_only=False)
+    model.load_state_dict(state["adapter"], strict=False)
+    optim.load_state_dict(state["optimizer"])
+    return int(state["step"]), float(state["seconds"])
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    import torch
+
+    from continual_lsp.policy.training import _cache_layers, _forward
+
+    cfg = _train_config(args)
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     out = Path(cfg.out)
@@ -199,15 +222,8 @@ def cmd_train(args: argparse.Namespace) -> None:
     params = [p for p in model.parameters() if p.requires_grad]
     optim = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
     ckpt = out / "checkpoint.pt"
-    step, spent = 0, 0.0
-    if cfg.init_adapter and not ckpt.exists():
-        load_adapter(model, Path(cfg.init_adapter))
-        print(f"started from the adapter in {cfg.init_adapter}", flush=True)
-    if ckpt.exists():
-        state = torch.load(ckpt, weights_only=False)
-        model.load_state_dict(state["adapter"], strict=False)
-        optim.load_state_dict(state["optimizer"])
-        step, spent = int(state["step"]), float(state["seconds"])
+    step, spent = _resume(model, optim, cfg, ckpt)
+    if step:
         print(f"resumed at step {step}/{total_steps}", flush=True)
     log = (out / "train.log").open("a", encoding="utf-8")
     start = time.monotonic()
