@@ -35,7 +35,6 @@ import ast
 import contextlib
 import json
 import os
-import platform
 import random
 import shutil
 import subprocess
@@ -62,6 +61,7 @@ from continual_lsp.curriculum.episodes import (  # noqa: E402
     write_workspace,
 )
 from continual_lsp.curriculum.situations import Builder, Situation, call, load_vocab  # noqa: E402
+from continual_lsp.policy.model_files import cpu_model  # noqa: E402
 from continual_lsp.tools.base import FILE_CHANGING_TOOLS, ToolCall  # noqa: E402
 from continual_lsp.tools.runner import ToolRunner  # noqa: E402
 
@@ -416,14 +416,6 @@ def drift_kl(student: Any, reference: Any) -> float:
 
 def mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else 0.0
-
-
-def cpu_model() -> str:
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
 
 
 def fraction(rows: list[dict[str, Any]], key: str, value: Any = True) -> float | None:

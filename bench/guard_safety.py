@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -42,21 +41,12 @@ sys.path.insert(0, str(ROOT))
 from continual_lsp.agent.lanes_facade import LanesFacade  # noqa: E402
 from continual_lsp.config import Settings  # noqa: E402
 from continual_lsp.lanes.scope import TASK_KIND  # noqa: E402
+from continual_lsp.policy.model_files import cpu_model  # noqa: E402
 from continual_lsp.store import Store  # noqa: E402
 from continual_lsp.tools.base import Preview, ToolCall  # noqa: E402
 from continual_lsp.tools.runner import ToolRunner  # noqa: E402
 
 DATA = ROOT / "bench" / "data" / "guard_safety"
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def to_call(spec: dict[str, Any]) -> ToolCall:

@@ -32,7 +32,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -44,6 +43,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from continual_lsp.policy.model_files import cpu_model  # noqa: E402
 from tests.server.harness import Editor  # noqa: E402
 
 PHASES = ("idle", "training", "sampling")
@@ -237,16 +237,6 @@ async def drive(
         work["training_steps"] += 1
         pending = result.get("nextProposal")
     return work
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 async def main(args: argparse.Namespace) -> int:

@@ -35,6 +35,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.tasks import SAMPLE_TASKS
+from continual_lsp.policy.model_files import cpu_model
 
 SAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sample-workspace"
 FAILING_TEST = "PYTHONPATH=src python3 -m pytest -q tests/test_ops.py"
@@ -140,18 +141,6 @@ def main() -> int:
     if args.file_candidates:
         file_change_turns(policy, args)
     return 0
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()
 
 
 def file_change_turns(policy: Any, args: argparse.Namespace) -> None:
