@@ -72,7 +72,8 @@ def review(
     """Script one task's reviewer: a call that breaks the rule is denied with the
     correction (`deny`) or replaced by the situation's demonstration with the correction
     as its comment (`edit`); a call that keeps the rule is approved, and so is a call
-    with a tool the rule is not about (it runs; the task goes on). For every denial:
+    with a tool the rule is not about (it runs; the task goes on) — overridden instead
+    when a guard blocks it. For every denial:
     whether the proposal right after it follows the correction, and how long the reviewer
     waited for it (deny → retry shown; the step lands after it)."""
     counts: dict[str, Any] = {
@@ -87,10 +88,10 @@ def review(
             # The rule is silent on this call (running the tests under a file-tool rule):
             # the reviewer lets it run and waits for the call the rule is about.
             counts["outside_rule"] += 1
-            proposal = agent.decide(proposal.id, "approve").next_proposal
+            proposal = agent.decide(proposal.id, accept(proposal)).next_proposal
             continue
         if scenario.check(judge_call(call)):
-            agent.decide(proposal.id, "approve")
+            agent.decide(proposal.id, accept(proposal))
             counts["approved"] += 1
             break  # the behaviour was shown; the rest of the task is not this bench's
         if mode == "edit":
@@ -111,6 +112,12 @@ def review(
     counts["follows"] = follows
     counts["deny_s"] = [round(w, 2) for w in waits]
     return counts
+
+
+def accept(proposal: Any) -> str:
+    """How the reviewer lets a call run: approve, or override when a guard blocks a call
+    the reviewer wants (a blocked proposal offers no approve; issue 31)."""
+    return "override" if proposal.blocked_by else "approve"
 
 
 def after_guards(agent: Any, scenario: Scenario, records: list[dict[str, Any]]) -> float:

@@ -177,3 +177,27 @@ def test_forgetting_teaches_first_then_eight_of_second_then_measures_first_again
     )
     # No adapter was saved: the skill bench had nothing to compare, so it did not run.
     assert result["agent_skill_drop"] is None and result["adapter"] is None
+
+
+def test_the_reviewer_overrides_a_blocked_call_it_wants_and_never_approves_it() -> None:
+    """A blocked proposal offers no approve (issue 31): the scripted reviewer lets a call it
+    wants run through override, and approves a call no guard blocks."""
+    from types import SimpleNamespace
+
+    from continual_lsp.tools.base import ToolCall
+
+    decided: list[str] = []
+
+    class Agent:
+        def decide(self, proposal_id: str, decision: str, *args: Any, **kw: Any) -> Any:
+            if decision == "approve" and proposal_id == "blocked":
+                raise AssertionError("approve of a blocked proposal")
+            decided.append(decision)
+            return SimpleNamespace(next_proposal=None)
+
+    scenario = SimpleNamespace(tools={"bash"}, check=lambda judged: True)
+    call = ToolCall(tool="bash", arguments={"cmd": "pnpm test"})
+    for pid, blocked in (("blocked", "a guard says no"), ("free", None)):
+        proposal = SimpleNamespace(id=pid, call=call, blocked_by=blocked)
+        through_agent.review(Agent(), scenario, None, proposal, "deny")
+    assert decided == ["override", "approve"]
