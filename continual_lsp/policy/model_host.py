@@ -266,6 +266,10 @@ class ModelHost:
         lock): the model's while it is live, else its own, read back if spilled."""
         if slot is self._live:
             return dict(self._lora_params())
+        return self._read_back(slot)
+
+    def _read_back(self, slot: AdapterSlot) -> dict[str, torch.Tensor]:
+        """`slot`'s own tensors, read back from its spill file if it was spilled."""
         if slot.state is None:
             assert slot.spill is not None
             started = time.perf_counter()
@@ -306,15 +310,7 @@ class ModelHost:
     def _restore(self, slot: AdapterSlot) -> None:
         """Make `slot`'s tensors the model's LoRA tensors: handed over, not copied, so they
         exist once. A fresh slot gets a copy of the initial, which it may write into."""
-        if slot.state is None:
-            assert slot.spill is not None
-            started = time.perf_counter()
-            slot.state = load_file(str(slot.spill))
-            slot.spill.unlink(missing_ok=True)
-            slot.spill = None
-            self.reloads += 1
-            self.swap_s += time.perf_counter() - started
-        state = slot.state
+        state = self._read_back(slot)
         if state is self._initial:
             state = self._snapshot(state)
         else:
