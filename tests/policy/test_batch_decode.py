@@ -136,8 +136,10 @@ def test_rows_join_and_leave_mid_batch(model_and_tokenizer: tuple[Any, Any]) -> 
 def test_users_at_once_each_get_their_own_call(model_and_tokenizer: tuple[Any, Any]) -> None:
     """Three users sample at once through the host's scheduler, with room for one
     adapter in memory (the others would be spilled): the steps were shared, and each
-    user got the call it decodes alone, twice (the second from its prompt cache)."""
-    host = _host(model_and_tokenizer, max_resident_adapters=1)
+    user got the call it decodes alone, twice (the second from its prompt cache). The
+    prompt-cache bound holds all three caches: under the default 16 MB, which user's
+    cache survives depends on which row finished last (CI saw none of the first two)."""
+    host = _host(model_and_tokenizer, max_resident_adapters=1, max_prompt_cache_mb=256)
     users = [_user(host, f"u{i}", seed) for i, seed in enumerate((5, 6, 7))]
     params = SampleParams(temperature=0.0, max_tokens=40)
     prompts = [_prompt(u, t) for u, t in zip(users, TASKS, strict=True)]
@@ -160,7 +162,7 @@ def test_users_at_once_each_get_their_own_call(model_and_tokenizer: tuple[Any, A
         for completion in got[i]:
             _same(completion, alone)
     assert all(slot.pins == 0 for slot in host._slots)
-    assert users[0].prompt_cache.hits >= 1 or users[1].prompt_cache.hits >= 1
+    assert all(user.prompt_cache.hits >= 1 for user in users)
 
 
 def test_a_warmed_prompt_cache_serves_the_first_task(model_and_tokenizer: tuple[Any, Any]) -> None:
