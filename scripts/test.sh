@@ -26,15 +26,29 @@ if [ "$fast" = 1 ]; then
 fi
 # A failed VS Code check does not stop the Python suite from running: every failure is
 # reported, and the script fails at the end if any did.
+# CI keeps only the tail of the output, where pytest's report is: each VS Code check's log
+# is kept, and the failed checks' FAIL lines are printed again at the very end.
 failed=()
+logs="$(mktemp -d)"
+check() {
+  local name="$1"
+  shift
+  "$@" 2>&1 | tee "$logs/$name.log" || failed+=("$name")
+}
 if [ "${CONTINUAL_SKIP_VSCODE:-0}" != 1 ]; then
-  bash vscode-client/scripts/test.sh || failed+=("vscode unit tests")
-  bash vscode-client/scripts/e2e.sh || failed+=("vscode e2e")
+  check "vscode-unit" bash vscode-client/scripts/test.sh
+  check "vscode-e2e" bash vscode-client/scripts/e2e.sh
   # Per-hunk decisions, always allow and undo in code-server, on the scripted server.
-  E2E_MODE=review E2E_SKIP_PACKAGE=1 bash vscode-client/scripts/e2e.sh || failed+=("vscode review e2e")
+  check "vscode-review-e2e" env E2E_MODE=review E2E_SKIP_PACKAGE=1 bash vscode-client/scripts/e2e.sh
 fi
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@" || failed+=("pytest")
 if [ "${#failed[@]}" -gt 0 ]; then
+  for name in "${failed[@]}"; do
+    if [ -f "$logs/$name.log" ]; then
+      echo "--- $name: what failed ---" >&2
+      grep -E "FAIL|failed|timed out|Error" "$logs/$name.log" | tail -n 20 >&2 || tail -n 20 "$logs/$name.log" >&2
+    fi
+  done
   echo "test.sh: failed: ${failed[*]}" >&2
   exit 1
 fi
