@@ -63,7 +63,7 @@ def embedded_tokenizer() -> Any:
 @pytest.fixture(scope="session")
 def chatml_renderer(embedded_tokenizer: Any) -> Any:
     """The embedded model's chat template as a Tinker-style renderer."""
-    from continual_lsp.policy.tinker_render import ChatTemplateRenderer
+    from continual_lsp.policy.tinker.tinker_render import ChatTemplateRenderer
 
     return ChatTemplateRenderer(embedded_tokenizer)
 

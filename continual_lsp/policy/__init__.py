@@ -19,7 +19,7 @@ def make_policy(settings: Settings, *, shared: bool = False) -> Sampler:
     Built under the process's load lock (`hf_lock`): a routed correction's embedder waits.
     """
     if settings.backend == "tinker":
-        from continual_lsp.policy.tinker_backend import TinkerPolicy
+        from continual_lsp.policy.tinker.tinker_policy import TinkerPolicy
 
         return TinkerPolicy.from_settings(settings)
     if settings.backend == "vllm":

@@ -67,7 +67,7 @@ from continual_lsp.policy.vllm_wire import (
 )
 
 if TYPE_CHECKING:
-    from continual_lsp.policy.tinker_render import TinkerRenderer
+    from continual_lsp.policy.tinker.tinker_render import TinkerRenderer
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ class VllmPolicy(BackendVersion):
         if "tokenizer" not in kwargs:
             kwargs["tokenizer"] = load_tokenizer(settings.model)
         if settings.vllm_trainer == "tinker":
-            from continual_lsp.policy.tinker_render import make_tinker_renderer
+            from continual_lsp.policy.tinker.tinker_render import make_tinker_renderer
 
             kwargs.setdefault("manages_versions", True)
             kwargs.setdefault("export", _tinker_export(settings))
@@ -444,7 +444,7 @@ def _tinker_export(settings: Settings) -> Callable[[str], Path]:
         if target.is_dir():
             return target
         if not trainer:
-            from continual_lsp.policy.tinker_backend import TinkerPolicy
+            from continual_lsp.policy.tinker.tinker_policy import TinkerPolicy
 
             trainer.append(TinkerPolicy.from_settings(trainer_settings(settings)))
         return Path(trainer[0].download_adapter(version, target))

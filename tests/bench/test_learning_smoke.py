@@ -146,7 +146,7 @@ def test_the_suite_runs_unchanged_on_the_tinker_backend(
     (no full distribution remotely), drift n/a. The service is faked (unreachable here)."""
     from bench.learning.suite import Bench, SuiteConfig, run_suite
     from continual_lsp.config import Settings
-    from tests.policy.tinker_fakes import Events, FakeTrainingClient, fake_tinker_policy
+    from tests.policy.tinker.tinker_fakes import Events, FakeTrainingClient, fake_tinker_policy
 
     made: list[FakeTrainingClient] = []
 

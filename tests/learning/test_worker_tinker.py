@@ -16,7 +16,7 @@ tinker = pytest.importorskip("tinker")
 from continual_lsp.config import Settings  # noqa: E402
 from continual_lsp.learning.worker import JOB_KINDS, handle_job, sync_weights  # noqa: E402
 from continual_lsp.store import Store  # noqa: E402
-from tests.policy.tinker_fakes import (  # noqa: E402
+from tests.policy.tinker.tinker_fakes import (  # noqa: E402
     Events,
     FakeFuture,
     FakeTrainingClient,

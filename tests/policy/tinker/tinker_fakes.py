@@ -170,7 +170,7 @@ def fake_tinker_policy(
     renderer: Any, adapters_dir: Any, training: FakeTrainingClient | None = None
 ) -> Any:
     """A TinkerPolicy wired to the fakes (`training` replaces the training client)."""
-    from continual_lsp.policy.tinker_backend import TinkerPolicy
+    from continual_lsp.policy.tinker.tinker_policy import TinkerPolicy
 
     events = training.events if training is not None else Events()
     return TinkerPolicy(

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from continual_lsp.policy.base import Message
-from continual_lsp.policy.tinker_render import (
+from continual_lsp.policy.tinker.tinker_render import (
     ChatTemplateRenderer,
     CookbookRenderer,
     make_tinker_renderer,
@@ -218,7 +218,7 @@ def _fake_export(directory: Path, model: Any, rank: int, alpha: float) -> None:
 def test_export_converts_to_a_peft_adapter_the_local_backend_loads(tmp_path: Path) -> None:
     peft = pytest.importorskip("peft")
     from continual_lsp.policy import training
-    from continual_lsp.policy.tinker_backend import to_peft_adapter
+    from continual_lsp.policy.tinker.tinker_checkpoints import to_peft_adapter
 
     base = _tiny_llama()
     export = tmp_path / "export"
@@ -257,7 +257,7 @@ def test_export_converts_to_a_peft_adapter_the_local_backend_loads(tmp_path: Pat
 def test_export_renames_unembed_and_refuses_experts(tmp_path: Path) -> None:
     from safetensors.torch import load_file, save_file
 
-    from continual_lsp.policy.tinker_backend import to_peft_adapter
+    from continual_lsp.policy.tinker.tinker_checkpoints import to_peft_adapter
 
     src = tmp_path / "src"
     src.mkdir()

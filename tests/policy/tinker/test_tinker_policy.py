@@ -20,17 +20,21 @@ import pytest
 tinker = pytest.importorskip("tinker")
 
 from continual_lsp.config import Settings  # noqa: E402
-from continual_lsp.policy.base import Datum, Policy, SampleParams  # noqa: E402
-from continual_lsp.policy.tinker_backend import (  # noqa: E402
-    DEFAULT_TINKER_MODEL,
+from continual_lsp.policy.base import (  # noqa: E402
     BackendUnavailable,
-    TinkerPolicy,
-    as_unavailable,
+    Datum,
+    Policy,
+    SampleParams,
+)
+from continual_lsp.policy.tinker import service as tinker_service  # noqa: E402
+from continual_lsp.policy.tinker.datums import (  # noqa: E402
     build_tinker_batch,
     completion_logprobs,
     fold_kl,
 )
-from tests.policy.tinker_fakes import (  # noqa: E402
+from continual_lsp.policy.tinker.service import as_unavailable  # noqa: E402
+from continual_lsp.policy.tinker.tinker_policy import DEFAULT_TINKER_MODEL, TinkerPolicy  # noqa: E402
+from tests.policy.tinker.tinker_fakes import (  # noqa: E402
     EDIT_CORRECTION,
     Events,
     FakeFuture,
@@ -257,8 +261,6 @@ def test_save_and_resume(policy: TinkerPolicy, events: Events, tmp_path: Path) -
 def test_sampling_only_process_never_creates_a_training_client(
     events: Events, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from continual_lsp.policy import tinker_backend
-
     class BaseOnlyService(FakeService):
         def create_sampling_client(
             self, model_path: str | None = None, base_model: str | None = None
@@ -266,7 +268,7 @@ def test_sampling_only_process_never_creates_a_training_client(
             self.loaded.append(f"base:{base_model}")
             return FakeFuture(self.events, "sampler", FakeSamplingClient(self.events, "reference"))
 
-    monkeypatch.setattr(tinker_backend, "probe_service", lambda *args: None)
+    monkeypatch.setattr(tinker_service, "probe_service", lambda *args: None)
     service = BaseOnlyService(events)
     policy = TinkerPolicy("Qwen/Qwen3-8B", service_client=service, renderer=StubRenderer())
     # A fresh adapter is the base model: the sampler is the reference client until a step.

@@ -30,7 +30,7 @@ peft = pytest.importorskip("peft")
 
 from continual_lsp.policy import losses, training  # noqa: E402
 from continual_lsp.policy.base import Datum  # noqa: E402
-from continual_lsp.policy.tinker_backend import (  # noqa: E402
+from continual_lsp.policy.tinker.datums import (  # noqa: E402
     batch_metrics,
     build_tinker_batch,
     cispo_loss_reference,
