@@ -3,17 +3,13 @@
 One job = one reviewer signal about one proposal. `sdpo_step` turns it into one LoRA
 step (more with the options at the end of this docstring):
 
-1. **Teacher context** (`teacher_prompt`): the student's own prompt with one extra user
-   turn spliced in before the assistant header: the reviewer's correction and, when one
-   exists, a demonstration ("A correct call here is: {…}"); a denial without one shows
-   the calls the reviewer approved after earlier corrections of the same cluster
-   (`SdpoJob.examples`, context only: they answer other prompts). The denied call is *never*
-   put in the teacher's context: the embedded 135M model copies its context, so a
-   teacher that sees the denied call assigns it high probability and SDPO would
-   reinforce it (FIELD-NOTES: teacher −4.5 vs student −63.9 on a denied call). What a
-   small teacher can do is copy a demonstration.
-2. **Scores.** Teacher logprobs of the proposal's tokens `y` (and of the demonstration's
-   tokens), and the current student's logprobs of the same tokens in the plain prompt.
+1. **Teacher context** (`learning/teacher_context.py`): the student's own prompt with the
+   reviewer's correction and, when one exists, a demonstration spliced in as one extra
+   user turn; never the denied call.
+2. **Scores** (`learning/scoring.py`). Teacher logprobs of the proposal's tokens `y` (and
+   of the demonstration's tokens), and the current student's logprobs of the same tokens
+   in the plain prompt, both under the decoding grammar's mask; the teacher is the
+   current weights, an EMA of them, or a trust region towards the reference.
 3. **Per-token advantages** `adv[t] = log π_T(y_t | teacher ctx) − log π(y_t | ctx)`:
    negative where the teacher (who saw the fix) would not have written that token, so the
    surrogate pushes it down; positive where it agrees.
@@ -25,9 +21,6 @@ step (more with the options at the end of this docstring):
      the demonstration in view, rates it near certain, so this raises the student's
      logprob of `d` token by token where it is low) and `old_logprobs` = the current
      student (the demonstration was not sampled: on-policy weight 1).
-   Both sides are scored under the decoding grammar's mask (`grammar_masks`): forced
-   tokens get advantage 0 and decisions are compared among valid alternatives, as the
-   sampler sees them; the raw gap is mostly about JSON framing, not the reviewer's point.
 5. **Loss**: `loss_mode="token"` → the clamped-IS surrogate (`importance_sampling`),
    `loss_mode="topk"` → top-k + tail distillation to the teacher's distribution at each
    position the grammar left open (`topk_distill`, local backend only; forced positions
@@ -42,39 +35,39 @@ sample (same two datums); `approved_retry` — after a denial, the retry the rev
 approved is the demonstration for the denied turn's prompt (demonstration datum only: the
 denial already had its own step).
 
-Teachers (`settings.teacher`): `current` — the student's own weights (shares the prompt's
-KV prefix with the student); `ema` — a second peft adapter `ema` holding an exponential
-moving average of the trained adapter (`θ_T ← (1−ρ)θ_T + ρθ`, ρ = teacher_update_rate,
-after every step; saved beside each adapter version and restored with it, so a restarted
-worker or a revert keeps the teacher of those weights; a version saved without one starts
-it from the student's weights, not from zero as TRL's `PEFTAdapterEMACallback` does);
-`trust_region` — the current teacher mixed with the frozen reference in probability
-space, `q = (1−ρ)·π_T + ρ·π_ref` (both on the teacher context), ρ = `trust_region_rate`
-(default `teacher_update_rate`).
-
 More from one correction (issue 33; both off by default, `Settings`): `steps_per_correction`
 repeats the step on the same datums until the IS clamp engages on most tokens (the
 trust region: the stored scores stop describing the weights), and `replay_same_cluster`
 adds earlier corrections of the same cluster (`SdpoJob.cluster`, the lane item a denial
 was routed to) to each new step's batch, re-scored under the current weights.
 
-Over 500 lines on purpose: teacher context, scoring, grammar masks, datums and the step
-are one algorithm, read top to bottom against this docstring (and `SdpoConfig` sits
-beside it, as TRL keeps its config beside its trainer).
+`SdpoConfig` sits beside the step, as TRL keeps its config beside its trainer.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from continual_lsp.config import Settings
+from continual_lsp.learning.scoring import (
+    grammar_masks,
+    pick,
+    renormalise,
+    student_logprobs,
+    teacher_scores,
+    update_ema_teacher,
+)
+from continual_lsp.learning.teacher_context import (
+    call_text,
+    demonstration_tokens,
+    feedback_text,
+    teacher_prompt,
+)
 from continual_lsp.policy import training
 from continual_lsp.policy.base import Datum, LossName, Policy, TrainMetrics, TrainOptions
 from continual_lsp.tools.base import ToolCall
@@ -85,7 +78,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 JOB_KIND = "sdpo"
-EMA_ADAPTER = "ema"
 
 Signal = Literal["deny", "edit", "approved_retry"]
 
@@ -177,282 +169,6 @@ class NothingToLearn(ValueError):
     """The job carries no signal a step could use (no correction and no demonstration)."""
 
 
-# -- teacher context --------------------------------------------------------------------------
-
-
-def feedback_text(
-    correction: str | None, demonstration_text: str | None, example_texts: Sequence[str] = ()
-) -> str:
-    """The user turn the teacher sees. Never contains the denied call."""
-    parts = []
-    if correction and correction.strip():
-        parts.append(f"The reviewer says: {correction.strip()}")
-    if demonstration_text:
-        parts.append(f"A correct call here is:\n{demonstration_text}")
-    if example_texts:
-        parts.append(
-            "Calls the reviewer approved after the same correction elsewhere:\n"
-            + "\n".join(example_texts)
-        )
-    return "\n".join(parts)
-
-
-@dataclass(frozen=True)
-class _TurnFormat:
-    turn_prefix: str  # text before a user turn's content (ChatML: "<|im_start|>user\n")
-    turn_suffix: str  # text after it ("<|im_end|>\n")
-    header: str  # the assistant generation header ("<|im_start|>assistant\n")
-
-
-def _turn_format(tokenizer: Any) -> _TurnFormat | None:
-    """Derive the user-turn framing and assistant header from the chat template itself."""
-    if not getattr(tokenizer, "chat_template", None):
-        return None
-    marker = "\x00FEEDBACK\x00"
-    base = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
-
-    def render(messages: list[dict[str, str]], generation: bool) -> str:
-        return str(
-            tokenizer.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=generation
-            )
-        )
-
-    try:
-        plain = render(base, False)
-        with_turn = render([*base, {"role": "user", "content": marker}], False)
-        with_header = render(base, True)
-    except Exception:  # a template that rejects two user turns in a row, say
-        return None
-    if (
-        not with_turn.startswith(plain)
-        or not with_header.startswith(plain)
-        or marker not in with_turn
-    ):
-        return None
-    turn = with_turn[len(plain) :]
-    prefix, suffix = turn.split(marker, 1)
-    return _TurnFormat(turn_prefix=prefix, turn_suffix=suffix, header=with_header[len(plain) :])
-
-
-def _encode(tokenizer: Any, text: str) -> list[int]:
-    return list(tokenizer.encode(text, add_special_tokens=False))
-
-
-def teacher_prompt(policy: Policy, prompt_tokens: list[int], feedback: str) -> list[int]:
-    """The student's prompt with a user turn holding `feedback` before the assistant header.
-
-    Works in token space so the teacher context starts with exactly the student's tokens
-    (the KV prefix is shared with the student): the trailing assistant header is cut
-    off, the feedback turn and the header appended. Without a chat template the feedback
-    is appended as plain text.
-    """
-    tokenizer = policy.tokenizer
-    fmt = _turn_format(tokenizer)
-    if fmt is None:
-        return [*prompt_tokens, *_encode(tokenizer, f"\n\n{feedback}\n\n")]
-    header = _encode(tokenizer, fmt.header)
-    base = list(prompt_tokens)
-    if header and base[-len(header) :] == header:
-        base = base[: -len(header)]
-    turn = _encode(tokenizer, fmt.turn_prefix + feedback + fmt.turn_suffix)
-    return [*base, *turn, *header]
-
-
-def demonstration_tokens(policy: Policy, call: ToolCall) -> list[int]:
-    """Tokens of `call` exactly as the student would write it (ends with end-of-turn)."""
-    return list(policy.renderer.render_call(call))
-
-
-def _demonstration_text(policy: Policy, tokens: list[int]) -> str:
-    eos = {policy.tokenizer.eos_token_id, getattr(policy.renderer, "end_of_turn_id", None)}
-    body = [t for t in tokens if t not in eos]
-    return str(policy.tokenizer.decode(body, clean_up_tokenization_spaces=False)).strip()
-
-
-# -- teacher scoring --------------------------------------------------------------------------
-
-
-@dataclass
-class TeacherScores:
-    logprobs: list[float]  # of each scored token
-    topk_ids: list[list[int]] | None = None
-    topk_logprobs: list[list[float]] | None = None
-
-
-def ensure_ema_teacher(policy: LocalPolicy) -> None:
-    """Create the `ema` adapter (once per process): the teacher saved with the loaded
-    version if there is one (`training.save_adapter` writes it), else a copy of the
-    trained adapter."""
-    model = policy.model
-    if EMA_ADAPTER in model.peft_config:
-        return
-    model.add_adapter(EMA_ADAPTER, model.peft_config[training.TRAINED_ADAPTER])
-    # add_adapter may mark the new adapter trainable; set_adapter(default) freezes it again.
-    model.set_adapter(training.TRAINED_ADAPTER)
-    state = training.saved_companion(policy, EMA_ADAPTER) or training.adapter_state(policy)
-    with torch.no_grad():
-        training.set_adapter_state(policy, state, adapter=EMA_ADAPTER)
-    training.invalidate_prefix_cache(policy)
-
-
-@torch.no_grad()
-def update_ema_teacher(policy: LocalPolicy, rate: float) -> None:
-    """θ_ema ← (1 − rate)·θ_ema + rate·θ, tensor by tensor, in place."""
-    ensure_ema_teacher(policy)
-    student = dict(policy.model.named_parameters())
-    for name, param in policy.model.named_parameters():
-        if f".{EMA_ADAPTER}." not in name:
-            continue
-        source = student.get(name.replace(f".{EMA_ADAPTER}.", f".{training.TRAINED_ADAPTER}."))
-        if source is not None:
-            param.lerp_(source.detach(), rate)
-    training.invalidate_prefix_cache(policy)
-
-
-def grammar_masks(policy: Policy, tokens: list[int]) -> list[torch.Tensor | None]:
-    """The decoding grammar's allowed-token mask at each position of `tokens`.
-
-    Why: the sampler only ever chooses among the tokens the grammar allows, and the raw
-    distribution of a 135M model at a constrained position is mostly junk (its raw
-    logprob of `{"` is ~−10; only the grammar makes it write JSON). A teacher with a call
-    in view is much surer of the JSON framing than the student, so raw teacher − student
-    gaps are dominated by format, not by the reviewer's point: on a denied `read` call
-    the forced `tool` token had advantage +7.9 and the denied call's logprob *rose* after
-    a step. Comparing both under the grammar's mask (renormalised over the allowed
-    tokens, as the sampler sees them) removes that bias: forced tokens score 0 for both
-    (advantage 0), and at a real decision the comparison is among valid alternatives.
-
-    Replays the grammar over `tokens` (fast-forward tokens count as forced: one-hot
-    masks). None where no mask applies: no grammar (a remote backend), past the point
-    where the grammar stopped, or a token it rejects.
-    """
-    if not policy.scores_locally or not tokens:
-        return [None] * len(tokens)
-    local = cast("LocalPolicy", policy)
-    try:
-        from continual_lsp.policy.grammar import allowed_mask
-
-        vocab = int(local.model.get_output_embeddings().weight.shape[0])
-        matcher = local.grammar.matcher()
-        out: list[torch.Tensor | None] = []
-        while len(out) < len(tokens) and not matcher.is_error():
-            i = len(out)
-            ff = list(matcher.compute_ff_tokens())
-            if ff and tokens[i : i + len(ff)] == ff:
-                for token in ff:
-                    one = torch.zeros(vocab, dtype=torch.bool)
-                    one[token] = True
-                    out.append(one)
-                matcher.consume_tokens(ff)
-                continue
-            mask = allowed_mask(matcher, vocab)
-            if not bool(mask[tokens[i]]) or not matcher.consume_token(tokens[i]):
-                break
-            out.append(mask)
-        return out + [None] * (len(tokens) - len(out))
-    except Exception as exc:  # a grammar change must not stop learning: score unmasked
-        log.warning("could not replay the grammar over the call (%s); scoring unmasked", exc)
-        return [None] * len(tokens)
-
-
-def _renormalise(log_probs: torch.Tensor, masks: list[torch.Tensor | None] | None) -> torch.Tensor:
-    """Each row's log-distribution restricted to its mask and renormalised (None: as is)."""
-    if not masks or all(m is None for m in masks):
-        return log_probs
-    rows = []
-    for row, mask in zip(log_probs, masks, strict=True):
-        if mask is None:
-            rows.append(row)
-        else:
-            kept = row.masked_fill(~mask.to(row.device), float("-inf"))
-            rows.append(kept - torch.logsumexp(kept, dim=-1))
-    return torch.stack(rows)
-
-
-def _teacher_log_probs(
-    policy: LocalPolicy,
-    prompt: list[int],
-    tokens: list[int],
-    teacher: str,
-    trust_region_rate: float,
-) -> torch.Tensor:
-    """Teacher log-distribution `(T, V)` at each position of `tokens` after `prompt`."""
-    weights = EMA_ADAPTER if teacher == "ema" else training.TRAINED_ADAPTER
-    if teacher == "ema":
-        ensure_ema_teacher(policy)
-    logits = training.completion_logits(policy, prompt, tokens, weights)
-    current = torch.log_softmax(logits.float(), -1)
-    if teacher != "trust_region" or trust_region_rate <= 0:
-        return current
-    reference = torch.log_softmax(
-        training.completion_logits(policy, prompt, tokens, training.REFERENCE).float(), -1
-    )
-    rho = min(max(trust_region_rate, 0.0), 1.0)
-    if rho >= 1.0:
-        return reference
-    return torch.logaddexp(current + math.log1p(-rho), reference + math.log(rho))
-
-
-def _pick(log_probs: torch.Tensor, tokens: list[int]) -> list[float]:
-    ids = torch.tensor(tokens, dtype=torch.long, device=log_probs.device)
-    return [float(x) for x in log_probs.gather(1, ids[:, None])[:, 0].tolist()]
-
-
-def teacher_scores(
-    policy: Policy,
-    prompt: list[int],
-    tokens: list[int],
-    *,
-    teacher: str = "current",
-    topk: int = 0,
-    trust_region_rate: float = 0.0,
-    masks: list[torch.Tensor | None] | None = None,
-) -> TeacherScores:
-    """Teacher logprobs of `tokens` (grammar-renormalised where `masks` apply) and, when
-    `topk`, the teacher's raw top-k support per position (for `topk_distill`)."""
-    if not tokens:
-        return TeacherScores([], [] if topk else None, [] if topk else None)
-    if not policy.scores_locally:
-        # Scalar logprobs of the current weights only.
-        if topk or teacher != "current":
-            raise ValueError(f"teacher={teacher!r}, topk={topk} need the local backend")
-        return TeacherScores(logprobs=list(policy.logprobs(prompt, tokens)))
-    log_probs = _teacher_log_probs(
-        cast("LocalPolicy", policy), prompt, tokens, teacher, trust_region_rate
-    )
-    scores = TeacherScores(logprobs=_pick(_renormalise(log_probs, masks), tokens))
-    if topk:
-        values, indices = torch.topk(log_probs, k=min(topk, log_probs.shape[-1]), dim=-1)
-        scores.topk_ids = indices.tolist()
-        scores.topk_logprobs = values.tolist()
-    return scores
-
-
-def student_logprobs(
-    policy: Policy,
-    prompt: list[int],
-    tokens: list[int],
-    masks: list[torch.Tensor | None] | None = None,
-) -> list[float]:
-    """Current weights' logprobs of `tokens` (grammar-renormalised where `masks` apply)."""
-    if not tokens:
-        return []
-    if not policy.scores_locally:
-        return list(policy.logprobs(prompt, tokens))
-    # Prefix-cached: the KV of `prompt` is reused by the training step that follows.
-    logits = training.completion_logits(cast("LocalPolicy", policy), prompt, tokens)
-    return _pick(_renormalise(torch.log_softmax(logits.float(), -1), masks), tokens)
-
-
-def sampler_logprobs(policy: Policy, prompt: list[int], tokens: list[int]) -> list[float]:
-    """Logprobs as the grammar-constrained sampler sees them (what decides a proposal)."""
-    return student_logprobs(policy, prompt, tokens, grammar_masks(policy, tokens))
-
-
-# -- datums and the step ----------------------------------------------------------------------
-
-
 def build_datums(
     policy: Policy, job: SdpoJob, settings: Settings, config: SdpoConfig | None = None
 ) -> list[Datum]:
@@ -471,12 +187,10 @@ def build_datums(
     if job.signal == "approved_retry" and not demo:
         raise NothingToLearn(f"proposal {job.proposal_id}: approved_retry without a demonstration")
     examples = [
-        _demonstration_text(policy, demonstration_tokens(policy, ToolCall.model_validate(e)))
+        call_text(policy, demonstration_tokens(policy, ToolCall.model_validate(e)))
         for e in job.examples
     ]
-    feedback = feedback_text(
-        job.correction, _demonstration_text(policy, demo) if demo else None, examples
-    )
+    feedback = feedback_text(job.correction, call_text(policy, demo) if demo else None, examples)
     t_prompt = teacher_prompt(policy, job.prompt_tokens, feedback)
     topk = settings.topk if settings.loss_mode == "topk" else 0
 
@@ -497,8 +211,8 @@ def build_datums(
                 ).float(),
                 -1,
             )
-            raw_student = _pick(raw, tokens)
-            student = _pick(_renormalise(raw, masks), tokens)
+            raw_student = pick(raw, tokens)
+            student = pick(renormalise(raw, masks), tokens)
         else:
             raw_student = student = student_logprobs(policy, job.prompt_tokens, tokens)
         scores = teacher_scores(

@@ -9,16 +9,9 @@ import pytest
 import torch
 
 from continual_lsp.config import Settings
-from continual_lsp.learning.sdpo import (
-    NothingToLearn,
-    SdpoJob,
-    build_datums,
-    feedback_text,
-    grammar_masks,
-    sampler_logprobs,
-    sdpo_step,
-    teacher_prompt,
-)
+from continual_lsp.learning.scoring import grammar_masks, sampler_logprobs
+from continual_lsp.learning.sdpo import NothingToLearn, SdpoJob, build_datums, sdpo_step
+from continual_lsp.learning.teacher_context import feedback_text
 from continual_lsp.policy import training
 from continual_lsp.policy.base import SampleParams
 from continual_lsp.policy.local import LocalPolicy
@@ -41,19 +34,6 @@ def job(
         demonstration=DEMO.model_dump() if demo else None,
         signal=signal,  # type: ignore[arg-type]
     )
-
-
-def test_teacher_context_has_the_fix_and_never_the_denied_call(policy: LocalPolicy) -> None:
-    s = make_situation(policy)
-    demo_text = policy.tokenizer.decode(s.demo[:-1])
-    t = teacher_prompt(policy, s.prompt, feedback_text(CORRECTION, demo_text))
-    header = policy.tokenizer.encode("<|im_start|>assistant\n", add_special_tokens=False)
-    assert t[: len(s.prompt) - len(header)] == s.prompt[: -len(header)]  # shares the KV prefix
-    assert t[-len(header) :] == header
-    text = policy.tokenizer.decode(t[len(s.prompt) - len(header) :])
-    assert CORRECTION in text and demo_text in text
-    assert policy.tokenizer.decode(s.denied[:-1]) not in policy.tokenizer.decode(t)
-    assert text.startswith("<|im_start|>user\n")
 
 
 def test_a_denial_shows_the_clusters_approved_calls_as_examples_only(policy: LocalPolicy) -> None:
