@@ -23,7 +23,7 @@ def make_policy(settings: Settings, *, shared: bool = False) -> Sampler:
 
         return TinkerPolicy.from_settings(settings)
     if settings.backend == "vllm":
-        from continual_lsp.policy.vllm_backend import VllmPolicy
+        from continual_lsp.policy.vllm.vllm_policy import VllmPolicy
 
         return VllmPolicy.from_settings(settings)
     from continual_lsp.policy.local import LocalPolicy

@@ -1,4 +1,4 @@
-"""The Agent with `backend = "vllm"` against the local fake of vLLM (tests/policy/vllm_fake.py):
+"""The Agent with `backend = "vllm"` against the local fake of vLLM (tests/policy/vllm/vllm_fake.py):
 the agent builds the policy from its settings, pushes the store's served version to the
 server before it samples, and records the proposal with the policy's own log-probs (the
 ones SDPO's step will use). Only the embedded model's tokenizer is loaded."""
@@ -14,9 +14,9 @@ import pytest
 from continual_lsp.agent.agent import Agent
 from continual_lsp.config import Settings
 from continual_lsp.policy.training import ADAPTER_FILE, CONFIG_FILE, sha256_file
-from continual_lsp.policy.vllm_backend import VllmPolicy, lora_name
+from continual_lsp.policy.vllm.vllm_policy import VllmPolicy, lora_name
 from continual_lsp.store import Store
-from tests.policy.vllm_fake import FakeVllm, serve
+from tests.policy.vllm.vllm_fake import FakeVllm, serve
 
 BASE = "base-model"
 

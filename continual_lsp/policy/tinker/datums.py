@@ -15,8 +15,9 @@ and Tinker's documented `cispo` loss with `clip_low_threshold=lo, clip_high_thre
 
 (`importance_sampling` has no clip, so it is not the SDPO objective). So the datum carries
 `logprobs = log π_old` and `advantages = adv/N`: then L_cispo equals the surrogate part of
-L_local term by term, in value and in gradient, for any ratio (tests/policy/test_tinker_contract.py checks both on a
-real model). Prompt positions carry advantage 0 and contribute nothing.
+L_local term by term, in value and in gradient, for any ratio
+(tests/policy/tinker/test_tinker_contract.py checks both on a real model). Prompt positions
+carry advantage 0 and contribute nothing.
 
 **KL to the reference, folded into the advantages.** Tinker has no reference term and only
 scalar logprobs, so the full-vocabulary KL of the local backend is replaced by its

@@ -1,4 +1,4 @@
-"""VllmPolicy against a local fake of vLLM's HTTP API (tests/policy/vllm_fake.py): what is
+"""VllmPolicy against a local fake of vLLM's HTTP API (tests/policy/vllm/vllm_fake.py): what is
 sent (token-id prompts, the tool-call schema, adapter names and paths), what comes back
 (the call, the policy's own log-probs), adapter pushes through the registry, two users on
 one server, a server restart, and the failures the reviewer is told about. No network."""
@@ -28,10 +28,10 @@ from continual_lsp.policy.base import (
 from continual_lsp.policy.grammar import decoding_schema
 from continual_lsp.policy.render import ChatMLRenderer
 from continual_lsp.policy.training import ADAPTER_FILE, CONFIG_FILE, sha256_file
-from continual_lsp.policy.vllm_backend import VllmPolicy, lora_name
+from continual_lsp.policy.vllm.vllm_policy import VllmPolicy, lora_name
 from continual_lsp.store import Store
 from continual_lsp.tools.base import ToolCall
-from tests.policy.vllm_fake import FakeVllm, serve
+from tests.policy.vllm.vllm_fake import FakeVllm, serve
 
 BASE = "base-model"
 GREP = ToolCall(tool="grep", arguments={"pat": "TODO"})

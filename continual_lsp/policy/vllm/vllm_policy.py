@@ -55,7 +55,7 @@ from continual_lsp.policy.base import (
 from continual_lsp.policy.grammar import decoding_schema
 from continual_lsp.policy.model_files import load_tokenizer
 from continual_lsp.policy.render import ChatMLRenderer
-from continual_lsp.policy.vllm_wire import (
+from continual_lsp.policy.vllm.vllm_wire import (
     CompletionChoice,
     CompletionRequest,
     CompletionResponse,

@@ -1,4 +1,4 @@
-"""vLLM's OpenAI-compatible HTTP API, the part `VllmPolicy` speaks (policy/vllm_backend.py).
+"""vLLM's OpenAI-compatible HTTP API, the part `VllmPolicy` speaks (vllm_policy.py).
 
 Field names and answers as vLLM's own protocol has them (`CompletionRequest`,
 `CompletionResponse`, `ModelList`, its error body). Requests are built from these models;

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from continual_lsp.policy.base import BackendUnavailable
-from continual_lsp.policy.vllm_wire import PromptLogprob, completion_scores, error_text
+from continual_lsp.policy.vllm.vllm_wire import PromptLogprob, completion_scores, error_text
 
 
 @pytest.mark.parametrize(
