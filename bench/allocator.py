@@ -66,18 +66,13 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from continual_lsp.lanes import allocator as allocator_module  # noqa: E402
 from continual_lsp.lanes import compile as guard_compile  # noqa: E402
-from continual_lsp.lanes import (  # noqa: E402
-    detector,
-    features,
-    learned,
-    prose_actions,
-    shapes,
-)
-from continual_lsp.lanes.allocator import allocate  # noqa: E402
-from continual_lsp.lanes.detector import detect_offline  # noqa: E402
-from continual_lsp.lanes.learned import HEADS_FILE, Heads, featurize  # noqa: E402
+from continual_lsp.lanes import features, prose_actions, shapes  # noqa: E402
+from continual_lsp.lanes.routing import allocator as allocator_module  # noqa: E402
+from continual_lsp.lanes.routing import detector, learned  # noqa: E402
+from continual_lsp.lanes.routing.allocator import allocate  # noqa: E402
+from continual_lsp.lanes.routing.detector import detect_offline  # noqa: E402
+from continual_lsp.lanes.routing.learned import HEADS_FILE, Heads, featurize  # noqa: E402
 from continual_lsp.lanes.shapes import (  # noqa: E402
     content,
     conventions,

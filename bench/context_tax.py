@@ -39,8 +39,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from continual_lsp.config import Settings  # noqa: E402
-from continual_lsp.lanes.allocator import route_correction  # noqa: E402
 from continual_lsp.lanes.context import bullet_items, bullets_for_turn, count_tokens  # noqa: E402
+from continual_lsp.lanes.routing.allocator import route_correction  # noqa: E402
 from continual_lsp.store.db import Store  # noqa: E402
 from continual_lsp.tools.base import ToolCall  # noqa: E402
 

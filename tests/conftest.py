@@ -71,7 +71,7 @@ def chatml_renderer(embedded_tokenizer: Any) -> Any:
 @pytest.fixture(scope="session")
 def embedder() -> Any:
     """The MiniLM embedder, loaded once per session (about 5 s): lanes and consolidation."""
-    from continual_lsp.lanes.embed import get_embedder
+    from continual_lsp.lanes.routing.embed import get_embedder
 
     emb = get_embedder()
     emb.embed(["warm up"])

@@ -8,13 +8,13 @@ from typing import Any, Protocol
 
 from continual_lsp.config import Settings
 from continual_lsp.lanes import (
-    allocator,
     allow_rules,
     context,
     guard_feedback,
     guards,
     routing_ledger,
 )
+from continual_lsp.lanes.routing import allocator
 from continual_lsp.policy.base import DecodeRestrictions
 from continual_lsp.protocol import LedgerResult, RoutedNotification
 from continual_lsp.store import Store

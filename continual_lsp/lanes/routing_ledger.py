@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from continual_lsp.config import Settings
-from continual_lsp.lanes.allocator import LaneItem, route_correction
+from continual_lsp.lanes.routing.allocator import LaneItem, route_correction
 from continual_lsp.lanes.scope import TASK_KIND
 from continual_lsp.protocol import GateCompliance, LedgerItem, LedgerResult
 from continual_lsp.store.db import Store

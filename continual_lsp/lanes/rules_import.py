@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from continual_lsp.config import Settings
-from continual_lsp.lanes.allocator import LaneItem, route_correction
-from continual_lsp.lanes.detector import detect
+from continual_lsp.lanes.routing.allocator import LaneItem, route_correction
+from continual_lsp.lanes.routing.detector import detect
 from continual_lsp.store.db import Store
 
 RULE_FILES = (

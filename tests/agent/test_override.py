@@ -13,7 +13,7 @@ import pytest
 
 from continual_lsp.agent.agent import Agent, AgentError
 from continual_lsp.config import Settings
-from continual_lsp.lanes.embed import HashingEmbedder, set_embedder
+from continual_lsp.lanes.routing.embed import HashingEmbedder, set_embedder
 from continual_lsp.protocol import RoutedNotification
 from continual_lsp.tools.base import ToolCall
 from tests.agent.support import record_jobs

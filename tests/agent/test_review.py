@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from continual_lsp.agent.agent import Agent, AgentError
-from continual_lsp.lanes.embed import HashingEmbedder, set_embedder
+from continual_lsp.lanes.routing.embed import HashingEmbedder, set_embedder
 from continual_lsp.protocol import HunkDecision
 from tests.agent.support import make_agent
 from tests.server.scripted import ForcedCallPolicy

@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from continual_lsp.config import Settings
-from continual_lsp.lanes.allocator import route_correction
 from continual_lsp.lanes.compile import compile_guard
 from continual_lsp.lanes.guards import Guard
+from continual_lsp.lanes.routing.allocator import route_correction
 from continual_lsp.tools.base import ToolCall
 
 PRINCIPLE = "Prefer edit_lines over rewriting a whole file with write."

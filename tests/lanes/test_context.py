@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 from continual_lsp.config import Settings
-from continual_lsp.lanes.allocator import route_correction
 from continual_lsp.lanes.context import Cue, bullets_for_turn, count_tokens, cue_matches, make_cue
+from continual_lsp.lanes.routing.allocator import route_correction
 from continual_lsp.tools.base import ToolCall
 
 

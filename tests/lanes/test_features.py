@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from continual_lsp.lanes.embed import get_embedder
 from continual_lsp.lanes.features import FEATURE_NAMES, handcrafted, instructs
-from continual_lsp.lanes.learned import featurize
+from continual_lsp.lanes.routing.embed import get_embedder
+from continual_lsp.lanes.routing.learned import featurize
 
 
 def feature(text: str, name: str) -> float:

@@ -407,7 +407,7 @@ def test_restrictions() -> None:
 
 
 def test_no_guard_no_code(embedder) -> None:
-    from continual_lsp.lanes.allocator import allocate
+    from continual_lsp.lanes.routing.allocator import allocate
 
     # A coverage bar is checkable in principle (the cue list says so), but no guard
     # compiles from the text: not CODE, and the reason says a guard could be attached.

@@ -12,9 +12,9 @@ import pytest
 
 from continual_lsp.config import Settings
 from continual_lsp.lanes import llm
-from continual_lsp.lanes.allocator import allocate
 from continual_lsp.lanes.compile import llm_guard_spec
-from continual_lsp.lanes.detector import detect
+from continual_lsp.lanes.routing.allocator import allocate
+from continual_lsp.lanes.routing.detector import detect
 
 grpc = pytest.importorskip("grpc")
 chat_pb2 = pytest.importorskip("xai_sdk.proto.v6.chat_pb2")

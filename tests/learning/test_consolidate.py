@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from continual_lsp.config import Settings
-from continual_lsp.lanes.allocator import route_correction
 from continual_lsp.lanes.context import bullets_for_turn
+from continual_lsp.lanes.routing.allocator import route_correction
 from continual_lsp.lanes.weights import pending_situations
 from continual_lsp.learning.consolidate import consolidate
 from continual_lsp.policy.base import AdapterInfo, Completion, Datum, Message, TrainMetrics

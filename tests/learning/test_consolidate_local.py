@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from continual_lsp.config import Settings
-from continual_lsp.lanes.allocator import route_correction
 from continual_lsp.lanes.context import bullets_for_turn
+from continual_lsp.lanes.routing.allocator import route_correction
 from continual_lsp.learning.consolidate import consolidate
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(1200)]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from continual_lsp.config import Settings
-from continual_lsp.lanes.allocator import route_correction
+from continual_lsp.lanes.routing.allocator import route_correction
 from continual_lsp.learning.gate import (
     EvalMetrics,
     cluster_demonstrations,

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from continual_lsp.lanes.embed import MiniLMEmbedder, model_zip_path
+from continual_lsp.lanes.routing.embed import MiniLMEmbedder, model_zip_path
 from continual_lsp.policy.hf_lock import LOAD_LOCK, loads
 
 needs_minilm = pytest.mark.skipif(model_zip_path() is None, reason="MiniLM package missing")
@@ -62,7 +62,7 @@ SCRIPT = textwrap.dedent(
     """
     import sys, threading
     from continual_lsp.config import EMBEDDED_MODEL
-    from continual_lsp.lanes.embed import MiniLMEmbedder
+    from continual_lsp.lanes.routing.embed import MiniLMEmbedder
     from continual_lsp.policy.model_files import ModelNotFoundError, load_tokenizer
 
     start = threading.Barrier(2)

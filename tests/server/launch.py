@@ -45,7 +45,7 @@ def main() -> None:
     factory = None
     if args.script:
         from continual_lsp.agent.agent import Agent
-        from continual_lsp.lanes.embed import HashingEmbedder, set_embedder
+        from continual_lsp.lanes.routing.embed import HashingEmbedder, set_embedder
 
         # Protocol tests: lexical clustering instead of loading MiniLM in every server.
         set_embedder(HashingEmbedder())

@@ -26,7 +26,6 @@ from pydantic import BaseModel, Field
 from continual_lsp.config import Settings
 from continual_lsp.lanes import llm
 from continual_lsp.lanes.compile import compile_guard
-from continual_lsp.lanes.embed import Embedder, get_embedder
 from continual_lsp.lanes.features import (
     CJK,
     DEICTIC,
@@ -42,7 +41,8 @@ from continual_lsp.lanes.features import (
     handcrafted,
     strip_markup,
 )
-from continual_lsp.lanes.learned import shipped_heads
+from continual_lsp.lanes.routing.embed import Embedder, get_embedder
+from continual_lsp.lanes.routing.learned import shipped_heads
 
 STANDING = re.compile(
     r"\b(from now on|going forward|in (the )?future|next time|every time|whenever|each time|"

@@ -3,7 +3,7 @@ instruction as an instruction."""
 
 from __future__ import annotations
 
-from continual_lsp.lanes.allocator import behaviour_score
+from continual_lsp.lanes.routing.allocator import behaviour_score
 
 
 def test_a_bold_title_over_an_instruction_is_not_a_glossary_line() -> None:

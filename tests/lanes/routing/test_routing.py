@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from continual_lsp.config import Settings
-from continual_lsp.lanes.allocator import allocate, route_correction
-from continual_lsp.lanes.clusters import assign_cluster
-from continual_lsp.lanes.detector import detect
+from continual_lsp.lanes.routing.allocator import allocate, route_correction
+from continual_lsp.lanes.routing.clusters import assign_cluster
+from continual_lsp.lanes.routing.detector import detect
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from continual_lsp.lanes.detector import detect_offline, guards_in_general, rule_score
+from continual_lsp.lanes.routing.detector import detect_offline, guards_in_general, rule_score
 
 
 @pytest.mark.parametrize(

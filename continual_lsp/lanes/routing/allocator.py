@@ -28,11 +28,8 @@ from pydantic import BaseModel, Field
 
 from continual_lsp.config import Settings
 from continual_lsp.lanes import llm
-from continual_lsp.lanes.clusters import ClusterAssignment, assign_cluster
 from continual_lsp.lanes.compile import checkable_cues, compile_guard, llm_guard_spec
 from continual_lsp.lanes.context import Cue, make_cue
-from continual_lsp.lanes.detector import Detection, detect
-from continual_lsp.lanes.embed import Embedder, get_embedder
 from continual_lsp.lanes.features import (
     BEHAVIOUR_WORDS,
     DESCRIPTIVE_START,
@@ -52,8 +49,12 @@ from continual_lsp.lanes.guards import (
     ToolRule,
     rule_summary,
 )
-from continual_lsp.lanes.learned import shipped_heads
+from continual_lsp.lanes.routing.clusters import ClusterAssignment, assign_cluster
+from continual_lsp.lanes.routing.detector import Detection, detect
+from continual_lsp.lanes.routing.embed import Embedder, get_embedder
+from continual_lsp.lanes.routing.learned import shipped_heads
 from continual_lsp.lanes.scope import TASK_KIND, TaskScope, task_scope
+from continual_lsp.lanes.weights import on_weights_decision, record_situation
 from continual_lsp.store.db import Store
 
 LaneName = Literal["CODE", "WEIGHTS", "CONTEXT", "NONE"]
@@ -398,8 +399,6 @@ def route_correction(
         },
     )
     if context and (context.get("task_text") or context.get("tool")):
-        from continual_lsp.lanes.weights import record_situation
-
         record_situation(store, cluster.cluster_id, lane_item.id, context)
     if lane_item.lane == "WEIGHTS":
         _after_weights(store, lane_item, text, context, settings)
@@ -493,6 +492,4 @@ def _after_weights(
     context: dict[str, Any] | None,
     settings: Settings,
 ) -> None:
-    from continual_lsp.lanes.weights import on_weights_decision
-
     on_weights_decision(store, item, text, context or {}, settings)

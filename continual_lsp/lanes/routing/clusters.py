@@ -14,7 +14,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from continual_lsp.config import Settings
-from continual_lsp.lanes.embed import Embedder, get_embedder
+from continual_lsp.lanes.routing.embed import Embedder, get_embedder
 from continual_lsp.store.db import Store, new_id
 
 LABEL_MAX = 80

@@ -21,8 +21,8 @@ from importlib import resources
 
 import numpy as np
 
-from continual_lsp.lanes.embed import Embedder, get_embedder
 from continual_lsp.lanes.features import FEATURE_NAMES, handcrafted
+from continual_lsp.lanes.routing.embed import Embedder, get_embedder
 
 log = logging.getLogger(__name__)
 
