@@ -1,6 +1,6 @@
 """Agent-skill and correction-following benches: the embedded base vs base + starter.
 
-Tasks come from the curriculum's situation builder driven by a held-out vocabulary
+Tasks come from the curriculum's exercise builder driven by a held-out vocabulary
 (`bench/agent_skill_vocab.json`: other names, task texts and correction phrasings than
 `continual_lsp/curriculum/vocab.json`) and seeds the recipe does not use.
 
@@ -15,7 +15,7 @@ Tasks come from the curriculum's situation builder driven by a held-out vocabula
   test to pass fixes nothing). Built by the curriculum's multi-step builders from the
   held-out vocabulary and another seed. How each task ended (`done`, a repeated call, the
   turn limit) and how many files an approved change left unparsable are counted.
-* **Correction following in context** (no training step): the situation walked through
+* **Correction following in context** (no training step): the exercise walked through
   the real tools up to the turn where a held-out correction applies, the denial rendered
   as the agent renders it, one proposal sampled: does it follow the correction?
 * **Nothing general destroyed**: perplexity on a plain-text slice the curriculum does not
@@ -60,7 +60,7 @@ from continual_lsp.curriculum.episodes import (  # noqa: E402
     protect,
     write_workspace,
 )
-from continual_lsp.curriculum.situations import Builder, Situation, call, load_vocab  # noqa: E402
+from continual_lsp.curriculum.exercises import Builder, Exercise, call, load_vocab  # noqa: E402
 from continual_lsp.policy.model_files import cpu_model  # noqa: E402
 from continual_lsp.tools.base import FILE_CHANGING_TOOLS, ToolCall  # noqa: E402
 from continual_lsp.tools.runner import ToolRunner  # noqa: E402
@@ -105,7 +105,7 @@ def load_policies(adapter: Path | None, names: list[str]) -> dict[str, Any]:
 # -- agent skill --------------------------------------------------------------------------
 
 
-def expected_text(s: Situation) -> str | None:
+def expected_text(s: Exercise) -> str | None:
     """The target file once the task is done (line fixes without a check), else None."""
     if "n" not in s.facts or s.check:
         return None
@@ -119,7 +119,7 @@ def test_files(files: dict[str, str]) -> dict[str, str]:
     return {p: text for p, text in files.items() if p.startswith("tests/")}
 
 
-def finished(s: Situation, ws: Path, approved: list[ToolCall]) -> bool:
+def finished(s: Exercise, ws: Path, approved: list[ToolCall]) -> bool:
     if s.kind in Builder.MULTI_STEP_KINDS:
         # The tests as they were: a test edited (or removed) to pass fixes nothing.
         for rel, text in test_files(s.files).items():
@@ -149,22 +149,22 @@ def finished(s: Situation, ws: Path, approved: list[ToolCall]) -> bool:
     ]
 
 
-def on_target(s: Situation, c: ToolCall) -> bool:
+def on_target(s: Exercise, c: ToolCall) -> bool:
     if c.tool == "bash":
         return s.kind == "run_tests" and c.arguments["cmd"] == s.check
     return c.arguments.get("path") == s.target
 
 
-def skill_tasks(n: int) -> list[Situation]:
+def skill_tasks(n: int) -> list[Exercise]:
     builder = Builder(load_vocab(VOCAB), random.Random(SEED))
-    return [builder.situation(SKILL_KINDS[i % len(SKILL_KINDS)]) for i in range(n)]
+    return [builder.exercise(SKILL_KINDS[i % len(SKILL_KINDS)]) for i in range(n)]
 
 
-def multi_tasks(n: int) -> list[Situation]:
+def multi_tasks(n: int) -> list[Exercise]:
     """`n` multi-step tasks, the kinds in turn, from the held-out vocabulary."""
     builder = Builder(load_vocab(VOCAB), random.Random(MULTI_SEED))
     kinds = Builder.MULTI_STEP_KINDS
-    return [builder.situation(kinds[i % len(kinds)]) for i in range(n)]
+    return [builder.exercise(kinds[i % len(kinds)]) for i in range(n)]
 
 
 def parses(path: Path) -> bool | None:
@@ -218,7 +218,7 @@ def ended_by(summary: str | None, approved: list[ToolCall]) -> str:
     return "other"
 
 
-def run_task(policy: Any, s: Situation, work: Path, turns: int = 8) -> dict[str, Any]:
+def run_task(policy: Any, s: Exercise, work: Path, turns: int = 8) -> dict[str, Any]:
     from continual_lsp.agent.agent import Agent
     from continual_lsp.config import Settings
 
@@ -285,18 +285,18 @@ def run_task(policy: Any, s: Situation, work: Path, turns: int = 8) -> dict[str,
 # -- correction following -----------------------------------------------------------------
 
 
-def correction_items(per_kind: int) -> list[tuple[str, Situation, int, str]]:
-    """(kind, situation, turn, held-out correction text) for each correction kind."""
+def correction_items(per_kind: int) -> list[tuple[str, Exercise, int, str]]:
+    """(kind, exercise, turn, held-out correction text) for each correction kind."""
     vocab = load_vocab(VOCAB)
     rng = random.Random(SEED + 1)
     builder = Builder(vocab, rng)
-    items: list[tuple[str, Situation, int, str]] = []
+    items: list[tuple[str, Exercise, int, str]] = []
     for kind in CORRECTION_KINDS:
         found = 0
         for _ in range(400):
             if found == per_kind:
                 break
-            s = builder.situation(rng.choice(Builder.KINDS))
+            s = builder.exercise(rng.choice(Builder.KINDS))
             if kind == "protected":
                 protect(s, vocab, random.Random(0))  # the guarded copy, always
                 if not s.facts.get("protected"):
@@ -320,7 +320,7 @@ def correction_items(per_kind: int) -> list[tuple[str, Situation, int, str]]:
     return items
 
 
-def follows(kind: str, s: Situation, turn: int, c: ToolCall) -> bool:
+def follows(kind: str, s: Exercise, turn: int, c: ToolCall) -> bool:
     want = s.plan[turn]
     a = c.arguments
     if kind == "use_edit_lines":
@@ -344,7 +344,7 @@ def follows(kind: str, s: Situation, turn: int, c: ToolCall) -> bool:
     raise ValueError(kind)
 
 
-def correction_prompt(policy: Any, s: Situation, turn: int, text: str) -> list[int]:
+def correction_prompt(policy: Any, s: Exercise, turn: int, text: str) -> list[int]:
     with tempfile.TemporaryDirectory(prefix="agent-skill-") as tmp:
         write_workspace(Path(tmp), s.files)
         runner = ToolRunner(Path(tmp))
@@ -355,7 +355,7 @@ def correction_prompt(policy: Any, s: Situation, turn: int, text: str) -> list[i
         return list(policy.renderer.render_prompt(conv.messages()))
 
 
-def run_correction(policy: Any, item: tuple[str, Situation, int, str]) -> dict[str, Any]:
+def run_correction(policy: Any, item: tuple[str, Exercise, int, str]) -> dict[str, Any]:
     from continual_lsp.policy.base import SampleParams
 
     kind, s, turn, text = item

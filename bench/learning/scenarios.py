@@ -1,6 +1,7 @@
 """Correction scenarios, read from data files (`bench/learning/scenarios/*.json`).
 
-Each scenario teaches one rule. A *situation* is one agent turn on a sample workspace in
+Each scenario teaches one rule. A *situation* (`HeldOutCase`, the same record for a
+training one; `SituationSpec` in the file) is one agent turn on a sample workspace in
 `examples/bench-workspaces/`: the task, the calls already made in it (their results are
 produced by the real tools on the workspace files, so prompts look exactly like the
 agent's), the reviewer's correction when the agent breaks the rule, the call the reviewer
@@ -58,9 +59,9 @@ __all__ = [
     "SCENARIOS",
     "SCENARIO_FILES",
     "WORKSPACES",
+    "HeldOutCase",
     "Judged",
     "Scenario",
-    "Situation",
     "check_disjoint",
     "judge_call",
     "judge_text",
@@ -71,7 +72,7 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class Situation:
+class HeldOutCase:
     id: str
     workspace: str  # the workspace directory (absolute)
     task: str
@@ -102,12 +103,12 @@ class Scenario:
     max_tokens: int  # decode budget: enough to reach the judged field
     check: Callable[[Judged], bool]
     check_doc: str
-    train: list[Situation] = field(default_factory=list)
-    held_out: list[Situation] = field(default_factory=list)
+    train: list[HeldOutCase] = field(default_factory=list)
+    held_out: list[HeldOutCase] = field(default_factory=list)
 
 
-def _situation(data: ScenarioFile, s: SituationSpec) -> Situation:
-    return Situation(
+def _case(data: ScenarioFile, s: SituationSpec) -> HeldOutCase:
+    return HeldOutCase(
         id=s.id,
         workspace=str(data.workspace(s)),
         task=s.task,
@@ -133,8 +134,8 @@ def load_scenarios(paths: Iterable[str | Path]) -> list[Scenario]:
                 max_tokens=data.max_tokens,
                 check=lambda c, check=data.check: check.passes(c.tool, c.arguments),
                 check_doc=data.check.doc,
-                train=[_situation(data, s) for s in data.train],
-                held_out=[_situation(data, s) for s in data.held_out],
+                train=[_case(data, s) for s in data.train],
+                held_out=[_case(data, s) for s in data.held_out],
             )
         )
     return out

@@ -1,6 +1,6 @@
-"""Situations → training sequences, through the real tools and the agent's own prompt.
+"""Exercises → training sequences, through the real tools and the agent's own prompt.
 
-Each situation is written to a temporary workspace and walked call by call: the prompt of
+Each exercise is written to a temporary workspace and walked call by call: the prompt of
 a turn is `Conversation.messages()` rendered by `ChatMLRenderer.render_prompt` (the
 agent's system prompt, history format, notes, bullets and denial text), the target is
 `render_call` (the canonical call the grammar lets the model write, then end-of-turn),
@@ -13,9 +13,9 @@ does, and the target is the compliant call. A note ("this project uses …") or 
 
 The last target of a trajectory is `done` with a summary in plain words of what changed
 (issue 30): after the change and its check (the tests run again, or the file read again).
-Multi-step situations start from a failing check: its real output (the assertion, the
+Multi-step exercises start from a failing check: its real output (the assertion, the
 file and line) is what the next calls act on, and the check must fail before the change
-and pass after it, else the situation is dropped. A call repeats an executed one only
+and pass after it, else the exercise is dropped. A call repeats an executed one only
 when no file changed in between, as in the agent.
 """
 
@@ -35,7 +35,7 @@ from continual_lsp.policy.render import ChatMLRenderer, call_text
 from continual_lsp.tools.base import FILE_CHANGING_TOOLS, ToolCall, ToolError, ToolResult
 from continual_lsp.tools.runner import ToolRunner
 
-from .situations import Builder, Situation, call
+from .exercises import Builder, Exercise, call
 
 # Generation runs many small checks; a sandbox per call would only add seconds.
 TOOL_SETTINGS = Settings(sandbox="none", allow_unsandboxed=True, bash_timeout=60)
@@ -88,7 +88,7 @@ def phrase(vocab: dict[str, Any], rng: random.Random, kind: str, **slots: Any) -
 
 
 class Walk:
-    """Prompt/target pairs of one situation, merged into as few sequences as possible."""
+    """Prompt/target pairs of one exercise, merged into as few sequences as possible."""
 
     def __init__(self, renderer: ChatMLRenderer, kind: str) -> None:
         self.renderer = renderer
@@ -129,7 +129,7 @@ class Walk:
 
 
 def corrections_for(
-    s: Situation, turn: int, vocab: dict[str, Any], rng: random.Random
+    s: Exercise, turn: int, vocab: dict[str, Any], rng: random.Random
 ) -> list[tuple[str, str]]:
     """(kind, correction text) a reviewer could have written before plan[turn] was proposed."""
     c = s.plan[turn]
@@ -162,8 +162,8 @@ def corrections_for(
     return out
 
 
-def adjust(s: Situation, vocab: dict[str, Any], rng: random.Random) -> tuple[str, str | None]:
-    """Draw the episode kind of a situation and change its plan to fit.
+def adjust(s: Exercise, vocab: dict[str, Any], rng: random.Random) -> tuple[str, str | None]:
+    """Draw the episode kind of a exercise and change its plan to fit.
 
     Returns (mode, note): mode is "plain", "correction" or "note"; a note is text to add
     to the conversation (or a reviewer bullet) that changes the default call.
@@ -194,7 +194,7 @@ def adjust(s: Situation, vocab: dict[str, Any], rng: random.Random) -> tuple[str
     return ("correction" if roll < 0.7 else "plain"), None
 
 
-def protect(s: Situation, vocab: dict[str, Any], rng: random.Random) -> None:
+def protect(s: Exercise, vocab: dict[str, Any], rng: random.Random) -> None:
     """Put a foreign copy of the target file under a directory the reviewer guards."""
     if s.language != "py" or not s.facts.get("fn") or s.plan[0].tool != "grep":
         return
@@ -206,9 +206,9 @@ def protect(s: Situation, vocab: dict[str, Any], rng: random.Random) -> None:
 
 
 def walk(
-    s: Situation, renderer: ChatMLRenderer, vocab: dict[str, Any], rng: random.Random
+    s: Exercise, renderer: ChatMLRenderer, vocab: dict[str, Any], rng: random.Random
 ) -> list[Sequence]:
-    """The situation's sequences (trajectory, maybe one denial or note); [] if its check fails."""
+    """The exercise's sequences (trajectory, maybe one denial or note); [] if its check fails."""
     protect(s, vocab, rng)
     mode, note = adjust(s, vocab, rng)
     turns = [i for i in range(len(s.plan)) if corrections_for(s, i, vocab, random.Random(0))]
@@ -246,7 +246,7 @@ def walk(
                 return out.sequences  # a repeat: the agent ends the task here
             result = execute(runner, c)
             # Before the change the check must fail (it is what the task is about), after
-            # it pass (else the generator's fix is wrong): else the situation is dropped.
+            # it pass (else the generator's fix is wrong): else the exercise is dropped.
             passed = result.exit_code == 0
             if c.tool == "bash" and c.arguments["cmd"] == s.check and passed != (turn >= s.change):
                 return []
@@ -259,7 +259,7 @@ def walk(
     return out.sequences
 
 
-def summary_of(s: Situation, vocab: dict[str, Any], rng: random.Random) -> str:
+def summary_of(s: Exercise, vocab: dict[str, Any], rng: random.Random) -> str:
     """What changed, in plain words, for the final `done` (from `vocab["summaries"]`)."""
     slots = {**s.facts, "path": s.target, "check": s.check or ""}
     slots["line"] = str(s.facts.get("new", "")).strip().split("\n")[-1].strip()
@@ -267,14 +267,14 @@ def summary_of(s: Situation, vocab: dict[str, Any], rng: random.Random) -> str:
     return " ".join(text.split())[:300]
 
 
-def done_call(s: Situation, vocab: dict[str, Any], rng: random.Random) -> ToolCall:
+def done_call(s: Exercise, vocab: dict[str, Any], rng: random.Random) -> ToolCall:
     return ToolCall(tool="done", arguments={"summary": summary_of(s, vocab, rng)})
 
 
 def generate(
     renderer: ChatMLRenderer, count: int, seed: int, vocab: dict[str, Any]
 ) -> tuple[list[Sequence], int]:
-    """`count` situations from `seed`: (their sequences, how many were dropped)."""
+    """`count` exercises from `seed`: (their sequences, how many were dropped)."""
     rng = random.Random(seed)
     builder = Builder(vocab, rng)
     sequences: list[Sequence] = []
@@ -282,7 +282,7 @@ def generate(
     kinds = Builder.KINDS + Builder.MULTI_STEP_KINDS
     for i in range(count):
         kind = kinds[i % len(kinds)]
-        s = builder.situation(kind)
+        s = builder.exercise(kind)
         got = walk(s, renderer, vocab, rng)
         if not got:
             dropped += 1

@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from continual_lsp.curriculum.episodes import Sequence, generate
-from continual_lsp.curriculum.situations import load_vocab
+from continual_lsp.curriculum.exercises import load_vocab
 
 # Attention and MLP: the MLP carries most of what the model knows about formats.
 STARTER_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -306,7 +306,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m continual_lsp.curriculum.train")
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser("generate", help="write the curriculum (JSON lines)")
-    gen.add_argument("--situations", type=int, default=500)
+    gen.add_argument("--situations", type=int, default=500, help="how many exercises")
     gen.add_argument("--seed", type=int, default=1)
     gen.add_argument("--out", required=True)
     tr = sub.add_parser("train", help="train the adapter (resumes from a checkpoint)")

@@ -18,12 +18,12 @@ from bench.agent_skill import (
     unparsable,
 )
 from continual_lsp.curriculum.episodes import TOOL_SETTINGS, execute, write_workspace
-from continual_lsp.curriculum.situations import Builder, Situation, load_vocab
+from continual_lsp.curriculum.exercises import Builder, Exercise, load_vocab
 from continual_lsp.tools.base import FILE_CHANGING_TOOLS, ToolCall
 from continual_lsp.tools.runner import ToolRunner
 
 
-def _fails(s: Situation, ws: Path) -> bool:
+def _fails(s: Exercise, ws: Path) -> bool:
     assert s.check is not None
     done = subprocess.run(s.check, shell=True, cwd=ws, capture_output=True, check=False)
     return done.returncode != 0
@@ -94,7 +94,7 @@ def test_the_multi_step_tasks_share_no_name_or_path_with_the_curriculum() -> Non
     for seed in range(3):
         builder = Builder(load_vocab(), random.Random(seed))
         for kind in Builder.MULTI_STEP_KINDS * 6:
-            curriculum |= set(builder.situation(kind).files)
+            curriculum |= set(builder.exercise(kind).files)
     code = (".py", ".js")
     bench = {p for s in multi_tasks(24) for p in s.files if p.endswith(code)}
     assert bench and not (bench - {"tests/__init__.py"}) & curriculum

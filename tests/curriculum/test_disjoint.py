@@ -1,5 +1,5 @@
 """The starter curriculum shares no paths, names or phrasing with what it is judged on:
-bench/learning's held-out situations, the agent-skill bench, the README demo's workspace
+bench/learning's held-out cases, the agent-skill bench, the README demo's workspace
 and the tests' scenarios (issue 13, "disjoint by construction")."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import random
 import re
 from pathlib import Path
 
-from continual_lsp.curriculum.situations import Builder, load_vocab
+from continual_lsp.curriculum.exercises import Builder, load_vocab
 
 REPO = Path(__file__).resolve().parents[2]
 # Word 5-grams: a 4-gram such as "use edit_lines on line" is the tool's own vocabulary
@@ -46,7 +46,7 @@ def curriculum_paths() -> set[str]:
     for seed in range(3):
         builder = Builder(load_vocab(), random.Random(seed))
         for kind in (Builder.KINDS + Builder.MULTI_STEP_KINDS) * 4:
-            paths |= set(builder.situation(kind).files)
+            paths |= set(builder.exercise(kind).files)
     return paths
 
 

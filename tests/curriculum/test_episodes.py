@@ -10,7 +10,7 @@ import pytest
 
 from continual_lsp.agent.conversation import Conversation
 from continual_lsp.curriculum.episodes import Sequence, generate, walk
-from continual_lsp.curriculum.situations import Builder, load_vocab
+from continual_lsp.curriculum.exercises import Builder, load_vocab
 from continual_lsp.policy.grammar import ToolCallGrammar
 from continual_lsp.policy.render import ChatMLRenderer
 from continual_lsp.tools.base import ToolCall
@@ -22,10 +22,10 @@ def renderer() -> ChatMLRenderer:
     return ChatMLRenderer(load_tokenizer())
 
 
-def test_situations_are_deterministic_per_seed() -> None:
+def test_exercises_are_deterministic_per_seed() -> None:
     def draw(seed: int) -> list[tuple[str, dict[str, str]]]:
         b = Builder(load_vocab(), random.Random(seed))
-        return [(s.task, s.files) for s in (b.situation(k) for k in Builder.KINDS)]
+        return [(s.task, s.files) for s in (b.exercise(k) for k in Builder.KINDS)]
 
     assert draw(3) == draw(3)
     assert draw(3) != draw(4)
@@ -56,9 +56,7 @@ def test_a_wrong_first_look_is_shown_but_not_trained(renderer: ChatMLRenderer) -
     is in the history the next call sees, but no loss span covers it; the first span is
     the recovery, a grep for the name."""
     builder = Builder(load_vocab(), random.Random(2))
-    s = next(
-        s for s in (builder.situation("remove_line") for _ in range(200)) if s.untrained == {0}
-    )
+    s = next(s for s in (builder.exercise("remove_line") for _ in range(200)) if s.untrained == {0})
     slip, recovery = s.plan[0], s.plan[1]
     assert recovery.tool == "grep" and recovery.arguments["pat"] == s.facts["fn"]
     trajectory = next(
@@ -85,7 +83,7 @@ def test_a_multi_step_episode_runs_the_check_reads_fixes_reruns_and_is_done(
     builder = Builder(vocab, random.Random(31))
     seen_langs = set()
     for i in range(6):
-        s = builder.situation(kind)
+        s = builder.exercise(kind)
         rng = random.Random(i)
         trajectory = [q for q in walk(s, renderer, vocab, rng) if q.episode != "correction"]
         assert trajectory, "the check failed before the fix and passed after it"
@@ -125,12 +123,12 @@ def test_every_trajectory_ends_with_done_after_its_change(renderer: ChatMLRender
         assert ("done" in tools) == (kind != "add_dep"), (kind, tools)
 
 
-def test_a_check_that_passes_before_the_change_drops_the_situation(
+def test_a_check_that_passes_before_the_change_drops_the_exercise(
     renderer: ChatMLRenderer,
 ) -> None:
     """The failing run is real: a workspace whose tests already pass is no episode."""
     vocab = load_vocab()
-    s = Builder(vocab, random.Random(3)).situation("failing_test")
+    s = Builder(vocab, random.Random(3)).exercise("failing_test")
     n = s.facts["n"]
     lines = s.files[s.target].split("\n")
     lines[n - 1] = s.facts["new"]

@@ -1,4 +1,4 @@
-"""The curriculum's situations: the smallest edit, and every change plan does the fix."""
+"""The curriculum's exercises: the smallest edit, and every change plan does the fix."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import random
 from pathlib import Path
 
 from continual_lsp.curriculum.episodes import TOOL_SETTINGS, execute, write_workspace
-from continual_lsp.curriculum.situations import Builder, edit_span, load_vocab
+from continual_lsp.curriculum.exercises import Builder, edit_span, load_vocab
 from continual_lsp.tools.runner import ToolRunner
 
 
@@ -42,11 +42,11 @@ def test_edit_span_is_the_words_that_change() -> None:
 
 def test_every_change_in_the_plan_makes_the_fix(tmp_path: Path) -> None:
     """The plan's change (edit or edit_lines), run through the real tools, leaves the
-    target exactly as the fixed file: 300 seeded situations of every one-line kind."""
+    target exactly as the fixed file: 300 seeded exercises of every one-line kind."""
     builder = Builder(load_vocab(), random.Random(5))
     tools = set()
     for i in range(300):
-        s = builder.situation(Builder.KINDS[i % len(Builder.KINDS)])
+        s = builder.exercise(Builder.KINDS[i % len(Builder.KINDS)])
         if "n" not in s.facts:
             continue
         root = tmp_path / str(i)

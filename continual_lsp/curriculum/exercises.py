@@ -1,12 +1,12 @@
 """Procedurally generated workspaces with one defect or request each (the starter curriculum).
 
-A `Situation` is a small workspace (file path → text), a task text, and the ideal calls:
+An `Exercise` is a small workspace (file path → text), a task text, and the ideal calls:
 look first (read / grep / glob), make the smallest change, run the project's check when
 there is one. Everything is drawn from a `random.Random` and a vocabulary (`vocab.json`
 for training; `bench/agent_skill.py` passes its own held-out vocabulary), so a seed gives
 the same curriculum on any machine.
 
-Longer than 500 lines on purpose: one builder per situation kind, all drawing on the same
+Longer than 500 lines on purpose: one builder per exercise kind, all drawing on the same
 vocabulary and the shared one-line-fix shape; the kinds read best side by side.
 """
 
@@ -33,7 +33,7 @@ def call(tool: str, **arguments: Any) -> ToolCall:
 
 
 @dataclass
-class Situation:
+class Exercise:
     """One task on one workspace; `change` is the index in `plan` of the first change."""
 
     kind: str
@@ -74,7 +74,7 @@ _MISSPELT = [
     ("answer", "anwser"), ("out", "otu"),
 ]  # fmt: skip
 
-SLIP_RATE = 0.3  # of the situations whose task names no file
+SLIP_RATE = 0.3  # of the exercises whose task names no file
 
 EDIT_SPAN_CHARS = 8  # shorter spans ("+", "30") grow by a word: `a + b`, `= 30`
 
@@ -127,7 +127,7 @@ def js_test(d: str, stem: str, fn: str, args: str, expected: object) -> str:
 
 
 class Builder:
-    """Draws situations from a vocabulary. One instance per generated set."""
+    """Draws exercises from a vocabulary. One instance per generated set."""
 
     def __init__(self, vocab: dict[str, Any], rng: random.Random) -> None:
         self.v = vocab
@@ -165,7 +165,7 @@ class Builder:
         first = words[0] if self.rng.random() < 0.5 else self.rng.choice(words)
         return call("grep", pat=first)
 
-    def looked(self, s: Situation, fn: str | None) -> Situation:
+    def looked(self, s: Exercise, fn: str | None) -> Exercise:
         """`s` with, sometimes, a wrong first look before a grep for `fn` (see `slip`)."""
         if fn is None or s.plan[0].tool != "grep" or self.rng.random() >= SLIP_RATE:
             return s
@@ -240,9 +240,9 @@ class Builder:
         )
         return files
 
-    # -- situation kinds -------------------------------------------------------------------
+    # -- exercise kinds --------------------------------------------------------------------
 
-    def operator(self, lang: str | None = None) -> Situation:
+    def operator(self, lang: str | None = None) -> Exercise:
         lang = lang or self.rng.choice(["py", "py", "js", "go", "rs"])
         fn, *fillers = self.names(self.rng.randint(1, 3))
         a, b = self.pick("args")
@@ -294,7 +294,7 @@ class Builder:
         defect = Defect(path, fn, n, old, new)
         return self._line_fix("operator", lang, files, task, defect, check)
 
-    def off_by_one(self, lang: str | None = None) -> Situation:
+    def off_by_one(self, lang: str | None = None) -> Exercise:
         lang = lang or self.rng.choice(["py", "js"])
         fn, *fillers = self.names(self.rng.randint(1, 3))
         d, stem = self.pick("dirs"), self.pick("stems")
@@ -335,7 +335,7 @@ class Builder:
         defect = Defect(path, fn, n, old, new)
         return self._line_fix("off_by_one", lang, files, task, defect, check)
 
-    def missing_return(self) -> Situation:
+    def missing_return(self) -> Exercise:
         fn, *fillers = self.names(self.rng.randint(1, 3))
         d, stem = self.pick("dirs"), self.pick("stems")
         xs = self.rng.choice(["items", "values", "rows", "nums"])
@@ -354,7 +354,7 @@ class Builder:
         check = "python3 -m pytest -q"
         return self._line_fix("missing_return", "py", files, task, defect, check, change=insert)
 
-    def constant(self) -> Situation:
+    def constant(self) -> Exercise:
         lang = self.rng.choice(["py", "js", "go", "sh"])
         name = self.pick("constants")
         old_v, new_v = self.rng.sample([5, 10, 20, 30, 45, 60, 90, 100, 120, 250], 2)
@@ -390,7 +390,7 @@ class Builder:
         s.facts.update(good=str(new_v), bad=str(old_v), fmt=fmt)
         return s
 
-    def typo(self) -> Situation:
+    def typo(self) -> Exercise:
         bad, good = self.pick("typos")
         sentences = self.rng.sample(self.v["doc_sentences"], 3)
         stem = self.pick("stems")
@@ -405,7 +405,7 @@ class Builder:
         s = self._line_fix("typo", "md", files, task, defect, None)
         return s
 
-    def config(self) -> Situation:
+    def config(self) -> Exercise:
         fmt = self.rng.choice(["json", "toml", "yaml"])
         keys = self.rng.sample(self.v["config_keys"], 3)
         key = keys[0]
@@ -440,7 +440,7 @@ class Builder:
         s.facts.update(good=new_v, bad=old_v)
         return s
 
-    def add_line(self) -> Situation:
+    def add_line(self) -> Exercise:
         if self.rng.random() < 0.5:
             path, entries = ".gitignore", self.rng.sample(self.v["ignore_entries"], 4)
         else:
@@ -455,7 +455,7 @@ class Builder:
         append = call("edit_lines", path=path, start=n + 1, end=n, content=entry)
         return self._line_fix("add_line", "text", files, task, defect, None, change=append)
 
-    def remove_line(self) -> Situation:
+    def remove_line(self) -> Exercise:
         lang = self.rng.choice(["py", "js"])
         fn, *fillers = self.names(self.rng.randint(1, 2))
         a, b = self.pick("args")
@@ -485,7 +485,7 @@ class Builder:
         remove = call("edit_lines", path=path, start=n, end=n, content="")
         return self._line_fix("remove_line", lang, files, task, defect, None, change=remove)
 
-    def rename(self) -> Situation:
+    def rename(self) -> Exercise:
         fn, *fillers = self.names(self.rng.randint(1, 3))
         new_name = self.rng.choice(self.v["renames"])
         a, b = self.pick("args")
@@ -498,7 +498,7 @@ class Builder:
         defect = Defect(path, fn, start, body[0], body[0].replace(fn, new_name))
         return self._line_fix("rename", "py", files, task, defect, None)
 
-    def create(self) -> Situation:
+    def create(self) -> Exercise:
         fn = self.names(1)[0]
         value = self.rng.choice([0, 1, 7, 42, 100, "'ok'", "[]", "True"])
         d, stem = self.pick("dirs"), self.pick("stems")
@@ -513,7 +513,7 @@ class Builder:
         task = self.template("create", path=path, fn=fn, value=value)
         plan = [call("glob", pat=f"{d}/*.py"), call("write", path=path, content=content)]
         plan.append(call("read", path=path))
-        return Situation(
+        return Exercise(
             "create",
             "py",
             files,
@@ -525,7 +525,7 @@ class Builder:
             {"content": content, "fn": fn, "value": value},
         )
 
-    def add_test(self) -> Situation:
+    def add_test(self) -> Exercise:
         fn = self.names(1)[0]
         a, b = self.pick("args")
         d, stem = self.pick("dirs"), self.pick("stems")
@@ -542,12 +542,10 @@ class Builder:
             call("write", path=test_path, content=content),
             call("bash", cmd=check),
         ]
-        s = Situation(
-            "add_test", "py", files, task, plan, 2, test_path, check, {"content": content}
-        )
+        s = Exercise("add_test", "py", files, task, plan, 2, test_path, check, {"content": content})
         return self.looked(s, fn)
 
-    def run_tests(self) -> Situation:
+    def run_tests(self) -> Exercise:
         s = self.operator() if self.rng.random() < 0.5 else self.off_by_one()
         if s.check is None:
             return self.run_tests()
@@ -572,9 +570,9 @@ class Builder:
             fixed[doc] = json.dumps(manifest, indent=2)
         task = self.template("run_tests")
         plan = [call("read", path=doc), call("bash", cmd=cmd)]
-        return Situation("run_tests", s.language, fixed, task, plan, 1, "", cmd)
+        return Exercise("run_tests", s.language, fixed, task, plan, 1, "", cmd)
 
-    def add_dep(self) -> Situation:
+    def add_dep(self) -> Exercise:
         lang = self.rng.choice(["py", "js"])
         pkg = self.pick("packages_py" if lang == "py" else "packages_js")
         bad, good, mgr = self.rng.choice(self.v["managers"][lang])
@@ -588,7 +586,7 @@ class Builder:
         }
         task = self.template("add_dep", pkg=pkg)
         plan = [call("read", path=manifest), call("bash", cmd=good.format(p=pkg))]
-        return Situation(
+        return Exercise(
             "add_dep",
             lang,
             files,
@@ -616,7 +614,7 @@ class Builder:
         defect: Defect,
         check: str | None,
         change: ToolCall | None = None,
-    ) -> Situation:
+    ) -> Exercise:
         """`change` is the edit when it is not the default `change_call` of the defect."""
         path, fn, n, old, new = defect.path, defect.fn, defect.n, defect.old, defect.new
         plan = self.look(path, fn, path in task)
@@ -628,7 +626,7 @@ class Builder:
             plan.append(self.change_call(defect, files[path], words))
         # Then the project's check; without one, read the file again (a repeat ends a task).
         plan.append(call("bash", cmd=check) if check else call("read", path=path))
-        s = Situation(
+        s = Exercise(
             kind,
             lang,
             files,
@@ -663,15 +661,15 @@ class Builder:
         check: str,
         d: Defect,
         **facts: Any,
-    ) -> Situation:
-        """A multi-step situation: `plan` runs `check` (it fails), looks, changes `d`; the
+    ) -> Exercise:
+        """A multi-step exercise: `plan` runs `check` (it fails), looks, changes `d`; the
         check is run again (it passes) and the model says it is done."""
         change = len(plan) - 1
         plan = [*plan, call("bash", cmd=check)]
         facts = {"n": d.n, "old": d.old, "new": d.new, "fn": d.fn, **facts}
-        return Situation(kind, lang, files, task, plan, change, d.path, check, facts)
+        return Exercise(kind, lang, files, task, plan, change, d.path, check, facts)
 
-    def failing_test(self) -> Situation:
+    def failing_test(self) -> Exercise:
         """The tests fail on a wrong value: the output names the test file and line and the
         function; read the test (or grep the function) to find the module, then fix it."""
         lang = self.rng.choice(["py", "py", "js"])
@@ -687,7 +685,7 @@ class Builder:
         plan = [call("bash", cmd=check), *look, fix]
         return self._multi("failing_test", lang, files, task, plan, check, d)
 
-    def crash(self) -> Situation:
+    def crash(self) -> Exercise:
         """A command (or the tests) dies with a NameError / ReferenceError: the traceback
         names the file and line; read that file, fix the name, run it again."""
         lang = self.rng.choice(["py", "js"])
@@ -736,7 +734,7 @@ class Builder:
         plan = [call("bash", cmd=check), call("read", path=path), fix]
         return self._multi("crash", lang, files, task, plan, check, defect, name=name, wrong=wrong)
 
-    def missing_file(self) -> Situation:
+    def missing_file(self) -> Exercise:
         """A command opens a data file by a name that does not exist: the error names the
         missing path; list the folder, read the code, point it at the file that is there.
         Sometimes the model first reads the missing file (shown, not trained)."""
@@ -797,7 +795,7 @@ class Builder:
         s.untrained = untrained
         return s
 
-    def missing_name(self) -> Situation:
+    def missing_name(self) -> Exercise:
         """The test imports a function the module spells differently. pytest names the
         module (a grep for the definition finds nothing first), node the test file (whose
         require names the module); the module shows the other spelling, and the
@@ -843,5 +841,5 @@ class Builder:
     # Tasks of 4-6 steps that start from a failing check (issue 30).
     MULTI_STEP_KINDS = ("failing_test", "crash", "missing_file", "missing_name")
 
-    def situation(self, kind: str | None = None) -> Situation:
+    def exercise(self, kind: str | None = None) -> Exercise:
         return getattr(self, kind or self.rng.choice(self.KINDS))()  # type: ignore[no-any-return]
