@@ -7,13 +7,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from continual_lsp.config import Settings
-from continual_lsp.lanes import (
-    allow_rules,
-    context,
-    guard_feedback,
-    guards,
-    routing_ledger,
-)
+from continual_lsp.lanes import allow_rules, context, routing_ledger
+from continual_lsp.lanes.guards import GuardVerdict, feedback, guard_set
+from continual_lsp.lanes.guards.commands import is_commit
 from continual_lsp.lanes.routing import allocator
 from continual_lsp.policy.base import DecodeRestrictions
 from continual_lsp.protocol import LedgerResult, RoutedNotification
@@ -86,14 +82,14 @@ class LanesFacade:
 
     def check_guards(
         self, call: ToolCall, preview: Preview | None, history: Sequence[ToolCall] = ()
-    ) -> guards.GuardVerdict:
+    ) -> GuardVerdict:
         """`history`: the task's executed calls, oldest first (sequence rules read it)."""
-        return guards.check_guards(self.store, call, preview, history)
+        return guard_set.check_guards(self.store, call, preview, history)
 
     def guard_overridden(self, guard_id: str, proposal_id: str) -> RoutedNotification | None:
         """The reviewer ran a call `guard_id` blocked; the guard's retirement to CONTEXT
         when that was one override too many."""
-        return guard_feedback.record_override(self.store, guard_id, proposal_id)
+        return feedback.record_override(self.store, guard_id, proposal_id)
 
     def let_through(
         self,
@@ -104,16 +100,16 @@ class LanesFacade:
         what: str,
     ) -> list[RoutedNotification]:
         """Narrow or drop the guards of `guard_ids` (compiled from this task's denials)
-        that would block `call`, which the reviewer accepted (`guard_feedback`)."""
-        return guard_feedback.let_through(self.store, guard_ids, call, preview, history, what)
+        that would block `call`, which the reviewer accepted (`guards.feedback`)."""
+        return feedback.let_through(self.store, guard_ids, call, preview, history, what)
 
     def due_step(self, history: Sequence[ToolCall], call: ToolCall | None) -> str | None:
         """The step a sequence guard still requires before `call` commits, or (`call`
         None) before the task finishes; None when nothing is due."""
-        if call is not None and not guards.is_commit(call):
+        if call is not None and not is_commit(call):
             return None
         before = "finish" if call is None else "commit"
-        due = guards.GuardSet.from_store(self.store).missing_steps(history, before)
+        due = guard_set.GuardSet.from_store(self.store).missing_steps(history, before)
         return due[0][1] if due else None
 
     def allow_match(
@@ -148,7 +144,7 @@ class LanesFacade:
         """
         paths: dict[str, set[str]] = {}
         commands: set[str] = set()
-        for guard in guards.GuardSet.from_store(self.store).guards:
+        for guard in guard_set.GuardSet.from_store(self.store).guards:
             restrictions = guard.spec.restrictions()
             for tool, globs in restrictions.tools_blocked.items():
                 for glob in globs:

@@ -4,18 +4,18 @@ CONTEXT (a cued bullet). DESIGN §5.
 The agent's entry points (import from the submodules; this package imports nothing heavy
 at import time so that `import continual_lsp.lanes` stays cheap):
 
-- `allocator.route_correction(store, text, context, settings, *, denial=False, source=None)
-  -> LaneItem | None` — detect, cluster, allocate, persist one correction. Before the
-  lanes, a correction on a proposal that speaks of that change only comes back
+- `routing.allocator.route_correction(store, text, context, settings, *, denial=False,
+  source=None) -> LaneItem | None` — detect, cluster, allocate, persist one correction.
+  Before the lanes, a correction on a proposal that speaks of that change only comes back
   task-scoped (`lane == "NONE"`, `kind == scope.TASK_KIND`; see `scope.py`): no guard,
   no bullet; `routing_ledger.promote(store, item_id, settings) -> LaneItem` makes it standing.
-- `guards.check_guards(store, call, preview, history=()) -> GuardVerdict` — run every
-  active guard; `history` (the task's executed calls, oldest first) lets sequence rules
-  ("after changing X run Y") block a `git commit` that skips the step, and
+- `guards.guard_set.check_guards(store, call, preview, history=()) -> GuardVerdict` — run
+  every active guard; `history` (the task's executed calls, oldest first) lets sequence
+  rules ("after changing X run Y") block a `git commit` that skips the step, and
   `GuardSet.from_store(store).missing_steps(history)` lists steps due before finishing.
-- `GuardSpec.restrictions() -> Restrictions` — a guard's unconditional denials (tools per
-  path glob, path prefixes never touched, command prefixes never run), for narrowing the
-  decoding grammar.
+- `guards.spec.GuardSpec.restrictions() -> Restrictions` — a guard's unconditional denials
+  (tools per path glob, path prefixes never touched, command prefixes never run), for
+  narrowing the decoding grammar.
 - `context.bullets_for_turn(store, task_text, recent_calls, recent_paths, *, tokenizer)
   -> list[str]` and `context.render_bullets(bullets) -> str`.
 - `routing_ledger.build_ledger(store) -> LedgerResult`, `routing_ledger.revert(store, item_id) -> str`.

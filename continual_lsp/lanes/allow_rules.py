@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from continual_lsp.lanes import commands
+from continual_lsp.lanes.guards import commands
 from continual_lsp.store.db import Store
 from continual_lsp.tools.base import FILE_CHANGING_TOOLS, Preview, ToolCall
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from continual_lsp.config import Settings
+from continual_lsp.lanes import llm
 from continual_lsp.lanes.features import (
     FILE_TYPES,
     HEDGE,
@@ -31,11 +32,13 @@ from continual_lsp.lanes.features import (
     is_commandish,
     strip_markup,
 )
-from continual_lsp.lanes.guards import (
+from continual_lsp.lanes.guards.guard_code import run_guard_code
+from continual_lsp.lanes.guards.spec import (
     CommandRule,
     ContentRule,
     GuardSpec,
     PathRule,
+    PythonRule,
     Rule,
     SizeRule,
     ToolRule,
@@ -454,12 +457,9 @@ def llm_guard_spec(text: str, settings: Settings | None = None) -> GuardSpec | N
     """Optional: ask xAI for guard code, run it once in the sandbox on a harmless call.
 
     None when xAI is off (`allocator = "offline"`), declines, or its code does not behave.
-    The code only ever runs through `lanes.guard_code` (a subprocess), never in this process.
+    The code only ever runs through `lanes.guards.guard_code` (a subprocess), never in this
+    process.
     """
-    from continual_lsp.lanes import llm
-    from continual_lsp.lanes.guard_code import run_guard_code
-    from continual_lsp.lanes.guards import PythonRule
-
     answer = llm.ask("guard", text, settings)
     if not isinstance(answer, llm.GeneratedGuard) or not answer.feasible:
         return None

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from continual_lsp.lanes.guards import CommandRule
+from continual_lsp.lanes.guards.spec import CommandRule
 
 # Verb phrases that name a shell action even without backticks ("never commit or push").
 ACTIONS: list[tuple[re.Pattern[str], str]] = [

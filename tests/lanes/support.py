@@ -8,7 +8,7 @@ from typing import Any
 
 from continual_lsp.config import Settings
 from continual_lsp.lanes.compile import compile_guard
-from continual_lsp.lanes.guards import Guard
+from continual_lsp.lanes.guards.guard_set import Guard
 from continual_lsp.lanes.routing.allocator import route_correction
 from continual_lsp.tools.base import ToolCall
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from continual_lsp.lanes.compile import compile_guard
-from continual_lsp.lanes.guards import Guard, GuardSpec, PathRule
+from continual_lsp.lanes.guards.guard_set import Guard
+from continual_lsp.lanes.guards.spec import GuardSpec, PathRule
 from continual_lsp.lanes.shapes import dir_globs, fires, synthesise
 from continual_lsp.text import unified_diff
 from continual_lsp.tools.base import Preview, ToolCall

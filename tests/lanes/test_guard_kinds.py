@@ -9,17 +9,9 @@ from __future__ import annotations
 import pytest
 
 from continual_lsp.lanes.compile import compile_guard
-from continual_lsp.lanes.guards import (
-    CommandRule,
-    Guard,
-    GuardSet,
-    GuardSpec,
-    PathRule,
-    SequenceRule,
-    ToolRule,
-    command_segments,
-    commit_messages,
-)
+from continual_lsp.lanes.guards.commands import command_segments, commit_messages
+from continual_lsp.lanes.guards.guard_set import Guard, GuardSet
+from continual_lsp.lanes.guards.spec import CommandRule, GuardSpec, PathRule, SequenceRule, ToolRule
 from continual_lsp.lanes.shapes import Probe, Shaped, fires, synthesise
 from continual_lsp.tools.base import ToolCall
 from tests.lanes.support import bash, blocks_then_allows, guard_from, write

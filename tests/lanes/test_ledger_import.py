@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from continual_lsp.config import Settings
-from continual_lsp.lanes.guards import check_guards
+from continual_lsp.lanes.guards.guard_set import check_guards
 from continual_lsp.lanes.routing.allocator import route_correction
 from continual_lsp.lanes.routing_ledger import (
     AdapterRevertNeeded,

@@ -6,7 +6,7 @@ import pytest
 
 from continual_lsp.config import Settings
 from continual_lsp.lanes.context import bullets_for_turn
-from continual_lsp.lanes.guards import check_guards
+from continual_lsp.lanes.guards.guard_set import check_guards
 from continual_lsp.lanes.routing.allocator import route_correction
 from continual_lsp.lanes.routing_ledger import LedgerError, build_ledger, promote
 from continual_lsp.lanes.scope import TASK_KIND, task_scope

@@ -40,7 +40,7 @@ from continual_lsp.lanes.features import (
     instructs,
     strip_markup,
 )
-from continual_lsp.lanes.guards import (
+from continual_lsp.lanes.guards.spec import (
     CommandRule,
     ContentRule,
     GuardSpec,

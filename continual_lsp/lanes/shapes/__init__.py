@@ -18,13 +18,16 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from continual_lsp.lanes.guards import (
+from continual_lsp.lanes.guards.guard_set import Guard
+from continual_lsp.lanes.guards.spec import (
     CommandRule,
     ContentRule,
-    Guard,
     GuardSpec,
     PathRule,
     Rule,
+    SizeRule,
+    ToolRule,
+    literal_command,
 )
 from continual_lsp.lanes.shapes.content import content_shapes
 from continual_lsp.lanes.shapes.dependencies import (
@@ -99,10 +102,8 @@ __all__ = [
 def synthesise(rule: Rule) -> Shaped | None:
     """A violating and a compliant situation for a rule the phrase patterns compiled, or
     None when its form gives no literal to build one from (a hand-written regex)."""
-    from continual_lsp.lanes.guards import SizeRule, ToolRule, _literal_command
-
     if isinstance(rule, CommandRule):
-        literal = _literal_command(rule.pattern)
+        literal = literal_command(rule.pattern)
         if literal is None:
             return None
         bad = literal if literal.startswith("-") is False else f"tool {literal}"

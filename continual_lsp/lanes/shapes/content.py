@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import re
 
-from continual_lsp.lanes.guards import (
-    CommitMessageRule,
-    ContentRule,
-)
+from continual_lsp.lanes.guards.spec import CommitMessageRule, ContentRule
 from continual_lsp.lanes.shapes.kit import (
     EMOJI,
     JS,

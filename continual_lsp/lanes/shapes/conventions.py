@@ -15,10 +15,7 @@ import re
 from collections.abc import Callable
 
 from continual_lsp.lanes.features import PATHISH, is_commandish
-from continual_lsp.lanes.guards import (
-    ContentRule,
-    KeepRule,
-)
+from continual_lsp.lanes.guards.spec import ContentRule, KeepRule
 from continual_lsp.lanes.shapes.kit import (
     CODE_FILES,
     JS,

@@ -7,11 +7,7 @@ from __future__ import annotations
 import re
 
 from continual_lsp.lanes.features import KNOWN_CLI
-from continual_lsp.lanes.guards import (
-    SEGMENT_START,
-    CommandRule,
-    ContentRule,
-)
+from continual_lsp.lanes.guards.spec import SEGMENT_START, CommandRule, ContentRule
 from continual_lsp.lanes.shapes.kit import (
     DROP_IN,
     JS_MANAGERS,

@@ -7,10 +7,7 @@ from __future__ import annotations
 import re
 
 from continual_lsp.lanes.features import FILE_TYPES, is_commandish
-from continual_lsp.lanes.guards import (
-    CommandRule,
-    CommitMessageRule,
-)
+from continual_lsp.lanes.guards.spec import CommandRule, CommitMessageRule
 from continual_lsp.lanes.shapes.kit import (
     CJK_CHARS,
     CONVENTIONAL,

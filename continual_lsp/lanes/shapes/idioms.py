@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import re
 
-from continual_lsp.lanes.guards import (
-    ContentRule,
-)
+from continual_lsp.lanes.guards.spec import ContentRule
 from continual_lsp.lanes.shapes.content import DENIALS, deny
 from continual_lsp.lanes.shapes.kit import (
     CJK_CHARS,

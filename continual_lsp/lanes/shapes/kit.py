@@ -10,9 +10,7 @@ import re
 from dataclasses import dataclass, field
 
 from continual_lsp.lanes.features import FILE_TYPES, KNOWN_FILES, PATHISH
-from continual_lsp.lanes.guards import (
-    Rule,
-)
+from continual_lsp.lanes.guards.spec import Rule
 from continual_lsp.tools.base import Preview, ToolCall
 
 

@@ -7,11 +7,7 @@ from __future__ import annotations
 import re
 
 from continual_lsp.lanes.features import FILE_TYPES
-from continual_lsp.lanes.guards import (
-    NamingRule,
-    PathRule,
-    ReadFirstRule,
-)
+from continual_lsp.lanes.guards.spec import NamingRule, PathRule, ReadFirstRule
 from continual_lsp.lanes.shapes.kit import (
     CASE_EXAMPLE,
     CASES,

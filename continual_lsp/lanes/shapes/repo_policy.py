@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from continual_lsp.lanes.guards import (
+from continual_lsp.lanes.guards.spec import (
     SEGMENT_START,
     CommandRule,
     CommitMessageRule,

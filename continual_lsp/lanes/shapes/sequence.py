@@ -7,9 +7,7 @@ from __future__ import annotations
 import re
 
 from continual_lsp.lanes.features import is_commandish
-from continual_lsp.lanes.guards import (
-    SequenceRule,
-)
+from continual_lsp.lanes.guards.spec import SequenceRule
 from continual_lsp.lanes.shapes.kit import (
     FORMATTERS,
     NEG,

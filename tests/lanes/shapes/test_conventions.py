@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from continual_lsp.lanes.compile import compile_guard
-from continual_lsp.lanes.guards import Guard, KeepRule
+from continual_lsp.lanes.guards.guard_set import Guard
+from continual_lsp.lanes.guards.spec import KeepRule
 from continual_lsp.lanes.shapes import Probe, fires
 from continual_lsp.lanes.shapes.conventions import CONVENTION_SHAPES, _edit
 from continual_lsp.lanes.shapes.repo_policy import POLICY_SHAPES

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from continual_lsp.lanes.guard_code import run_guard_code
+from continual_lsp.lanes.guards.guard_code import run_guard_code
 
 PAYLOAD = {"call": {"tool": "bash", "arguments": {"cmd": "ls"}}, "preview": None}
 

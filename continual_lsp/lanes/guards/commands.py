@@ -11,12 +11,19 @@ the words run (substitutions, variables, redirections, here-documents, globs tha
 expand into an option, brace expansion), a control operator other than `;`, `&&`, `||`
 and `|`, a newline, an unclosed quote. No allow rule approves such a line; the guards
 still judge the commands inside it, a substitution's included.
+
+`command_segments` normalises each simple command for the guards (wrappers and `VAR=`
+prefixes dropped, `npx X` also read as `X`); `commit_messages` and `is_commit` read
+`git commit` out of a line.
 """
 
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass, field
+
+from continual_lsp.tools.base import ToolCall
 
 # The control operators a compound command is split on; each side is judged on its own.
 SPLIT_OPERATORS = frozenset({";", "&&", "||", "|"})
@@ -248,3 +255,75 @@ class _Scanner:
 def parse(cmd: str) -> Parsed:
     """The simple commands of `cmd` as bash splits them, and what makes it not plain words."""
     return _Scanner(cmd, 0).run()
+
+
+# Words that run the rest of the segment as a command of its own.
+_WRAPPERS = frozenset({"sudo", "env", "command", "exec", "nohup", "time", "nice", "xargs"})
+# Package runners: `npx tsc` and `pnpm dlx tsc` also run `tsc`.
+_RUNNERS = {"npx": 1, "bunx": 1, "pnpx": 1, "uvx": 1, "pnpm": 2, "yarn": 2, "bun": 2}
+_SPLIT_TOKENS = frozenset({"&&", "||", ";", "|", "&", "|&", ";;", "(", ")", "((", "))", "$("})
+
+
+def command_segments(cmd: str) -> list[str]:
+    """Every simple command of a compound one, normalised, for judging one at a time.
+
+    Split by the shell's word rules (`parse`: every control operator, the
+    commands inside substitutions too); each segment loses its `VAR=value` prefixes and
+    wrappers (`sudo`, `env`, …); `npx X` / `pnpm dlx X` also yield `X …`. A command with
+    an unclosed quote (bash runs none of it) is split on the operators by a regex.
+    """
+    parsed = parse(cmd)
+    segments = parsed.segments
+    if UNCLOSED in parsed.problems:
+        segments = [[]]
+        for tok in (t for t in re.split(r"(&&|\|\||[;&|()])|\s+", cmd) if t):
+            if tok in _SPLIT_TOKENS or set(tok) <= set(";&|()"):
+                segments.append([])
+            else:
+                segments[-1].append(tok)
+    out: list[str] = []
+    for words in segments:
+        while words and (re.fullmatch(r"[A-Za-z_]\w*=.*", words[0]) or words[0] in _WRAPPERS):
+            words = words[1:]
+            while words and words[0].startswith("-"):
+                words = words[1:]  # a wrapper's own flags (`sudo -E`, `nice -n`)
+                if words and words[0].isdigit():
+                    words = words[1:]
+        if not words:
+            continue
+        out.append(shlex.join(words))
+        skip = _RUNNERS.get(words[0])
+        if skip == 1 and len(words) > 1:
+            out.append(shlex.join(words[1:]))
+        elif skip == 2 and len(words) > 2 and words[1] in ("dlx", "exec", "x"):
+            out.append(shlex.join(words[2:]))
+    return out
+
+
+def commit_messages(cmd: str) -> list[str]:
+    """The messages of every `git commit -m …` in a command (empty: none given)."""
+    messages: list[str] = []
+    for seg in command_segments(cmd):
+        try:
+            words = shlex.split(seg)
+        except ValueError:
+            words = seg.split()
+        if words[:2] != ["git", "commit"]:
+            continue
+        for i, w in enumerate(words[2:], start=2):
+            if w in ("-m", "--message") or re.fullmatch(r"-[a-z]*m", w):
+                if i + 1 < len(words):
+                    messages.append(words[i + 1])
+            elif w.startswith("--message="):
+                messages.append(w.split("=", 1)[1])
+    return messages
+
+
+def is_commit(call: ToolCall) -> bool:
+    if call.tool != "bash":
+        return False
+    return any(seg.startswith("git commit") for seg in command_segments(bash_command(call)))
+
+
+def bash_command(call: ToolCall) -> str:
+    return str(call.arguments.get("cmd", ""))

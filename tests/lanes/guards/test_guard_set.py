@@ -7,19 +7,17 @@ import time
 import pytest
 from pydantic import ValidationError
 
-from continual_lsp.lanes import patterns
 from continual_lsp.lanes.compile import compile_guard
-from continual_lsp.lanes.guards import (
+from continual_lsp.lanes.guards import patterns
+from continual_lsp.lanes.guards.guard_set import Guard, GuardSet, check_guards
+from continual_lsp.lanes.guards.spec import (
     CommandRule,
     ContentRule,
-    Guard,
-    GuardSet,
     GuardSpec,
     PathRule,
     PythonRule,
     SizeRule,
     ToolRule,
-    check_guards,
 )
 from continual_lsp.tools.base import Preview, ToolCall
 
@@ -187,7 +185,7 @@ def test_an_invalid_pattern_is_refused_when_the_rule_is_built(store) -> None:
 CATASTROPHIC = """
 import sys, time
 from continual_lsp.lanes.compile import compile_guard
-from continual_lsp.lanes.guards import check_guards
+from continual_lsp.lanes.guards.guard_set import check_guards
 from continual_lsp.store.db import Store
 from continual_lsp.tools.base import ToolCall
 

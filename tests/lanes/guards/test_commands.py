@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from continual_lsp.lanes.commands import parse
+from continual_lsp.lanes.guards.commands import parse
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from continual_lsp.config import Settings
-from continual_lsp.lanes import guard_feedback, guards, routing_ledger
+from continual_lsp.lanes import routing_ledger
+from continual_lsp.lanes.guards import feedback, guard_set
 from continual_lsp.tools.base import ToolCall
 from continual_lsp.tools.runner import ToolRunner
 
@@ -45,18 +46,18 @@ def _item(store: Any, item_id: str) -> Any:
 def test_a_guard_overridden_twice_retires_to_context(store: Any) -> None:
     guard_id = _guard(store, [{"kind": "command", "pattern": "^npm "}], "Use pnpm.")
     assert _item(store, guard_id).overridden == 0  # a guard shows its count from the start
-    assert guard_feedback.record_override(store, guard_id, "p1") is None
+    assert feedback.record_override(store, guard_id, "p1") is None
     assert (_item(store, guard_id).lane, _item(store, guard_id).overridden) == ("CODE", 1)
     npm = ToolCall(tool="bash", arguments={"cmd": "npm install"})
-    assert guards.check_guards(store, npm).action == "block"
-    retired = guard_feedback.record_override(store, guard_id, "p2")
+    assert guard_set.check_guards(store, npm).action == "block"
+    retired = feedback.record_override(store, guard_id, "p2")
     assert retired is not None and retired.lane == "CONTEXT"
     assert "overrode this guard 2 times" in retired.reason
     item = _item(store, guard_id)
     assert (item.lane, item.active, item.overridden) == ("CONTEXT", True, 2)
     assert item.reason == retired.reason
     # No longer a block: the call runs past the guards.
-    assert guards.check_guards(store, npm).action == "allow"
+    assert guard_set.check_guards(store, npm).action == "allow"
     assert [e["payload"]["count"] for e in store.events("guard_overridden")] == [1, 2]
 
 
@@ -70,17 +71,15 @@ def test_a_guard_that_blocks_the_reviewers_fix_is_dropped_to_context(
 ) -> None:
     guard_id = _guard(store, [KEEP_CALC])
     preview = _preview(tmp_path, FIX)
-    assert guards.check_guards(store, FIX, preview).action == "block"  # the bug of issue 31
-    [change] = guard_feedback.let_through(
-        store, [guard_id], FIX, preview, what="edit_lines calc.py"
-    )
+    assert guard_set.check_guards(store, FIX, preview).action == "block"  # the bug of issue 31
+    [change] = feedback.let_through(store, [guard_id], FIX, preview, what="edit_lines calc.py")
     assert change.lane == "CONTEXT" and change.item_id == guard_id
     assert "would block the call the reviewer accepted in this task (edit_lines calc.py)" in (
         change.reason
     )
     assert _item(store, guard_id).lane == "CONTEXT"
     assert _item(store, guard_id).reason == change.reason
-    assert guards.check_guards(store, FIX, preview).action == "allow"
+    assert guard_set.check_guards(store, FIX, preview).action == "allow"
 
 
 def test_a_guard_is_narrowed_to_the_rules_that_let_the_fix_through(
@@ -88,15 +87,15 @@ def test_a_guard_is_narrowed_to_the_rules_that_let_the_fix_through(
 ) -> None:
     guard_id = _guard(store, [KEEP_CALC, NO_WRITE], "Change only the line; never write.")
     preview = _preview(tmp_path, FIX)
-    [change] = guard_feedback.let_through(store, [guard_id], FIX, preview)
+    [change] = feedback.let_through(store, [guard_id], FIX, preview)
     assert change.lane == "CODE" and change.reason.startswith("Narrowed:")
     assert "tool deny write" in change.reason
     [kept] = store.lane_item(guard_id)["spec"]["rules"]
     assert (kept["kind"], kept["deny"]) == ("tool", ["write"])
-    assert guards.check_guards(store, FIX, preview).action == "allow"
+    assert guard_set.check_guards(store, FIX, preview).action == "allow"
     # What the narrowed guard keeps still blocks.
     rewrite = ToolCall(tool="write", arguments={"path": "calc.py", "content": "x = 1\n"})
-    assert guards.check_guards(store, rewrite, None).action == "block"
+    assert guard_set.check_guards(store, rewrite, None).action == "block"
 
 
 def test_only_the_tasks_guards_and_only_when_they_block(store: Any, tmp_path: Path) -> None:
@@ -104,6 +103,6 @@ def test_only_the_tasks_guards_and_only_when_they_block(store: Any, tmp_path: Pa
     other = _guard(store, [{"kind": "command", "pattern": "^npm "}])
     preview = _preview(tmp_path, FIX)
     # A standing guard not named is left alone; a named one that lets the call pass too.
-    assert guard_feedback.let_through(store, [other], FIX, preview) == []
+    assert feedback.let_through(store, [other], FIX, preview) == []
     assert store.lane_item(standing)["lane"] == "CODE"
     assert store.lane_item(other)["spec"]["rules"] == [{"kind": "command", "pattern": "^npm "}]

@@ -18,7 +18,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from continual_lsp.lanes.guards import Guard, GuardSpec, Rule, rule_summary
+from continual_lsp.lanes.guards.guard_set import Guard
+from continual_lsp.lanes.guards.spec import GuardSpec, Rule, rule_summary
 from continual_lsp.protocol import RoutedNotification
 from continual_lsp.store import Store
 from continual_lsp.tools.base import Preview, ToolCall
