@@ -9,7 +9,15 @@ import sys
 from pathlib import Path
 
 from continual_lsp import __version__
+from continual_lsp.agent.scenarios import ScenarioFileError, check_held_out, load_scenario_file
+from continual_lsp.agent.training_jobs import TrainingJobs
 from continual_lsp.config import Settings, default_store_path
+from continual_lsp.demo import run_demo
+from continual_lsp.lanes.rules_import import import_rules, routing_stats
+from continual_lsp.policy import make_policy
+from continual_lsp.server.main import serve
+from continual_lsp.server.review import run_review
+from continual_lsp.store import Store
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -107,8 +115,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"continual-lsp: invalid settings: {exc}", file=sys.stderr)
         return 2
     if args.command == "serve":
-        from continual_lsp.server.main import serve
-
         if args.token is not None:
             print(
                 "continual-lsp serve: --token is not accepted: every local user can read a "
@@ -118,28 +124,18 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return serve(settings, tcp=args.tcp, token_file=args.token_file) or 0
     if args.command == "demo":
-        from continual_lsp.demo import run_demo
-
         return run_demo(settings, task=args.task, workspace=args.workspace)
     if args.command == "review":
-        from continual_lsp.server.review import run_review
-
         return run_review(
             settings, args.task, Path(args.workspace), args.decisions, args.out, files=args.files
         )
     if args.command == "import-rules":
-        from continual_lsp.lanes.rules_import import import_rules
-        from continual_lsp.store import Store
-
         store = Store(settings.store_path or default_store_path(settings.user))
         items = import_rules(store, Path(args.file), settings)
         for item in items:
             print(f"{item.lane:8} {item.text[:70]!r}  ({item.reason})")
         return 0
     if args.command == "routing-stats":
-        from continual_lsp.lanes.rules_import import routing_stats
-        from continual_lsp.store import Store
-
         store = Store(settings.store_path or default_store_path(settings.user))
         print(json.dumps(routing_stats(store), indent=2))
         return 0
@@ -151,11 +147,6 @@ def main(argv: list[str] | None = None) -> int:
 def _check(settings: Settings, files: list[str]) -> int:
     """Print each held-out situation's verdict and the compliance; exit 1 when a file
     cannot be used (the error names its field)."""
-    from continual_lsp.agent.scenarios import ScenarioFileError, check_held_out, load_scenario_file
-    from continual_lsp.agent.training_jobs import TrainingJobs
-    from continual_lsp.policy import make_policy
-    from continual_lsp.store import Store
-
     try:
         scenarios = [load_scenario_file(f) for f in files]
     except ScenarioFileError as exc:

@@ -18,13 +18,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from continual_lsp.agent.agent import Agent
+from continual_lsp.agent.preload import preload_model
 from continual_lsp.config import Settings
 from continual_lsp.protocol import LearnedNotification, RoutedNotification, TaskDoneNotification
 
 from .errors import RequestFailed
 
 if TYPE_CHECKING:
-    from continual_lsp.agent.agent import Agent, AgentListener, Proposal
+    from continual_lsp.agent.agent import AgentListener, Proposal
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +34,6 @@ AgentFactory = Callable[[Settings, Path, "AgentListener"], "Agent"]
 
 
 def default_agent_factory(settings: Settings, workspace: Path, listener: AgentListener) -> Agent:
-    # Imported here so `continual-lsp --help` and the tests that never start an agent do
-    # not pay for torch/transformers at import time.
-    from continual_lsp.agent.agent import Agent
-
     return Agent(settings, workspace, listener=listener)
 
 
@@ -177,8 +175,6 @@ class AgentPool:
 
         def load() -> None:
             try:
-                from continual_lsp.agent.preload import preload_model
-
                 preload_model(settings)
             except Exception as err:  # the first agent's load reports it in its own words
                 log.warning("preloading the model failed: %s", err)

@@ -114,3 +114,98 @@ def test_the_readme_is_short_gives_the_two_commands_first_and_its_links_resolve(
         text = (ROOT / page).read_text(encoding="utf-8")
         for link in re.findall(r"\]\(([^)#:]+)\)", text):
             assert (ROOT / page).parent.joinpath(link).exists(), f"{page}: {link}"
+
+
+# No function-local import of a project module unless it avoids a real cost (a heavy
+# library on a path that must stay light, or an import cycle), named by a comment on the
+# import's line or heading the run of import lines it belongs to.
+DEFERRED = "# deferred:"
+# Modules other helpers were restructuring when this rule landed (issue 35); each entry is
+# to be moved to module level or marked, and this list emptied.
+NOT_YET_MARKED = {
+    "continual_lsp/agent/agent.py:Agent.policy",
+    "continual_lsp/agent/agent.py:Agent.promote",
+    "continual_lsp/agent/agent.py:Agent.revert",
+    "continual_lsp/agent/lanes_facade.py:LanesFacade.cluster_demonstrations",
+    "continual_lsp/agent/preload.py:preload_model",
+    "continual_lsp/agent/scenarios.py:situation_messages",
+    "continual_lsp/agent/scenarios.py:tool_output",
+    "continual_lsp/agent/training_jobs.py:TrainingJobs._enqueue",
+    "continual_lsp/agent/training_jobs.py:TrainingJobs._running_worker",
+    "continual_lsp/agent/training_jobs.py:TrainingJobs.wait",
+    "continual_lsp/policy/__init__.py:make_policy",
+    "continual_lsp/policy/adapter_registry.py:damage",
+    "continual_lsp/policy/local.py:LocalPolicy.train_step",
+    "continual_lsp/policy/local.py:LocalPolicy.save_adapter",
+    "continual_lsp/policy/local.py:LocalPolicy.load_adapter",
+    "continual_lsp/policy/model_files.py:time_decode",
+    "continual_lsp/policy/vllm/vllm_policy.py:VllmPolicy.from_settings",
+    "continual_lsp/policy/vllm/vllm_policy.py:_tinker_export",
+    "continual_lsp/policy/vllm/vllm_policy.py:_tinker_export.export",
+    # Gone with the agent's pending split (AgentError imported at module level).
+    "server/review.py:_drive",
+    "server/review.py:run_review",
+}
+
+
+def _is_project_import(node: ast.Import | ast.ImportFrom) -> bool:
+    if isinstance(node, ast.ImportFrom):
+        names = ["." if node.level else node.module or ""]
+    else:
+        names = [alias.name for alias in node.names]
+    return any(n == "." or n.split(".")[0] in PACKAGES for n in names)
+
+
+def _marked(lines: list[str], lineno: int) -> bool:
+    if DEFERRED in lines[lineno - 1]:
+        return True
+    above = lineno - 2
+    while above >= 0 and lines[above].strip().startswith(("from ", "import ")):
+        above -= 1
+    return above >= 0 and lines[above].strip().startswith(DEFERRED)
+
+
+def unmarked_local_imports(source: str) -> list[str]:
+    """The qualified name of each function holding an unmarked import of a project module."""
+    lines = source.splitlines()
+    found: list[str] = []
+
+    def visit(node: ast.AST, scope: str, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                inner = f"{scope}.{child.name}" if scope else child.name
+                visit(child, inner, in_function or not isinstance(child, ast.ClassDef))
+            elif isinstance(child, ast.Import | ast.ImportFrom):
+                if in_function and _is_project_import(child) and not _marked(lines, child.lineno):
+                    found.append(scope)
+            else:
+                visit(child, scope, in_function)
+
+    visit(ast.parse(source), "", False)
+    return found
+
+
+def test_function_local_project_imports_name_what_they_defer() -> None:
+    unmarked = {
+        f"{path.relative_to(ROOT)}:{where}"
+        for path in modules()
+        for where in unmarked_local_imports(path.read_text(encoding="utf-8"))
+    }
+    assert sorted(unmarked - NOT_YET_MARKED) == []
+
+
+def test_the_deferred_import_rule_catches_what_it_names() -> None:
+    source = (
+        "import os\n"
+        "from continual_lsp import config\n"
+        "def stdlib():\n    import json\n    return json\n"
+        "def bare():\n    from continual_lsp import store\n    return store\n"
+        "def marked():\n    # deferred: torch\n    from continual_lsp.policy import a\n"
+        "    from continual_lsp.policy import b\n    return a, b\n"
+        "def inline():\n    import server.app  # deferred: a cycle\n    return server\n"
+        "def late():\n    # deferred: torch\n    x = 1\n    from continual_lsp import y\n"
+        "    return x, y\n"
+        "class C:\n    from continual_lsp import z\n"
+        "    def m(self):\n        from .errors import E\n        return E\n"
+    )
+    assert unmarked_local_imports(source) == ["bare", "late", "C.m"]

@@ -26,8 +26,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from continual_lsp.config import EMBEDDED_MODEL
 from continual_lsp.curriculum.episodes import Sequence, generate
 from continual_lsp.curriculum.exercises import load_vocab
+from continual_lsp.policy import model_files
+from continual_lsp.policy.render import ChatMLRenderer
 
 # Attention and MLP: the MLP carries most of what the model knows about formats.
 STARTER_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -58,17 +61,12 @@ class TrainConfig(BaseModel):
 
 
 def load_tokenizer(model: str) -> object:
-    from continual_lsp.policy import model_files
-
     if model_files.resolve_model(model)[1]:  # first run: writes the safetensors cache
         return model_files.load_model_and_tokenizer(model)[1]
     return model_files.load_tokenizer(model)
 
 
 def cmd_generate(args: argparse.Namespace) -> None:
-    from continual_lsp.config import EMBEDDED_MODEL
-    from continual_lsp.policy.render import ChatMLRenderer
-
     renderer = ChatMLRenderer(load_tokenizer(EMBEDDED_MODEL))
     sequences, dropped = generate(renderer, args.situations, args.seed, load_vocab())
     out = Path(args.out)
@@ -120,6 +118,7 @@ def sequence_loss(model: Any, seq: Sequence, prefix: int, layers: Any) -> tuple[
     """
     import torch
 
+    # deferred: torch, which `generate` never loads
     from continual_lsp.policy.training import _forward, _new_cache
 
     rest = seq.tokens[prefix:]
@@ -144,10 +143,7 @@ def build_model(cfg: TrainConfig) -> Any:
     """The embedded base with a fresh LoRA adapter of the recipe's shape."""
     from peft import LoraConfig, get_peft_model
 
-    from continual_lsp.config import EMBEDDED_MODEL
-    from continual_lsp.policy.model_files import load_model_and_tokenizer
-
-    base, _tokenizer = load_model_and_tokenizer(EMBEDDED_MODEL)
+    base, _tokenizer = model_files.load_model_and_tokenizer(EMBEDDED_MODEL)
     lora = LoraConfig(
         r=cfg.rank,
         lora_alpha=2 * cfg.rank,
@@ -203,6 +199,7 @@ def _resume(model: Any, optim: Any, cfg: TrainConfig, ckpt: Path) -> tuple[int, 
 def cmd_train(args: argparse.Namespace) -> None:
     import torch
 
+    # deferred: torch, which `generate` never loads
     from continual_lsp.policy.training import _cache_layers, _forward
 
     cfg = _train_config(args)

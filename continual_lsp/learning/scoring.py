@@ -96,6 +96,7 @@ def grammar_masks(policy: Policy, tokens: list[int]) -> list[torch.Tensor | None
         return [None] * len(tokens)
     local = cast("LocalPolicy", policy)
     try:
+        # deferred: llguidance and transformers; only the local backend replays a grammar
         from continual_lsp.policy.grammar import allowed_mask
 
         vocab = int(local.model.get_output_embeddings().weight.shape[0])

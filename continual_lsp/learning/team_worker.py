@@ -84,6 +84,7 @@ class Member:
 
 
 def _join(members: list[Member], settings_data: dict[str, Any], store_path: str) -> None:
+    # deferred: transformers and peft load in the spawned worker, not in the server importing this
     from continual_lsp.policy.local import LocalPolicy
     from continual_lsp.policy.model_host import shared_host
 
@@ -101,6 +102,7 @@ def _join(members: list[Member], settings_data: dict[str, Any], store_path: str)
 def team_worker_main(settings_data: dict[str, Any], link: WorkerLink, joins: Any) -> None:
     """Entry point of the spawned team worker (see the module docstring)."""
     become_worker(link, "team worker")
+    # deferred: transformers and peft load in the spawned worker, not in the server importing this
     from continual_lsp.policy.model_host import shared_host
 
     shared_host(Settings.model_validate(settings_data))  # the model, before the first job

@@ -59,9 +59,11 @@ from pathlib import Path
 from typing import Any
 
 from continual_lsp.config import Settings
+from continual_lsp.learning import sdpo
 from continual_lsp.learning.consolidate import run_consolidation_job
+from continual_lsp.policy import make_trainer, training
 from continual_lsp.policy.adapter_registry import AdapterRegistry, adapters_dir, version_name
-from continual_lsp.policy.base import Policy, TrainMetrics
+from continual_lsp.policy.base import BackendUnavailable, Policy, TrainMetrics
 from continual_lsp.store.db import Store
 
 log = logging.getLogger(__name__)
@@ -151,8 +153,6 @@ def _watch_parent(parent_pid: int, stop: Signal) -> None:
 def _load_policy(settings: Settings, store: Store) -> Policy:
     """The configured trainer at the store's current weights (`sync_weights`): the sampling
     backend itself, or for a vLLM sampler the backend that trains for it."""
-    from continual_lsp.policy import make_trainer
-
     policy = make_trainer(settings)
     sync_weights(policy, store)
     return policy
@@ -192,8 +192,6 @@ def _save_version(
 ) -> dict[str, Any]:
     """Save the adapter as the next version, register it, return the job's result."""
     import shutil
-
-    from continual_lsp.policy import training
 
     known = store.adapters()
     version = (max((a["version"] for a in known), default=0)) + 1
@@ -278,23 +276,21 @@ def run_job(
     policy: Policy, store: Store, directory: Path, settings: Settings, job: dict[str, Any]
 ) -> dict[str, Any]:
     """One claimed job → one step (+ a saved version every `save_every` steps) → result."""
-    from continual_lsp.learning.sdpo import JOB_KIND, NothingToLearn, SdpoJob, sdpo_step
-
     done = _already_done(store, job)
     if done is not None:
         return done
-    payload = SdpoJob.model_validate(job["payload"])
+    payload = sdpo.SdpoJob.model_validate(job["payload"])
     sync_weights(policy, store)
     replay = []
     if settings.replay_same_cluster and payload.cluster:
         # Twice as many as replayed: an earlier job with nothing left to learn is skipped.
         earlier = store.cluster_jobs(
-            JOB_KIND, payload.cluster, job["id"], 2 * settings.replay_same_cluster
+            sdpo.JOB_KIND, payload.cluster, job["id"], 2 * settings.replay_same_cluster
         )
-        replay = [SdpoJob.model_validate(p) for p in earlier]
+        replay = [sdpo.SdpoJob.model_validate(p) for p in earlier]
     try:
-        metrics = sdpo_step(policy, payload, settings, replay)
-    except NothingToLearn as exc:
+        metrics = sdpo.sdpo_step(policy, payload, settings, replay)
+    except sdpo.NothingToLearn as exc:
         steps = store.counter(STEP_COUNTER)
         return _result(store.current_adapter(), steps, 0.0, 0.0, 0.0, skipped=str(exc))
     # A store counter, not the process's own count: step numbers survive worker restarts.
@@ -322,8 +318,6 @@ def handle_job(
     off exponentially in its attempts (`backoff(seconds)`; the stop event's `wait` in the
     worker, so a stop request cuts the wait short).
     """
-    from continual_lsp.policy.base import BackendUnavailable
-
     try:
         if job["kind"] == "consolidate":
             sync_weights(policy, store)
@@ -348,8 +342,6 @@ def warm_for_next_job(policy: Policy, job: dict[str, Any]) -> None:
     raises: a failed warm-up costs only the time it would have saved."""
     if not policy.scores_locally:
         return
-    from continual_lsp.policy import training
-
     try:
         training.warm_prefix(policy, list(job["payload"].get("prompt_tokens") or []))
     except Exception as exc:
@@ -369,8 +361,6 @@ def become_worker(link: WorkerLink, name: str) -> None:
 def open_adapters_dir(settings: Settings, store_path: str) -> Path:
     """The user's adapters directory, made if missing and cleared of the partial files a
     crash mid-write left (before any version in it is read)."""
-    from continual_lsp.policy import training
-
     directory = adapters_dir(settings, store_path)
     directory.mkdir(parents=True, exist_ok=True)
     training.clean_partial(directory)
