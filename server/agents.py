@@ -26,7 +26,7 @@ from continual_lsp.protocol import LearnedNotification, RoutedNotification, Task
 from .errors import RequestFailed
 
 if TYPE_CHECKING:
-    from continual_lsp.agent.agent import AgentListener, Proposal
+    from continual_lsp.agent.proposal import AgentListener, Proposal
 
 log = logging.getLogger(__name__)
 

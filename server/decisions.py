@@ -16,7 +16,8 @@ from . import edit_signals, proposals
 from .errors import RequestFailed
 
 if TYPE_CHECKING:
-    from continual_lsp.agent.agent import Agent, DecideOutcome, Proposal
+    from continual_lsp.agent.agent import Agent
+    from continual_lsp.agent.proposal import DecideOutcome, Proposal
 
     from .session import Session
 
@@ -60,7 +61,7 @@ async def decide(
         ok=outcome.ok,
         learned=outcome.learned,
         next_proposal_id=following.id if following else None,
-        next_proposal=session.notification(following) if following else None,
+        next_proposal=proposals.payload(session, following) if following else None,
     )
 
 

@@ -12,7 +12,7 @@ from lsprotocol import types as lsp
 from continual_lsp.protocol import HunkDecision
 
 if TYPE_CHECKING:
-    from continual_lsp.agent.agent import Proposal
+    from continual_lsp.agent.proposal import Proposal
 
 HUNK = "continual.hunk"  # [proposalId, index, accept, reason?]
 

@@ -16,7 +16,7 @@ from . import decisions, proposals, reviewer_files
 from .lsp_text import proposal_message
 
 if TYPE_CHECKING:
-    from continual_lsp.agent.agent import Proposal
+    from continual_lsp.agent.proposal import Proposal
 
     from .session import Session
 
@@ -42,7 +42,7 @@ async def _reveal(session: Session, uri: str, proposal: Proposal) -> None:
     if not session.state.capabilities.show_document:
         return
     rng = None
-    changed = session.notification(proposal).range
+    changed = proposals.payload(session, proposal).range
     if changed is not None:
         pos = lsp.Position(line=changed.start.line, character=0)
         rng = lsp.Range(start=pos, end=pos)

@@ -1,13 +1,15 @@
-"""Pending proposals on the client's documents: shown as a notification and, for a file
-change, as a diagnostic on the lines it changes (where the code actions are offered)."""
+"""Pending proposals on the client's documents: shown as a notification (`notification`,
+the wire payload of a Proposal) and, for a file change, as a diagnostic on the lines it
+changes (where the code actions are offered)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lsprotocol import types as lsp
 
-from continual_lsp.protocol import NOTIFY_PROPOSAL
+from continual_lsp.protocol import NOTIFY_PROPOSAL, Position, ProposalNotification, Range
 
 from .documents import normalize_uri
 from .errors import RequestFailed
@@ -15,18 +17,59 @@ from .hunk_votes import hunk_diagnostics
 from .lsp_text import proposal_message
 
 if TYPE_CHECKING:
-    from continual_lsp.agent.agent import Proposal
+    from continual_lsp.agent.proposal import Proposal
 
     from .session import Session
 
 FILE_TOOLS = ("write", "edit", "edit_lines")
 
 
+def notification(proposal: Proposal, workspace: Path) -> ProposalNotification:
+    """The proposal as the client sees it: the document it is about (none for a path
+    outside `workspace`), the lines it changes, and its hunks when there are several."""
+    uri = rng = None
+    preview = proposal.preview
+    path = preview.path if preview else proposal.call.arguments.get("path")
+    if isinstance(path, str) and proposal.call.tool in ("read", *FILE_TOOLS):
+        target = (workspace / path).resolve()
+        # A path that escapes the workspace has no document to show (the tools refuse it).
+        if target.is_relative_to(workspace.resolve()):
+            uri = target.as_uri()
+    if preview and preview.changed_lines:
+        first, last = preview.changed_lines
+        rng = Range(
+            start=Position(line=first - 1, character=0),
+            end=Position(line=max(first - 1, last - 1), character=10_000),
+        )
+    return ProposalNotification(
+        proposal_id=proposal.id,
+        task_id=proposal.task_id,
+        tool=proposal.call.tool,
+        arguments=proposal.call.arguments,
+        read_only=proposal.read_only,
+        uri=uri,
+        range=rng,
+        diff=preview.diff if preview else None,
+        note=proposal.note,
+        adapter_version=proposal.adapter_version,
+        hunks=hunks if len(hunks := proposal.hunks()) > 1 else None,
+        allow_offer=proposal.allow_offer,
+        blocked_by=proposal.blocked_by,
+        checked=proposal.checked,
+    )
+
+
+def payload(session: Session, proposal: Proposal) -> ProposalNotification:
+    """`notification` against the session's workspace (known from initialize on)."""
+    assert session.state.workspace is not None
+    return notification(proposal, session.state.workspace)
+
+
 def proposal_uri(session: Session, proposal: Proposal) -> str | None:
     """The document a file proposal changes (normalised), None for other calls."""
     if proposal.call.tool not in FILE_TOOLS or proposal.preview is None:
         return None
-    uri = session.notification(proposal).uri
+    uri = payload(session, proposal).uri
     return normalize_uri(uri) if uri else None
 
 
@@ -40,7 +83,7 @@ def show(session: Session, proposal: Proposal) -> bool:
     for old in state.of_task(proposal.task_id):
         forget(session, old)
     state.proposals[proposal.id] = proposal
-    session.ls.protocol.notify(NOTIFY_PROPOSAL, session.notification(proposal).dump())
+    session.ls.protocol.notify(NOTIFY_PROPOSAL, payload(session, proposal).dump())
     uri = proposal_uri(session, proposal)
     if uri is not None:
         state.proposal_uris[proposal.id] = uri
@@ -60,7 +103,7 @@ def forget(session: Session, proposal_id: str) -> None:
 def diagnostics_for(session: Session, uri: str) -> list[lsp.Diagnostic]:
     out = []
     for proposal in session.state.proposals_on(uri):
-        rng = session.notification(proposal).range
+        rng = payload(session, proposal).range
         start = (rng.start.line, 0) if rng else (0, 0)
         end = (rng.end.line, rng.end.character) if rng else (0, 0)
         out.append(
@@ -95,7 +138,7 @@ def proposals_at(session: Session, uri: str, rng: lsp.Range) -> list[Proposal]:
     """Pending file proposals on `uri` whose changed lines meet `rng`."""
     found = []
     for proposal in session.state.proposals_on(uri):
-        prange = session.notification(proposal).range
+        prange = payload(session, proposal).range
         first, last = (prange.start.line, prange.end.line) if prange else (0, 0)
         if rng.start.line <= last and first <= rng.end.line:
             found.append(proposal)

@@ -45,6 +45,7 @@ from typing import IO, TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from continual_lsp.agent.errors import AgentError
 from continual_lsp.config import Settings
 from continual_lsp.protocol import (
     HunkDecision,
@@ -55,9 +56,11 @@ from continual_lsp.protocol import (
 
 from .agents import AgentFactory, default_agent_factory
 from .lsp_text import describe_call
+from .proposals import notification
 
 if TYPE_CHECKING:
-    from continual_lsp.agent.agent import Agent, Proposal
+    from continual_lsp.agent.agent import Agent
+    from continual_lsp.agent.proposal import Proposal
 
 OUTPUT_CLIP = 4000
 
@@ -129,14 +132,12 @@ def read_decisions(stream: IO[str]) -> Iterator[tuple[int, ReviewDecision]]:
 
 
 def _proposal_line(agent: Agent, proposal: Proposal) -> dict[str, Any]:
-    payload = proposal.notification(agent.workspace).dump()
+    payload = notification(proposal, agent.workspace).dump()
     payload["description"] = describe_call(proposal.call.tool, proposal.call.arguments)
     return payload
 
 
 def _drive(agent: Agent, task: str, files: Sequence[str], decisions: IO[str], out: _Out) -> int:
-    from continual_lsp.agent.agent import AgentError
-
     task_id, proposal = agent.start_task(task, files)
     out.emit("task", {"taskId": task_id})
     stream = read_decisions(decisions)
@@ -226,18 +227,15 @@ def run_review(
     writer = _Out(stream)
     agent = None
     try:
-        from continual_lsp.agent.agent import AgentError
-
-        try:
-            factory = agent_factory or default_agent_factory
-            agent = factory(settings, root.resolve(), _Listener(writer))
-            return _drive(agent, task, files, decisions, writer)
-        except ReviewInputError as exc:
-            print(f"continual-lsp review: {exc}", file=sys.stderr)
-            return 2
-        except AgentError as exc:
-            print(f"continual-lsp review: {exc}", file=sys.stderr)
-            return 1
+        factory = agent_factory or default_agent_factory
+        agent = factory(settings, root.resolve(), _Listener(writer))
+        return _drive(agent, task, files, decisions, writer)
+    except ReviewInputError as exc:
+        print(f"continual-lsp review: {exc}", file=sys.stderr)
+        return 2
+    except AgentError as exc:
+        print(f"continual-lsp review: {exc}", file=sys.stderr)
+        return 1
     except Exception as exc:  # a bug, but CI still gets one clear line and a failure
         print(f"continual-lsp review: failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

@@ -26,7 +26,7 @@ from .proposals import FILE_TOOLS
 from .state import OpenedFile
 
 if TYPE_CHECKING:
-    from continual_lsp.agent.agent import Proposal
+    from continual_lsp.agent.proposal import Proposal
 
     from .session import Session
 

@@ -26,7 +26,6 @@ from pygls.exceptions import JsonRpcException, JsonRpcInternalError
 from pygls.lsp.server import LanguageServer
 
 from continual_lsp.config import Settings
-from continual_lsp.protocol import ProposalNotification
 
 from .agents import AgentHandle, AgentPool
 from .documents import Documents
@@ -35,7 +34,7 @@ from .events import EventPump
 from .state import ClientCapabilities, SessionState
 
 if TYPE_CHECKING:
-    from continual_lsp.agent.agent import Agent, Proposal
+    from continual_lsp.agent.agent import Agent
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -147,10 +146,6 @@ class Session:
     async def blocking(self, fn: Callable[..., T], *args: Any) -> T:
         """Run blocking file IO on the thread pool, its errors as they are."""
         return await self.loop.run_in_executor(self._executor, fn, *args)
-
-    def notification(self, proposal: Proposal) -> ProposalNotification:
-        assert self.state.workspace is not None
-        return proposal.notification(self.state.workspace)
 
     # -- messages --------------------------------------------------------------------------
 

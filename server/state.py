@@ -18,7 +18,7 @@ from lsprotocol import types as lsp
 from .hunk_votes import HunkVotes
 
 if TYPE_CHECKING:
-    from continual_lsp.agent.agent import Proposal
+    from continual_lsp.agent.proposal import Proposal
 
 # Initialization option / experimental capability by which a client says it renders
 # `continual/proposal` itself (the VS Code extension, the Neovim module); without it

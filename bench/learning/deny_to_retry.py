@@ -95,8 +95,9 @@ def main(argv: list[str] | None = None) -> int:
             row = agent.store.proposal(proposal.id)
             prompt_tokens.append(len(row["prompt_tokens"]) if row else 0)
             # The demo reviewer's correction: the project's way for a fix, else the bug.
-            shown = proposal.notification(ws).model_dump(by_alias=True)
-            correction = preference(shown["tool"])[0] if fixes_the_bug(shown) else WRONG_CHANGE
+            diff = proposal.preview.diff if proposal.preview else None
+            fixes = fixes_the_bug({"diff": diff})
+            correction = preference(proposal.call.tool)[0] if fixes else WRONG_CHANGE
             t0 = time.perf_counter()
             outcome = agent.decide(proposal.id, "deny", correction=correction)
             wait = time.perf_counter() - t0

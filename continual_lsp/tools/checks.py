@@ -23,7 +23,7 @@ from pathlib import Path, PurePosixPath
 NODE_CHECK_TIMEOUT_S = 10.0
 
 # The commands whose failure says a test fails: a task's failing test run is re-run on
-# a copy of the workspace to try a change (the agent's `_checked_change`).
+# a copy of the workspace to try a change (the agent's `turns._checked_change`).
 _TEST_COMMAND = re.compile(
     r"(?:^|[\s;&|(])(?:"
     r"(?:python3?\s+-m\s+)?(?:pytest|py\.test|unittest)"

@@ -20,7 +20,7 @@ from ..proposals import diagnostics_for, proposals_at
 if TYPE_CHECKING:
     from pygls.lsp.server import LanguageServer
 
-    from continual_lsp.agent.agent import Proposal
+    from continual_lsp.agent.proposal import Proposal
 
     from ..connection import Connection
     from ..session import Session

@@ -28,7 +28,7 @@ from ..proposals import lookup
 from .code_action import APPROVE, DENY, DIFF, EDIT, OVERRIDE
 
 if TYPE_CHECKING:
-    from continual_lsp.agent.agent import Proposal
+    from continual_lsp.agent.proposal import Proposal
 
     from ..session import Session
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from continual_lsp.protocol import METHOD_PENDING, PendingParams, PendingResult
 
 from ..errors import validate
+from ..proposals import payload
 
 if TYPE_CHECKING:
     from pygls.lsp.server import LanguageServer
@@ -20,7 +21,7 @@ async def pending(ls: Connection, params: Any) -> dict[str, Any]:
     session = ls.session
     agent = await session.agent()
     waiting = await session.call(agent.pending_proposals)
-    return PendingResult(proposals=[session.notification(p) for p in waiting]).dump()
+    return PendingResult(proposals=[payload(session, p) for p in waiting]).dump()
 
 
 def register(ls: LanguageServer) -> None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from continual_lsp.protocol import METHOD_START_TASK, StartTaskParams, StartTaskResult
 
 from ..errors import validate
+from ..proposals import payload
 
 if TYPE_CHECKING:
     from pygls.lsp.server import LanguageServer
@@ -24,7 +25,7 @@ async def start_task(ls: Connection, params: Any) -> dict[str, Any]:
         task_id, proposal = await session.call(agent.start_task, args.text, args.files)
         if proposal is not None:
             session.events.announce("proposal", proposal)
-    first = session.notification(proposal) if proposal is not None else None
+    first = payload(session, proposal) if proposal is not None else None
     return StartTaskResult(task_id=task_id, proposal=first).dump()
 
 

@@ -60,7 +60,6 @@ def test_a_change_that_does_not_parse_gives_way_to_one_that_does(
     _, proposal = agent.start_task("Write hello.py with a hello() that prints hi")
     assert proposal is not None and proposal.call.arguments == HELLO["arguments"]
     assert proposal.checked == "parses"
-    assert proposal.notification(workspace).checked == "parses"
     (replaced,) = [e["payload"] for e in agent.store.events(kind="invalid_replaced")]
     assert "hello.py not parsing (line 2" in replaced["error"]
     agent.close()
@@ -76,7 +75,7 @@ def test_a_change_no_candidate_can_fix_is_shown_marked(
     assert proposal.checked is not None and proposal.checked.startswith("does not parse: line 2")
     # the same mark when the reviewer's client asks again (continual/pending)
     (pending,) = agent.pending_proposals()
-    assert pending.notification(workspace).checked == proposal.checked
+    assert pending.checked == proposal.checked
     agent.close()
 
 

@@ -26,7 +26,7 @@ class Harness:
         self.task = self.store.create_task("t", str(self.root))
 
     def approve(self, tool: str, **arguments: Any) -> str:
-        """Run one approved call as Agent._checkpointed does; returns its proposal id."""
+        """Run one approved call as `calls.execute` does; returns its proposal id."""
         pid = self.store.add_proposal(self.task, 0, tool, arguments, [], [], [], None, None)
         call = ToolCall(tool=tool, arguments=arguments)
         if tool == "bash":

@@ -61,8 +61,7 @@ def test_approving_done_ends_the_task_with_the_models_summary(
     # Shown like any proposal: nothing to preview, not read-only, waiting for the reviewer.
     assert finish is not None and finish.call.tool == "done"
     assert finish.preview is None and not finish.read_only
-    note = finish.notification(workspace)
-    assert note.arguments == DONE["arguments"] and note.diff is None and note.uri is None
+    assert finish.call.arguments == DONE["arguments"]
     assert agent.store.task(task_id)["status"] != "done"
     outcome = agent.decide(finish.id, "approve")
     summary = DONE["arguments"]["summary"]

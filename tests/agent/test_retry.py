@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from continual_lsp.agent.agent import Agent, AgentError
+from continual_lsp.agent.agent import Agent
+from continual_lsp.agent.errors import AgentError
 from continual_lsp.config import Settings
 from continual_lsp.protocol import LearnedNotification
 from continual_lsp.tools.base import ToolCall

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from continual_lsp.agent.agent import Agent, AgentError
+from continual_lsp.agent.agent import Agent
+from continual_lsp.agent.errors import AgentError
 from continual_lsp.lanes.routing.embed import HashingEmbedder, set_embedder
 from continual_lsp.protocol import HunkDecision
 from tests.agent.support import make_agent
@@ -67,8 +68,8 @@ def test_one_hunk_accepted_one_rejected_is_an_edit_with_the_reason(
     )
     _, proposal = agent.start_task("capitalise b and e in notes.txt")
     assert proposal is not None
-    hunks = proposal.notification(workspace).hunks
-    assert hunks is not None and [(h.old_start, h.old_lines) for h in hunks] == [(2, 1), (5, 1)]
+    hunks = proposal.hunks()
+    assert [(h.old_start, h.old_lines) for h in hunks] == [(2, 1), (5, 1)]
     with pytest.raises(AgentError, match="decide each exactly once"):
         agent.decide(proposal.id, "edit", hunks=[HunkDecision(index=0, accept=True)])
     agent.decide(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 from pygls.exceptions import JsonRpcInternalError, JsonRpcInvalidParams
 
-from continual_lsp.agent.agent import AgentError
+from continual_lsp.agent.errors import AgentError
 from continual_lsp.errors import ReviewerError
 from continual_lsp.policy.base import BackendUnavailable
 from continual_lsp.server.errors import RequestFailed, agent_error, validate

@@ -1,0 +1,198 @@
+"""One call's way through the agent, shared by the rooms: previewed, recorded as a
+proposal (and loaded back from the store), run with a checkpoint, and the task it ends."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from continual_lsp.agent.candidates import Candidate, canonical
+from continual_lsp.agent.errors import Unparsable
+from continual_lsp.agent.lanes_facade import LanesFacade
+from continual_lsp.agent.parts import Parts, Task
+from continual_lsp.agent.proposal import Proposal
+from continual_lsp.protocol import AllowOffer, TaskDoneNotification
+from continual_lsp.store import Store
+from continual_lsp.tools import checks
+from continual_lsp.tools.base import FILE_CHANGING_TOOLS, Preview, ToolCall, ToolError, ToolResult
+from continual_lsp.tools.runner import ToolRunner
+
+
+def preview(tools: ToolRunner, call: ToolCall) -> tuple[Preview | None, ToolError | None]:
+    """The call's preview (computed once per proposal), or why it cannot run.
+
+    A change that leaves the file as it is counts as one that cannot run: approving it
+    would do nothing, and a small model's favourite retry is the old line copied back.
+    So does one that leaves a file that parsed not parsing (`tools.checks`): it comes
+    with its preview, as `Unparsable`.
+    """
+    try:
+        shown = tools.preview(call)
+    except ToolError as exc:
+        return None, exc
+    if shown is not None and shown.old_content == shown.new_content:
+        return None, ToolError(f"{call.tool} would leave {shown.path} as it is")
+    if shown is not None:
+        problem = checks.breaks(shown.path, shown.old_content, shown.new_content)
+        if problem is not None:
+            # The preview stays: the guards judge it, and it is shown, marked, when no
+            # other candidate parses (`turns._instead_of_failed`).
+            message = f"{call.tool} would leave {shown.path} not parsing ({problem})"
+            return shown, Unparsable(message, problem)
+    return shown, None
+
+
+def load_proposal(parts: Parts, proposal_id: str) -> Proposal | None:
+    """A proposal as the store holds it; a pending one with its allow offer and whether a
+    guard blocks it now."""
+    row = parts.store.proposal(proposal_id)
+    if row is None:
+        return None
+    proposal = Proposal(
+        id=row["id"],
+        task_id=row["task_id"],
+        call=ToolCall(tool=row["tool"], arguments=row["arguments"]),
+        read_only=row["tool"] in ("read", "glob", "grep"),
+        preview=Preview.model_validate(row["preview"]) if row["preview"] else None,
+        adapter_version=row["adapter_version"],
+        checked=parts.checked.get(row["id"]),
+    )
+    if row["status"] == "pending":
+        proposal.allow_offer = allow_offer(parts, proposal.call, proposal.preview)
+        task = parts.tasks.get(row["task_id"])
+        _mark_blocked(parts.lanes, proposal, task.history if task else [])
+    return proposal
+
+
+def _mark_blocked(lanes: LanesFacade, proposal: Proposal, history: Sequence[ToolCall]) -> None:
+    """Set `blocked_by` when a guard blocks the proposal now (one compiled after it was
+    proposed too): it is offered with Edit and override, never a plain Approve."""
+    verdict = lanes.check_guards(proposal.call, proposal.preview, history)
+    proposal.blocked_by = verdict.message if verdict.action == "block" else None
+
+
+def allow_offer(parts: Parts, call: ToolCall, preview: Preview | None) -> AllowOffer | None:
+    settings = parts.settings
+    if settings.autonomy in ("manual", "read_only"):
+        return None
+    found = parts.lanes.allow_offer(call, preview, str(parts.workspace), settings.allow_offer_after)
+    if found is None:
+        return None
+    spec, approvals = found
+    return AllowOffer(rule=spec.summary(), approvals=len(approvals))
+
+
+def add_proposal(parts: Parts, task: Task, candidate: Candidate) -> Proposal:
+    """Record a proposal as the task's pending one (not yet shown)."""
+    call = candidate.call
+    sandbox_note = parts.tools.sandbox_note(call)
+    proposal_id = store_proposal(parts, task, candidate)
+    task.pending = proposal_id
+    checked = candidate.checked or _parse_check(candidate.preview)
+    if checked is not None:
+        parts.checked[proposal_id] = checked
+        parts.store.append_event("checked", {"checked": checked}, task.id, proposal_id)
+    return Proposal(
+        id=proposal_id,
+        task_id=task.id,
+        call=call,
+        read_only=call.read_only,
+        preview=candidate.preview,
+        note="; ".join(n for n in (candidate.note, sandbox_note) if n) or None,
+        adapter_version=parts.training.current_version_name(),
+        checked=checked,
+    )
+
+
+def _parse_check(preview: Preview | None) -> str | None:
+    """`checked` for a change nothing else checked (a retry, the denied call offered
+    again): whether it parses, when a checker exists for its file."""
+    if preview is None or checks.checker(preview.path) is None:
+        return None
+    problem = checks.breaks(preview.path, preview.old_content, preview.new_content)
+    return "parses" if problem is None else f"does not parse: {problem}"
+
+
+def store_proposal(parts: Parts, task: Task, candidate: Candidate, status: str = "pending") -> str:
+    call, completion, shown = candidate.call, candidate.completion, candidate.preview
+    assert completion is not None  # a retry without one is given one before it is shown
+    return parts.store.add_proposal(
+        task.id,
+        task.turn,
+        call.tool,
+        call.arguments,
+        candidate.prompt_tokens,
+        completion.tokens,
+        completion.logprobs,
+        shown.model_dump() if shown else None,
+        parts.training.current_version_name(),
+        status=status,
+    )
+
+
+def execute(parts: Parts, task: Task, proposal: Proposal, call: ToolCall) -> ToolResult:
+    """Run an accepted call (its decision committed) and move the task past it."""
+    # The preview pins what the reviewer saw, including "this file does not exist yet".
+    pinned = proposal.preview if call == proposal.call else None
+    result = _checkpointed(parts, proposal.id, call, pinned)
+    if call.tool in FILE_CHANGING_TOOLS:
+        # The workspace changed: running the tests again or re-reading the file is
+        # the check of the change, not a repeat (issue 30; the curriculum does the same).
+        task.executed = set()
+    task.executed.add(canonical(call))
+    task.history.append(call)
+    task.conversation.add_call(call, result)
+    task.pending = None
+    task.denied = []
+    task.retries = 0
+    task.turn += 1
+    if call.tool == "bash" and checks.runs_tests(str(call.arguments["cmd"])):
+        task.failing_test = None if result.ok else str(call.arguments["cmd"])
+    if call.tool == "done":
+        # Approved (or edited): the task ends with the summary the reviewer accepted.
+        finish(parts, task, str(call.arguments["summary"]))
+    return result
+
+
+def _checkpointed(
+    parts: Parts, proposal_id: str, call: ToolCall, pinned: Preview | None
+) -> ToolResult:
+    """Run a call; a change is checkpointed (committed before it runs) for undo."""
+    tools, checkpoints = parts.tools, parts.checkpoints
+    target = tools.target_path(call) if call.tool in FILE_CHANGING_TOOLS else None
+    snapshot = None
+    if target is not None:
+        checkpoints.before_file(proposal_id, target)
+    elif call.tool == "bash":
+        snapshot = checkpoints.before_bash(proposal_id)
+    try:
+        result = tools.execute(call, preview=pinned)
+    except ToolError as exc:
+        result = ToolResult(ok=False, output=f"error: {exc}")
+    if target is not None:
+        checkpoints.after_file(proposal_id, target, result.ok)
+    elif snapshot is not None:
+        checkpoints.after_bash(proposal_id, snapshot)
+    return result
+
+
+def finish(parts: Parts, task: Task, summary: str) -> None:
+    task.done = summary
+    task.pending = None
+    parts.store.set_task_status(task.id, "done", summary)
+    parts.listener.on_task_done(TaskDoneNotification(task_id=task.id, summary=summary))
+
+
+def fired(store: Store, item_id: str | None) -> None:
+    """A guard or allow rule acted on a proposal (the ledger's `fired`)."""
+    if item_id is not None:
+        store.bump(f"fired:{item_id}")
+
+
+def denied_calls(store: Store, task: Task) -> dict[str, ToolCall]:
+    """The calls denied in the current turn, by proposal id."""
+    calls = {}
+    for pid in task.denied:
+        row = store.proposal(pid)
+        if row is not None:
+            calls[pid] = ToolCall(tool=row["tool"], arguments=row["arguments"])
+    return calls

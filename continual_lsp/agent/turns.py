@@ -1,0 +1,248 @@
+"""The turn loop: a task opened (`start`), then turns sampled until one needs the reviewer
+or the task ends (`advance`): a guard's rewrite or block applied, a call that cannot run
+replaced, a file change checked, a call the autonomy setting allows run unasked."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+
+from continual_lsp.agent import calls, decide, retry
+from continual_lsp.agent.candidates import Candidate, canonical, mean_logprob
+from continual_lsp.agent.conversation import Conversation
+from continual_lsp.agent.errors import AgentError, Unparsable
+from continual_lsp.agent.parts import Parts, Task
+from continual_lsp.agent.proposal import DecideOutcome, Proposal
+from continual_lsp.agent.sampling import batch_params, sample
+from continual_lsp.agent.trials import first_passing
+from continual_lsp.policy.base import Completion
+from continual_lsp.tools import checks
+from continual_lsp.tools.base import (
+    FILE_CHANGING_TOOLS,
+    TOOL_NAMES,
+    Preview,
+    ToolCall,
+    ToolError,
+    ToolResult,
+)
+
+
+def start(parts: Parts, text: str, files: Sequence[str]) -> tuple[str, Proposal | None]:
+    """Open a task with `files` read into its conversation first, as executed reads, and
+    sample its first proposal. A file that cannot be read fails before the task exists."""
+    reads = [_read_in_view(parts, path) for path in files]
+    task_id = parts.store.create_task(text, str(parts.workspace))
+    task = Task(task_id, text, Conversation(text))
+    parts.tasks[task_id] = task
+    for call, result in reads:
+        parts.store.append_event("in_view", {"path": call.arguments["path"]}, task_id)
+        task.executed.add(canonical(call))
+        task.conversation.add_call(call, result)
+    return task_id, advance(parts, task)
+
+
+def _read_in_view(parts: Parts, path: str) -> tuple[ToolCall, ToolResult]:
+    try:
+        rel = parts.tools.rel(parts.tools.resolve(path))
+        call = ToolCall(tool="read", arguments={"path": rel})
+        return call, parts.tools.execute(call)
+    except ToolError as exc:
+        raise AgentError(f"cannot start with {path} in view: {exc}") from exc
+
+
+def next_turn(parts: Parts, task: Task, result: ToolResult) -> DecideOutcome:
+    """The outcome of an accepted call: its result and the next turn's proposal."""
+    proposal = advance(parts, task)
+    return DecideOutcome(ok=True, result=result, next_proposal=proposal, task_done=task.done)
+
+
+def advance(parts: Parts, task: Task) -> Proposal | None:
+    """Sample until a proposal needs the reviewer, or the task ends.
+
+    Read-only calls are executed at once when auto-approve is on; a guard block is
+    an automatic denial; a call identical to one already executed is sampled again
+    (`sampling.sample`); `done` is a proposal like any other, and approving it ends the
+    task (`calls.execute`). When a sequence guard's step ("after changing src/ run
+    pytest") is missing, a commit or a `done` is answered by proposing it.
+    """
+    settings, store = parts.settings, parts.store
+    while task.done is None:
+        if task.turn >= settings.max_turns:
+            calls.finish(parts, task, f"reached the turn limit ({settings.max_turns})")
+            break
+        call, completion, prompt_tokens, repeated = sample(parts, task)
+        if call is None and not repeated:
+            calls.finish(parts, task, "the model could not produce a valid tool call")
+            break
+        # Only repeats (`done` not allowed) would end the task as `done` does.
+        finishing = call is None or call.tool == "done"
+        step = _due_step(parts, task, None if finishing else call, prompt_tokens)
+        note: str | None = None
+        if step is not None:
+            call, completion, note = step
+        elif call is None:
+            calls.finish(parts, task, "stopped: the model only repeated calls already run")
+            break
+        preview, error = calls.preview(parts.tools, call)
+        verdict = parts.lanes.check_guards(call, preview, task.history)
+        calls.fired(store, verdict.guard_id)
+        if verdict.action == "rewrite" and verdict.rewritten_call is not None:
+            call, note = verdict.rewritten_call, f"rewritten by a guard: {verdict.message}"
+            preview, error = calls.preview(parts.tools, call)
+        candidate = Candidate(call, completion, prompt_tokens, preview, note, verdict=verdict)
+        if error is not None:
+            instead = _instead_of_failed(parts, task, candidate, error)
+            if instead is None:
+                continue
+            candidate = instead
+        task.invalid_streak = 0
+        candidate = _checked_change(parts, task, candidate)
+        call, preview, verdict = candidate.call, candidate.preview, candidate.verdict
+        assert verdict is not None
+        proposal = calls.add_proposal(parts, task, candidate)
+        if verdict.action == "block":
+            # A guard block is an automatic denial: same record, same learning step,
+            # and a chosen retry.
+            return decide.deny(parts, task, proposal, verdict.message, route=False).next_proposal
+        unasked = _runs_unasked(parts, call, preview) if verdict.action == "allow" else None
+        if unasked is not None:
+            store.record_decision(proposal.id, "approve", correction=None)
+            store.append_event("auto_approved", {"why": unasked}, task.id, proposal.id)
+            result = calls.execute(parts, task, proposal, call)
+            store.mark_applied(proposal.id, result.model_dump())
+            continue
+        proposal.allow_offer = calls.allow_offer(parts, call, preview)
+        parts.listener.on_proposal(proposal)
+        return proposal
+    return None
+
+
+def _due_step(
+    parts: Parts, task: Task, call: ToolCall | None, prompt_tokens: list[int]
+) -> tuple[ToolCall, Completion, str] | None:
+    """A sequence guard's missing step, as the call to propose instead of `call` (None:
+    the task finishes) with its note; None when no step is due. Answered by
+    proposing it, not by a denial or an end."""
+    step = parts.lanes.due_step(task.history, call)
+    if step is None:
+        return None
+    note = f"`{step}` is due after this task's changes, before it " + (
+        "finishes" if call is None else "commits"
+    )
+    instead = ToolCall(tool="bash", arguments={"cmd": step})
+    tokens = parts.policy.renderer.render_call(instead)
+    logprobs = parts.policy.logprobs(prompt_tokens, tokens)
+    return instead, Completion(tokens=tokens, logprobs=logprobs, text=""), note
+
+
+def _instead_of_failed(
+    parts: Parts, task: Task, failed: Candidate, error: ToolError
+) -> Candidate | None:
+    """What to show for a call that cannot run (no such file, a range past the end, a
+    change that leaves a file not parsing): not worth the reviewer's time, so the
+    likeliest runnable sample takes its place; else a change that only fails to parse
+    is shown, marked, for the reviewer to judge; else None: it fails like an executed
+    call and the model sees why (too many in a row end the task)."""
+    runnable = retry.runnable_instead(parts, task, failed, error)
+    if runnable is not None:
+        # The screen's verdict, not one on the rewritten call: a rewrite is shown.
+        assert runnable.completion is not None and runnable.verdict is not None
+        return runnable
+    if isinstance(error, Unparsable):
+        return replace(failed, checked=f"does not parse: {error.problem}")
+    _record_invalid(parts, task, failed, str(error))
+    task.invalid_streak += 1
+    if task.invalid_streak > parts.settings.max_retries:
+        calls.finish(
+            parts, task, f"stopped: {task.invalid_streak} calls in a row could not run ({error})"
+        )
+    return None
+
+
+def _record_invalid(parts: Parts, task: Task, failed: Candidate, error: str) -> None:
+    calls.store_proposal(parts, task, failed, status="invalid")
+    task.conversation.add_call(failed.call, ToolResult(ok=False, output=f"error: {error}"))
+    task.turn += 1
+
+
+def _checked_change(parts: Parts, task: Task, candidate: Candidate) -> Candidate:
+    """A file change as checked before it is shown: `checked` says what was verified.
+
+    It parses (`calls.preview` saw to that, or `checked` already says it does not). When
+    the task's last test run failed, `file_candidates` changes (this one and warmer
+    samples of a file change from its prompt, screened like a retry, likeliest first)
+    are tried on a copy of the workspace with that test command (`trials`), and the
+    first that turns it green is shown. Alternatives are drawn only then: without a
+    check to tell them apart, the model's own call is the likeliest that parses.
+    """
+    settings = parts.settings
+    if candidate.call.tool not in FILE_CHANGING_TOOLS or candidate.preview is None:
+        return candidate
+    if candidate.checked is not None:  # does not parse: nothing to try it with
+        return candidate
+    parses = "parses" if checks.checker(candidate.preview.path) is not None else None
+    cmd = task.failing_test
+    if cmd is None or settings.file_candidates <= 1:
+        return replace(candidate, checked=parses)
+    started = time.perf_counter()
+    tools = [t for t in settings.allowed_tools or TOOL_NAMES if t in FILE_CHANGING_TOOLS]
+    params = batch_params(parts, task, greedy_rows=0, salt=29)
+    params = params.model_copy(update={"tools": tools})
+    samples = parts.policy.sample_batch(
+        candidate.prompt_tokens, params, settings.file_candidates - 1
+    )
+    kept, _drops = retry.screen(parts, task).all(samples, candidate.prompt_tokens)
+    others = sorted(
+        (c for c in kept if canonical(c.call) != canonical(candidate.call)),
+        key=mean_logprob,
+        reverse=True,
+    )
+    trial = first_passing(
+        parts.workspace,
+        cmd,
+        [candidate, *others],
+        settings,
+        env=parts.tools.env,
+        home=parts.tools.home,
+    )
+    winner = trial.passed
+    parts.store.append_event(
+        "change_checked",
+        {
+            "command": cmd,
+            "candidates": 1 + len(others),
+            "ran": trial.ran,
+            "stopped": trial.stopped,
+            "winner": winner.call.model_dump() if winner else None,
+            "seconds": round(time.perf_counter() - started, 3),
+        },
+        task.id,
+    )
+    if winner is None:
+        still = f"`{cmd}` still fails with it" if trial.stopped is None else None
+        return replace(candidate, checked="; ".join(n for n in (parses, still) if n) or None)
+    return replace(winner, checked="the failing test passes with this change")
+
+
+def _runs_unasked(parts: Parts, call: ToolCall, preview: Preview | None) -> str | None:
+    """Why `call` (which every guard let through unchanged) runs without the reviewer
+    under the autonomy setting, or None."""
+    settings = parts.settings
+    level = settings.autonomy
+    if level == "manual":
+        return None
+    if call.read_only:
+        return "read-only"
+    if level == "read_only":
+        return None
+    bash_contained = call.tool != "bash" or (
+        parts.tools.sandbox_note(call) is None and not settings.allow_network
+    )
+    rule = parts.lanes.allow_match(call, preview, str(parts.workspace))
+    if rule is not None and bash_contained:
+        calls.fired(parts.store, rule.item_id)
+        return f"allow rule {rule.item_id}"
+    if level == "workspace_edits" and call.tool in FILE_CHANGING_TOOLS and preview:
+        return "workspace edit"
+    return None
