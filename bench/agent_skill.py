@@ -86,7 +86,7 @@ def load_policies(adapter: Path | None, names: list[str]) -> dict[str, Any]:
     but the tokenizer."""
     from continual_lsp.config import EMBEDDED_MODEL, Settings
     from continual_lsp.policy import model_files
-    from continual_lsp.policy.local import LocalPolicy
+    from continual_lsp.policy.local.local_policy import LocalPolicy
 
     if adapter is not None:
         model_files.STARTER_DIR = adapter  # a candidate adapter instead of the shipped one

@@ -44,9 +44,9 @@ def main() -> int:
     args = parser.parse_args()
 
     from continual_lsp.config import Settings
-    from continual_lsp.policy import make_policy
     from continual_lsp.policy.base import DecodeRestrictions, Message, SampleParams
-    from continual_lsp.policy.local import LocalPolicy
+    from continual_lsp.policy.factory import make_policy
+    from continual_lsp.policy.local.local_policy import LocalPolicy
     from continual_lsp.tools.runner import ToolRunner
 
     policy = make_policy(Settings(), shared=True)

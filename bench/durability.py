@@ -180,7 +180,8 @@ def check(root: Path, final: bool = False) -> dict[str, Any]:
     """The invariants of the module docstring; raises AssertionError naming the broken one."""
     from safetensors.torch import load as parse_safetensors
 
-    from continual_lsp.policy import training
+    from continual_lsp.policy import adapter_registry
+    from continual_lsp.policy.local import adapter_files
     from continual_lsp.store import Store
 
     marks = read_marks(root)
@@ -220,11 +221,11 @@ def check(root: Path, final: bool = False) -> dict[str, Any]:
         directory = root / "adapters"
         orphans, partials = [], []
         for child in sorted(directory.iterdir()) if directory.exists() else []:
-            if child.name.startswith(training.PARTIAL_PREFIX):
+            if child.name.startswith(adapter_files.PARTIAL_PREFIX):
                 partials.append(child.name)
                 continue
-            file = child / training.ADAPTER_FILE
-            assert file.is_file() and (child / training.CONFIG_FILE).is_file(), (
+            file = child / adapter_registry.ADAPTER_FILE
+            assert file.is_file() and (child / adapter_registry.CONFIG_FILE).is_file(), (
                 f"{child.name} is an incomplete adapter version: {sorted(os.listdir(child))}"
             )
             data = file.read_bytes()
@@ -265,13 +266,13 @@ def check(root: Path, final: bool = False) -> dict[str, Any]:
 
 def load_all(root: Path, policy: Any) -> int:
     """Load every registered version with its recorded sha256 (the worker's own check)."""
-    from continual_lsp.policy import training
+    from continual_lsp.policy.local import adapter_files
     from continual_lsp.store import Store
 
     store = Store(root / "store.sqlite3")
     try:
         for adapter in store.adapters():
-            training.load_adapter(policy, adapter["path"], adapter["sha256"])
+            adapter_files.load_adapter(policy, adapter["path"], adapter["sha256"])
         return len(store.adapters())
     finally:
         store.close()
@@ -378,7 +379,7 @@ def main() -> None:
 
     import tempfile
 
-    from continual_lsp.policy.local import LocalPolicy
+    from continual_lsp.policy.local.local_policy import LocalPolicy
 
     root = Path(args.dir or tempfile.mkdtemp(prefix="durability-"))
     policy = LocalPolicy(settings_for(root))

@@ -71,9 +71,9 @@ def main() -> int:
     import torch
 
     from continual_lsp.config import Settings
-    from continual_lsp.policy import make_policy
     from continual_lsp.policy.base import Completion, Message, SampleParams
-    from continual_lsp.policy.local import LocalPolicy
+    from continual_lsp.policy.factory import make_policy
+    from continual_lsp.policy.local.local_policy import LocalPolicy
     from continual_lsp.policy.model_files import resolve_dtype
 
     start = time.perf_counter()

@@ -125,7 +125,7 @@ def _run(
     from continual_lsp.config import Settings
     from continual_lsp.learning.sdpo import SdpoJob, sdpo_step
     from continual_lsp.learning.worker import warm_for_next_job
-    from continual_lsp.policy.local import LocalPolicy
+    from continual_lsp.policy.local.local_policy import LocalPolicy
 
     settings = Settings()
     policy = LocalPolicy(settings)

@@ -156,7 +156,7 @@ class PeakRss:
 def measure_before(count: int) -> None:
     """Child process: `count` private policies, one model each; prints RSS after each."""
     from continual_lsp.config import Settings
-    from continual_lsp.policy.local import LocalPolicy
+    from continual_lsp.policy.local.local_policy import LocalPolicy
 
     held, out = [], []
     for _ in range(count):
@@ -301,8 +301,8 @@ def make_users(root: Path, count: int, checker: Any) -> list[User]:
     """`count` users, each with a workspace and adapter v0001 of its own in its store."""
     import torch
 
-    from continual_lsp.policy import training
     from continual_lsp.policy.adapter_registry import adapters_dir, version_name
+    from continual_lsp.policy.local import adapter_files
     from continual_lsp.store import Store
 
     base = server_settings(root)
@@ -318,7 +318,7 @@ def make_users(root: Path, count: int, checker: Any) -> list[User]:
         store_path = user.store_path
         store_path.parent.mkdir(parents=True, exist_ok=True)
         directory = adapters_dir(user.settings, store_path)
-        info = training.save_adapter(checker, version_name(1), directory)
+        info = adapter_files.save_adapter(checker, version_name(1), directory)
         store = Store(store_path)
         store.add_adapter(info.name, info.path, info.sha256, None, {"bench": "team"})
         store.close()
@@ -611,7 +611,7 @@ def restart(root: Path, users: list[User], job: dict[str, Any]) -> dict[str, Any
     import asyncio
 
     from continual_lsp.agent.training_jobs import adapter_item_id
-    from continual_lsp.policy import training
+    from continual_lsp.policy import adapter_registry
     from continual_lsp.policy.adapter_registry import adapters_dir
     from continual_lsp.store import Store
 
@@ -646,7 +646,9 @@ def restart(root: Path, users: list[User], job: dict[str, Any]) -> dict[str, Any
             if (
                 len(mine) == 1
                 and Path(mine[0]["path"]).parent == directory
-                and training.sha256_file(Path(mine[0]["path"]) / training.ADAPTER_FILE)
+                and adapter_registry.sha256_file(
+                    Path(mine[0]["path"]) / adapter_registry.ADAPTER_FILE
+                )
                 == mine[0]["sha256"]
                 and not elsewhere
             ):
@@ -687,7 +689,7 @@ def main() -> int:
     import asyncio
 
     from continual_lsp.config import Settings
-    from continual_lsp.policy.local import LocalPolicy
+    from continual_lsp.policy.local.local_policy import LocalPolicy
     from continual_lsp.policy.model_files import cpu_model
 
     started = time.perf_counter()

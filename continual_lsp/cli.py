@@ -14,7 +14,7 @@ from continual_lsp.agent.training_jobs import TrainingJobs
 from continual_lsp.config import Settings, default_store_path
 from continual_lsp.demo import run_demo
 from continual_lsp.lanes.rules_import import import_rules, routing_stats
-from continual_lsp.policy import make_policy
+from continual_lsp.policy.factory import make_policy
 from continual_lsp.server.main import serve
 from continual_lsp.server.review import run_review
 from continual_lsp.store import Store

@@ -220,13 +220,13 @@ def main(argv: list[str] | None = None) -> int:
         torch.manual_seed(args.seed)
         start = time.perf_counter()
         if settings.backend == "local":
-            from continual_lsp.policy.local import LocalPolicy
+            from continual_lsp.policy.local.local_policy import LocalPolicy
 
             # One base model for the whole run; the adapter is reset, never reloaded.
             policy = LocalPolicy(settings)
             factory = None
         else:
-            from continual_lsp.policy import make_trainer
+            from continual_lsp.policy.factory import make_trainer
 
             policy = make_trainer(settings)
 

@@ -168,9 +168,9 @@ class Bench:
         self.local = policy.scores_locally
         self._init_state: Any = None
         if self.local:
-            from continual_lsp.policy import training
+            from continual_lsp.policy.local import adapter_files
 
-            self._init_state = training.adapter_state(policy)
+            self._init_state = adapter_files.adapter_state(policy)
         self.prompts = Prompts(policy)
         self._drift_inputs: list[tuple[list[int], list[int]]] | None = None
 
@@ -181,11 +181,11 @@ class Bench:
         if self.local:
             import torch
 
-            from continual_lsp.policy import training
+            from continual_lsp.policy.local import adapter_files, kv_cache
 
             with torch.no_grad():
-                training.set_adapter_state(self.policy, self._init_state)
-            training.train_state(self.policy).bump(reset_optimizers=True)
+                adapter_files.set_adapter_state(self.policy, self._init_state)
+            kv_cache.train_state(self.policy).bump(reset_optimizers=True)
             self.policy.adapter_version = None
             torch.manual_seed(self.config.seed)
         elif self.policy_factory is not None:
@@ -213,10 +213,10 @@ class Bench:
 
         tokens = list(self.policy.renderer.render_call(ToolCall.model_validate(call)))
         if self.local:
-            from continual_lsp.policy import training
+            from continual_lsp.policy.local import lora_step
 
             # Prefix-cached: the compliant and the violating call share the prompt's KV.
-            return float(sum(training.token_logprobs(self.policy, prompt, tokens)))
+            return float(sum(lora_step.token_logprobs(self.policy, prompt, tokens)))
         return float(sum(self.policy.logprobs(prompt, tokens)))
 
     def evaluate(

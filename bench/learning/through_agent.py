@@ -276,7 +276,7 @@ def baseline(scenarios: list[Scenario], args: argparse.Namespace) -> dict[str, f
     (greedy, rule not in context), the number every scenario must start from (0: a rule the
     model already follows teaches nothing). One policy, no agent and no training worker."""
     from continual_lsp.config import Settings
-    from continual_lsp.policy.local import LocalPolicy
+    from continual_lsp.policy.local.local_policy import LocalPolicy
 
     settings = Settings(starter=not args.no_starter, enable_training=False)
     policy = LocalPolicy(settings)
@@ -343,7 +343,7 @@ def run_forgetting(first: Scenario, second: Scenario, args: argparse.Namespace) 
         after, shown_after, margin_after, _ = measure(agent, settings, config, first)
     finally:
         agent.close()
-    from continual_lsp.policy.training import list_adapters
+    from continual_lsp.policy.local.adapter_files import list_adapters
 
     versions = list_adapters(settings.adapters_dir, with_sha256=False)
     kept_dir = REPO / "bench/learning/results" / f"forgetting-{first.name}-{second.name}-adapter"

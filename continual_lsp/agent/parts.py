@@ -15,8 +15,8 @@ from continual_lsp.agent.lanes_facade import LanesFacade
 from continual_lsp.agent.proposal import AgentListener
 from continual_lsp.agent.training_jobs import TrainingJobs
 from continual_lsp.config import Settings
-from continual_lsp.policy import make_policy
 from continual_lsp.policy.base import Sampler
+from continual_lsp.policy.factory import make_policy
 from continual_lsp.store import Store
 from continual_lsp.tools.base import ToolCall
 from continual_lsp.tools.runner import ToolRunner

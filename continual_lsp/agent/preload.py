@@ -11,7 +11,7 @@ def preload_model(settings: Settings) -> None:
     model load, merge or grammar compile (issue 34)."""
     if settings.backend != "local":
         return
+    from continual_lsp.policy.local.model_host import shared_host
     from continual_lsp.policy.model_files import resolve_dtype
-    from continual_lsp.policy.model_host import shared_host
 
     shared_host(settings, resolve_dtype(settings.sample_dtype, settings.device))

@@ -5,7 +5,7 @@ prompt (~260 tokens, the tool list), so its keys and values are computed once wi
 gradients under the current adapter and refreshed every `refresh_every` optimizer steps;
 the rest of the sequence (task, tool results, denials, calls) is backpropagated in full,
 so the adapter learns how the task and the reviewer's words change the call. The
-dropped gradient path through the system prompt is the one `policy/training.py`
+dropped gradient path through the system prompt is the one `policy/local/lora_step.py`
 measures for its prefix cache (cos ≈ 0.7–0.8 with the full gradient).
 
 Resumable: a checkpoint (adapter, optimizer, position in the shuffled order) is written
@@ -119,14 +119,14 @@ def sequence_loss(model: Any, seq: Sequence, prefix: int, layers: Any) -> tuple[
     import torch
 
     # deferred: torch, which `generate` never loads
-    from continual_lsp.policy.training import _forward, _new_cache
+    from continual_lsp.policy.local.kv_cache import forward, sliced_cache
 
     rest = seq.tokens[prefix:]
     rows, targets = [], []
     for a, b in seq.spans:
         rows.extend(range(a - prefix - 1, b - prefix - 1))
         targets.extend(seq.tokens[a:b])
-    logits, _ = _forward(model, rest, _new_cache(layers, prefix), keep=torch.tensor(rows))
+    logits, _ = forward(model, rest, sliced_cache(layers, prefix), keep=torch.tensor(rows))
     loss = torch.nn.functional.cross_entropy(logits.float(), torch.tensor(targets), reduction="sum")
     return loss, len(targets)
 
@@ -200,7 +200,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     import torch
 
     # deferred: torch, which `generate` never loads
-    from continual_lsp.policy.training import _cache_layers, _forward
+    from continual_lsp.policy.local.kv_cache import cache_layers, forward
 
     cfg = _train_config(args)
     torch.set_num_threads(cfg.threads)
@@ -229,8 +229,8 @@ def cmd_train(args: argparse.Namespace) -> None:
     while step < total_steps:
         if layers is None or step % cfg.refresh_every == 0:
             with torch.no_grad():
-                _, cache = _forward(model, sequences[0].tokens[:prefix], None, keep=1)
-            layers = _cache_layers(cache)
+                _, cache = forward(model, sequences[0].tokens[:prefix], None, keep=1)
+            layers = cache_layers(cache)
         elapsed = spent + time.monotonic() - start
         progress = max(step / total_steps, elapsed / (cfg.max_minutes * 60))
         lr = lr_at(step, progress, cfg)

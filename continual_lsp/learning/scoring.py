@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, cast
 
 import torch
 
-from continual_lsp.policy import training
 from continual_lsp.policy.base import Policy
+from continual_lsp.policy.local import adapter_files, kv_cache, lora_step
 
 if TYPE_CHECKING:
-    from continual_lsp.policy.local import LocalPolicy
+    from continual_lsp.policy.local.local_policy import LocalPolicy
 
 log = logging.getLogger(__name__)
 
@@ -47,18 +47,20 @@ class TeacherScores:
 
 def ensure_ema_teacher(policy: LocalPolicy) -> None:
     """Create the `ema` adapter (once per process): the teacher saved with the loaded
-    version if there is one (`training.save_adapter` writes it), else a copy of the
+    version if there is one (`adapter_files.save_adapter` writes it), else a copy of the
     trained adapter."""
     model = policy.model
     if EMA_ADAPTER in model.peft_config:
         return
-    model.add_adapter(EMA_ADAPTER, model.peft_config[training.TRAINED_ADAPTER])
+    model.add_adapter(EMA_ADAPTER, model.peft_config[kv_cache.TRAINED_ADAPTER])
     # add_adapter may mark the new adapter trainable; set_adapter(default) freezes it again.
-    model.set_adapter(training.TRAINED_ADAPTER)
-    state = training.saved_companion(policy, EMA_ADAPTER) or training.adapter_state(policy)
+    model.set_adapter(kv_cache.TRAINED_ADAPTER)
+    state = adapter_files.saved_companion(policy, EMA_ADAPTER) or adapter_files.adapter_state(
+        policy
+    )
     with torch.no_grad():
-        training.set_adapter_state(policy, state, adapter=EMA_ADAPTER)
-    training.invalidate_prefix_cache(policy)
+        adapter_files.set_adapter_state(policy, state, adapter=EMA_ADAPTER)
+    kv_cache.invalidate_prefix_cache(policy)
 
 
 @torch.no_grad()
@@ -69,10 +71,10 @@ def update_ema_teacher(policy: LocalPolicy, rate: float) -> None:
     for name, param in policy.model.named_parameters():
         if f".{EMA_ADAPTER}." not in name:
             continue
-        source = student.get(name.replace(f".{EMA_ADAPTER}.", f".{training.TRAINED_ADAPTER}."))
+        source = student.get(name.replace(f".{EMA_ADAPTER}.", f".{kv_cache.TRAINED_ADAPTER}."))
         if source is not None:
             param.lerp_(source.detach(), rate)
-    training.invalidate_prefix_cache(policy)
+    kv_cache.invalidate_prefix_cache(policy)
 
 
 def grammar_masks(policy: Policy, tokens: list[int]) -> list[torch.Tensor | None]:
@@ -97,7 +99,7 @@ def grammar_masks(policy: Policy, tokens: list[int]) -> list[torch.Tensor | None
     local = cast("LocalPolicy", policy)
     try:
         # deferred: llguidance and transformers; only the local backend replays a grammar
-        from continual_lsp.policy.grammar import allowed_mask
+        from continual_lsp.policy.local.grammar import allowed_mask
 
         vocab = int(local.model.get_output_embeddings().weight.shape[0])
         matcher = local.grammar.matcher()
@@ -144,15 +146,15 @@ def _teacher_log_probs(
     trust_region_rate: float,
 ) -> torch.Tensor:
     """Teacher log-distribution `(T, V)` at each position of `tokens` after `prompt`."""
-    weights = EMA_ADAPTER if teacher == "ema" else training.TRAINED_ADAPTER
+    weights = EMA_ADAPTER if teacher == "ema" else kv_cache.TRAINED_ADAPTER
     if teacher == "ema":
         ensure_ema_teacher(policy)
-    logits = training.completion_logits(policy, prompt, tokens, weights)
+    logits = lora_step.completion_logits(policy, prompt, tokens, weights)
     current = torch.log_softmax(logits.float(), -1)
     if teacher != "trust_region" or trust_region_rate <= 0:
         return current
     reference = torch.log_softmax(
-        training.completion_logits(policy, prompt, tokens, training.REFERENCE).float(), -1
+        lora_step.completion_logits(policy, prompt, tokens, kv_cache.REFERENCE).float(), -1
     )
     rho = min(max(trust_region_rate, 0.0), 1.0)
     if rho >= 1.0:
@@ -208,7 +210,7 @@ def student_logprobs(
     if not policy.scores_locally:
         return list(policy.logprobs(prompt, tokens))
     # Prefix-cached: the KV of `prompt` is reused by the training step that follows.
-    logits = training.completion_logits(cast("LocalPolicy", policy), prompt, tokens)
+    logits = lora_step.completion_logits(cast("LocalPolicy", policy), prompt, tokens)
     return pick(renormalise(torch.log_softmax(logits.float(), -1), masks), tokens)
 
 

@@ -68,12 +68,12 @@ from continual_lsp.learning.teacher_context import (
     feedback_text,
     teacher_prompt,
 )
-from continual_lsp.policy import training
 from continual_lsp.policy.base import Datum, LossName, Policy, TrainMetrics, TrainOptions
+from continual_lsp.policy.local import lora_step
 from continual_lsp.tools.base import ToolCall
 
 if TYPE_CHECKING:
-    from continual_lsp.policy.local import LocalPolicy
+    from continual_lsp.policy.local.local_policy import LocalPolicy
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +206,7 @@ def build_datums(
         masks = grammar_masks(policy, tokens) if config.grammar_mask else None
         if policy.scores_locally:
             raw = torch.log_softmax(
-                training.completion_logits(
+                lora_step.completion_logits(
                     cast("LocalPolicy", policy), job.prompt_tokens, tokens
                 ).float(),
                 -1,

@@ -44,7 +44,7 @@ from continual_lsp.learning.worker import (
 from continual_lsp.store.db import Store
 
 if TYPE_CHECKING:
-    from continual_lsp.policy.local import LocalPolicy
+    from continual_lsp.policy.local.local_policy import LocalPolicy
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +85,8 @@ class Member:
 
 def _join(members: list[Member], settings_data: dict[str, Any], store_path: str) -> None:
     # deferred: transformers and peft load in the spawned worker, not in the server importing this
-    from continual_lsp.policy.local import LocalPolicy
-    from continual_lsp.policy.model_host import shared_host
+    from continual_lsp.policy.local.local_policy import LocalPolicy
+    from continual_lsp.policy.local.model_host import shared_host
 
     if any(str(m.store.path) == store_path for m in members):
         return
@@ -103,7 +103,7 @@ def team_worker_main(settings_data: dict[str, Any], link: WorkerLink, joins: Any
     """Entry point of the spawned team worker (see the module docstring)."""
     become_worker(link, "team worker")
     # deferred: transformers and peft load in the spawned worker, not in the server importing this
-    from continual_lsp.policy.model_host import shared_host
+    from continual_lsp.policy.local.model_host import shared_host
 
     shared_host(Settings.model_validate(settings_data))  # the model, before the first job
     link.ready.set()

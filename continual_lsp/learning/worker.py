@@ -61,9 +61,10 @@ from typing import Any
 from continual_lsp.config import Settings
 from continual_lsp.learning import sdpo
 from continual_lsp.learning.consolidate import run_consolidation_job
-from continual_lsp.policy import make_trainer, training
 from continual_lsp.policy.adapter_registry import AdapterRegistry, adapters_dir, version_name
 from continual_lsp.policy.base import BackendUnavailable, Policy, TrainMetrics
+from continual_lsp.policy.factory import make_trainer
+from continual_lsp.policy.local import adapter_files, kv_cache
 from continual_lsp.store.db import Store
 
 log = logging.getLogger(__name__)
@@ -200,14 +201,14 @@ def _save_version(
     if target.exists() and not any(a["name"] == name for a in known):
         # Left by a crash between the save and add_adapter; this replay supersedes it.
         # Renamed away first (atomic) so a kill mid-delete never leaves a half version.
-        doomed = directory / f"{training.PARTIAL_PREFIX}stale-{name}"
+        doomed = directory / f"{adapter_files.PARTIAL_PREFIX}stale-{name}"
         os.replace(target, doomed)
         shutil.rmtree(doomed)
     parent = next((a["version"] for a in known if a["name"] == policy.adapter_version), None)
     if policy.manages_versions:
         info = policy.save_adapter(name)
     else:
-        info = training.save_adapter(policy, name, directory)
+        info = adapter_files.save_adapter(policy, name, directory)
         policy.adapter_version = name  # type: ignore[misc]  # settable where not managed
     recorded = {
         "loss": metrics.loss,
@@ -338,12 +339,12 @@ def handle_job(
 
 def warm_for_next_job(policy: Policy, job: dict[str, Any]) -> None:
     """Idle-time work after a step: the student's prompt K/V under the new weights
-    (`training.warm_prefix`), so the next correction in this task trains sooner. Never
+    (`kv_cache.warm_prefix`), so the next correction in this task trains sooner. Never
     raises: a failed warm-up costs only the time it would have saved."""
     if not policy.scores_locally:
         return
     try:
-        training.warm_prefix(policy, list(job["payload"].get("prompt_tokens") or []))
+        kv_cache.warm_prefix(policy, list(job["payload"].get("prompt_tokens") or []))
     except Exception as exc:
         log.warning("could not warm the prompt cache for the next step: %s", exc)
 
@@ -363,7 +364,7 @@ def open_adapters_dir(settings: Settings, store_path: str) -> Path:
     crash mid-write left (before any version in it is read)."""
     directory = adapters_dir(settings, store_path)
     directory.mkdir(parents=True, exist_ok=True)
-    training.clean_partial(directory)
+    adapter_files.clean_partial(directory)
     return directory
 
 

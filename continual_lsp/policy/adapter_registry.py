@@ -9,6 +9,7 @@ usable version means the base weights. A backend that manages its versions
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,18 @@ from continual_lsp.policy.base import Sampler
 from continual_lsp.store.db import Store
 
 Adapter = dict[str, Any]  # a row of `Store.adapters()`
+
+# What a version directory of the local backend holds (policy/adapter_files.py writes it).
+ADAPTER_FILE = "adapter_model.safetensors"
+CONFIG_FILE = "adapter_config.json"
+
+
+def sha256_file(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def adapters_dir(settings: Settings, store_path: str | Path | None = None) -> Path:
@@ -36,9 +49,6 @@ def version_name(version: int) -> str:
 
 def damage(adapter: Adapter) -> str | None:
     """Why a version's local file cannot be trusted, or None."""
-    # Why here: torch loads with the training module, on first use, not at server start.
-    from continual_lsp.policy.training import ADAPTER_FILE, sha256_file
-
     path = Path(adapter["path"])
     file = path / ADAPTER_FILE if path.is_dir() else path
     if not file.is_file():

@@ -29,6 +29,7 @@ from typing import Any
 import platformdirs
 
 from continual_lsp.config import EMBEDDED_MODEL
+from continual_lsp.policy.hf_compat import cache_keyword, returned_cache
 from continual_lsp.policy.hf_lock import loads
 
 log = logging.getLogger(__name__)
@@ -188,7 +189,7 @@ def measured_cpu_dtype() -> str:
     import torch
 
     # LocalPolicy sets its thread count (`local.torch_threads`) after this runs; the same
-    # rule, read here without importing local.py (which imports this module).
+    # rule, read here without importing local_policy.py (which imports this module).
     env = os.environ.get("CONTINUAL_LSP_THREADS", "").strip()
     threads = (
         int(env) if env.isdigit() and int(env) > 0 else max(1, len(os.sched_getaffinity(0)) // 2)
@@ -223,8 +224,6 @@ def time_decode(threads: int, layers: int = 6, rounds: int = 3) -> dict[str, flo
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from continual_lsp.policy.grammar import cache_keyword
-
     config = LlamaConfig(
         hidden_size=576,
         intermediate_size=1536,
@@ -252,7 +251,7 @@ def time_decode(threads: int, layers: int = 6, rounds: int = 3) -> dict[str, flo
                     started = time.process_time()
                     out = lm(input_ids=prompt, use_cache=True, logits_to_keep=1)
                     for step in range(16):
-                        cache = getattr(out, "cache", None) or out.past_key_values
+                        cache = returned_cache(out)
                         token = torch.tensor([[step + 1]])
                         out = lm(input_ids=token, use_cache=True, **{keyword: cache})
                     best[dtype] = min(best[dtype], time.process_time() - started)

@@ -9,7 +9,7 @@ Formats, chosen for a 135M model with an ~8k window where CPU prefill costs ~2 m
   context bullets) are appended to it rather than replacing it.
 * **Canonical call.** `{"tool":"read","arguments":{"path":"a.py"}}`: compact separators,
   keys in schema order, optional keys left out instead of written as `null`, non-ASCII
-  kept raw. This is exactly the text the grammar (`grammar.py`) lets the model write, so
+  kept raw. This is exactly the text the grammar (`local/grammar.py`) lets the model write, so
   `render_call` (a training demonstration) and a sampled call share one form.
 * **Tool results.** SmolLM2's template has no tool role and the model never saw one, so
   a `tool` message is rendered as a *user* turn that starts with `Tool result:` (a

@@ -11,6 +11,6 @@ from continual_lsp.config import Settings
 
 @pytest.fixture(scope="module")
 def policy(model_and_tokenizer: tuple[Any, Any]) -> Any:
-    from continual_lsp.policy.local import LocalPolicy
+    from continual_lsp.policy.local.local_policy import LocalPolicy
 
     return LocalPolicy(Settings(enable_training=False), model_and_tokenizer)

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.model
 def test_write_proposal_is_previewed_then_approved(
     tmp_path: Path, workspace: Path, model_and_tokenizer: Any
 ) -> None:
-    from continual_lsp.policy.local import LocalPolicy
+    from continual_lsp.policy.local.local_policy import LocalPolicy
 
     # The prompt lists the tools the grammar allows, as it does when agent and policy
     # share one Settings (the shared fixture's prompt lists every tool and done).

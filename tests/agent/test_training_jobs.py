@@ -13,7 +13,7 @@ import torch
 
 from continual_lsp.agent.training_jobs import TrainingJobs
 from continual_lsp.config import Settings
-from continual_lsp.policy import training
+from continual_lsp.policy import adapter_registry
 from continual_lsp.store import Store
 
 pytestmark = pytest.mark.model
@@ -26,7 +26,7 @@ def _register(store: Store, info: Any, parent: int | None) -> int:
 def test_a_corrupt_adapter_is_skipped_for_the_previous_version(
     tmp_path: Path, store: Store, model_and_tokenizer: tuple[Any, Any]
 ) -> None:
-    from continual_lsp.policy.local import LocalPolicy
+    from continual_lsp.policy.local.local_policy import LocalPolicy
 
     settings = Settings(adapters_dir=str(tmp_path / "adapters"))
     policy = LocalPolicy(settings, model_and_tokenizer)
@@ -47,7 +47,7 @@ def test_a_corrupt_adapter_is_skipped_for_the_previous_version(
     jobs.sync_sampler(policy)
     assert policy.logprobs(prompt, completion) == changed  # v2 intact: served
 
-    file = Path(info2.path) / training.ADAPTER_FILE
+    file = Path(info2.path) / adapter_registry.ADAPTER_FILE
     file.write_bytes(file.read_bytes()[: file.stat().st_size // 2])  # truncated on disk
     jobs._loaded = None  # as after a restart
     jobs.sync_sampler(policy)
@@ -60,7 +60,7 @@ def test_a_corrupt_adapter_is_skipped_for_the_previous_version(
 def test_reverting_every_version_serves_the_base_model(
     tmp_path: Path, store: Store, model_and_tokenizer: tuple[Any, Any]
 ) -> None:
-    from continual_lsp.policy.local import LocalPolicy
+    from continual_lsp.policy.local.local_policy import LocalPolicy
 
     settings = Settings(adapters_dir=str(tmp_path / "adapters"))
     policy = LocalPolicy(settings, model_and_tokenizer)

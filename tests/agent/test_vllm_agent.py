@@ -13,7 +13,7 @@ import pytest
 
 from continual_lsp.agent.agent import Agent
 from continual_lsp.config import Settings
-from continual_lsp.policy.training import ADAPTER_FILE, CONFIG_FILE, sha256_file
+from continual_lsp.policy.adapter_registry import ADAPTER_FILE, CONFIG_FILE, sha256_file
 from continual_lsp.policy.vllm.vllm_policy import VllmPolicy, lora_name
 from continual_lsp.store import Store
 from tests.policy.vllm.vllm_fake import FakeVllm, serve

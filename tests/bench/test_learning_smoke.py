@@ -116,7 +116,7 @@ def test_iso_compliance_drift_compares_where_each_method_first_gets_there() -> N
 def test_every_method_gives_finite_numbers_at_k1(model_and_tokenizer: Any) -> None:
     from bench.learning.suite import METHODS, Bench, SuiteConfig, run_suite
     from continual_lsp.config import Settings
-    from continual_lsp.policy.local import LocalPolicy
+    from continual_lsp.policy.local.local_policy import LocalPolicy
 
     settings = Settings()
     policy = LocalPolicy(settings, model_and_tokenizer)

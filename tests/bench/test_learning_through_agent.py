@@ -121,7 +121,7 @@ def test_forgetting_teaches_first_then_eight_of_second_then_measures_first_again
     import argparse
 
     from bench.learning.scenarios import scenario
-    from continual_lsp.policy import training
+    from continual_lsp.policy.local import adapter_files
 
     calls: list[tuple[str, str, int]] = []
     settings_seen: list[Any] = []
@@ -153,7 +153,7 @@ def test_forgetting_teaches_first_then_eight_of_second_then_measures_first_again
     monkeypatch.setattr(through_agent, "_agent", fake_agent)
     monkeypatch.setattr(through_agent, "teach", fake_teach)
     monkeypatch.setattr(through_agent, "measure", fake_measure)
-    monkeypatch.setattr(training, "list_adapters", lambda *a, **k: [])
+    monkeypatch.setattr(adapter_files, "list_adapters", lambda *a, **k: [])
     args = argparse.Namespace(
         corrections=5, held_out=4, reviewer="deny", no_starter=False, settings=[], skill_tasks=36
     )

@@ -11,7 +11,7 @@ import pytest
 from continual_lsp.agent.conversation import Conversation
 from continual_lsp.curriculum.episodes import Sequence, generate, walk
 from continual_lsp.curriculum.exercises import Builder, load_vocab
-from continual_lsp.policy.grammar import ToolCallGrammar
+from continual_lsp.policy.local.grammar import ToolCallGrammar
 from continual_lsp.policy.render import ChatMLRenderer
 from continual_lsp.tools.base import ToolCall
 from tests.policy.test_render import load_tokenizer

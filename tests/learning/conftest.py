@@ -9,7 +9,7 @@ import pytest
 
 from continual_lsp.config import Settings
 from continual_lsp.policy.base import Completion, Message, SampleParams
-from continual_lsp.policy.local import LocalPolicy
+from continual_lsp.policy.local.local_policy import LocalPolicy
 from continual_lsp.policy.render import ChatMLRenderer
 from continual_lsp.tools.base import ToolCall
 

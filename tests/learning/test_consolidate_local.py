@@ -59,7 +59,7 @@ def _teach(store, embedder) -> str:
 
 @pytest.fixture
 def local_policy(model_and_tokenizer, tmp_path) -> Any:
-    local = pytest.importorskip("continual_lsp.policy.local")
+    local = pytest.importorskip("continual_lsp.policy.local.local_policy")
     settings = Settings(
         store_path=str(tmp_path / "s.sqlite3"), adapters_dir=str(tmp_path / "adapters")
     )

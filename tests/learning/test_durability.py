@@ -25,7 +25,8 @@ from bench import durability
 from continual_lsp.agent.training_jobs import TrainingJobs
 from continual_lsp.config import Settings
 from continual_lsp.learning.sdpo import SdpoJob
-from continual_lsp.policy import training
+from continual_lsp.policy import adapter_registry
+from continual_lsp.policy.local import adapter_files
 from continual_lsp.store import Store
 
 
@@ -106,14 +107,14 @@ def _fake_version(store: Store, directory: Path, name: str, parent: int | None) 
     path = directory / name
     path.mkdir(parents=True)
     data = name.encode() * 1000
-    (path / training.ADAPTER_FILE).write_bytes(data)
-    (path / training.CONFIG_FILE).write_text("{}")
+    (path / adapter_registry.ADAPTER_FILE).write_bytes(data)
+    (path / adapter_registry.CONFIG_FILE).write_text("{}")
     store.add_adapter(name, str(path), hashlib.sha256(data).hexdigest(), parent, {"step": 1})
     return path
 
 
 def _corrupt(path: Path, how: str) -> None:
-    file = path / training.ADAPTER_FILE
+    file = path / adapter_registry.ADAPTER_FILE
     data = file.read_bytes()
     if how == "truncated":
         file.write_bytes(data[: len(data) // 2])
@@ -171,18 +172,18 @@ def test_every_version_corrupt_serves_the_base_model(tmp_path: Path) -> None:
 @pytest.mark.model
 def test_load_adapter_checks_the_recorded_sha256(policy: Any, tmp_path: Path) -> None:
     """The policy-level check the jobs can lean on: with the store's sha256,
-    `training.load_adapter` refuses a truncated or bit-flipped file before touching the
+    `adapter_files.load_adapter` refuses a truncated or bit-flipped file before touching the
     weights. Without it (what `LocalPolicy.load_adapter` does today) a bit flip inside
     the tensor data loads silently."""
-    info = training.save_adapter(policy, "v0001", tmp_path)
-    file = Path(info.path) / training.ADAPTER_FILE
+    info = adapter_files.save_adapter(policy, "v0001", tmp_path)
+    file = Path(info.path) / adapter_registry.ADAPTER_FILE
     good = file.read_bytes()
     for how in ("bit flip", "truncated"):
         file.write_bytes(good)
         _corrupt(Path(info.path), how)
-        with pytest.raises(training.AdapterIntegrityError, match="sha256"):
-            training.load_adapter(policy, info.path, info.sha256)
+        with pytest.raises(adapter_files.AdapterIntegrityError, match="sha256"):
+            adapter_files.load_adapter(policy, info.path, info.sha256)
     file.write_bytes(good[:-64] + bytes(b ^ 0xFF for b in good[-64:]))  # inside a tensor
     policy.load_adapter(info.path)  # no sha256: accepted, corrupt weights and all
     file.write_bytes(good)
-    training.load_adapter(policy, info.path, info.sha256)
+    adapter_files.load_adapter(policy, info.path, info.sha256)

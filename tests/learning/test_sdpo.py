@@ -12,9 +12,9 @@ from continual_lsp.config import Settings
 from continual_lsp.learning.scoring import grammar_masks, sampler_logprobs
 from continual_lsp.learning.sdpo import NothingToLearn, SdpoJob, build_datums, sdpo_step
 from continual_lsp.learning.teacher_context import feedback_text
-from continual_lsp.policy import training
 from continual_lsp.policy.base import SampleParams
-from continual_lsp.policy.local import LocalPolicy
+from continual_lsp.policy.local import adapter_files, lora_step
+from continual_lsp.policy.local.local_policy import LocalPolicy
 from continual_lsp.tools.base import ToolCall
 
 from .conftest import CORRECTION, DEMO, Situation, make_situation
@@ -64,7 +64,7 @@ def test_edit_step_raises_the_demonstration_and_keeps_the_reference(policy: Loca
     assert metrics.tokens == len(s.demo) + len(s.denied)
     assert sum(policy.logprobs(s.prompt, s.demo)) > sum(before)
     assert policy.reference_logprobs(s.prompt, s.demo) == ref_before
-    kl = training.kl_to_reference(policy, s.prompt, s.demo)
+    kl = lora_step.kl_to_reference(policy, s.prompt, s.demo)
     assert 0 < sum(kl) / len(kl) < 1.0
 
 
@@ -92,7 +92,7 @@ def greedy_mismatches(policy: LocalPolicy, prompt: list[int], call: list[int]) -
     call's own prefix) is the call's token: one forward pass instead of a decode loop.
     """
     masks = grammar_masks(policy, call)
-    logits = training.completion_logits(policy, prompt, call)
+    logits = lora_step.completion_logits(policy, prompt, call)
     return sum(
         int(row.masked_fill(~mask, float("-inf")).argmax()) != token
         for row, mask, token in zip(logits, masks, call, strict=True)
@@ -136,8 +136,8 @@ def test_other_modes_and_teachers(policy: LocalPolicy, overrides: dict[str, obje
     assert sum(policy.logprobs(s.prompt, s.demo)) > before
     if settings.teacher == "ema":
         # The EMA adapter moved toward the student by the update rate, and stays frozen.
-        ema = training.adapter_state(policy, "ema")
-        student = training.adapter_state(policy)
+        ema = adapter_files.adapter_state(policy, "ema")
+        student = adapter_files.adapter_state(policy)
         assert any((ema[k] != student[k]).any() for k in student)
         assert all(not p.requires_grad for n, p in policy.model.named_parameters() if ".ema." in n)
 
@@ -150,19 +150,19 @@ def test_the_ema_teacher_is_saved_with_its_version_and_restored(
     sdpo_step(policy, job(s, "edit"), settings)
     sdpo_step(policy, job(s, "edit"), settings)
     info = policy.save_adapter("v0001")
-    ema = training.adapter_state(policy, "ema")
+    ema = adapter_files.adapter_state(policy, "ema")
     assert (Path(info.path) / "ema.safetensors").is_file()
     # A restarted worker: a fresh policy on the same adapters directory.
     fresh = LocalPolicy(Settings(adapters_dir=str(policy.adapters_dir)), model_and_tokenizer)
     fresh.load_adapter("v0001")
     sdpo_step(fresh, job(s, "edit"), Settings(teacher="ema", teacher_update_rate=0.0))
-    restored = training.adapter_state(fresh, "ema")
+    restored = adapter_files.adapter_state(fresh, "ema")
     assert all(torch.equal(restored[k], ema[k]) for k in ema)  # rate 0: exactly the saved one
-    assert any(not torch.equal(ema[k], training.adapter_state(fresh)[k]) for k in ema)
+    assert any(not torch.equal(ema[k], adapter_files.adapter_state(fresh)[k]) for k in ema)
     # Back to the base weights: the teacher follows the student, not the old EMA.
     fresh.load_adapter("")
-    base = training.adapter_state(fresh)
-    assert all(torch.equal(training.adapter_state(fresh, "ema")[k], base[k]) for k in base)
+    base = adapter_files.adapter_state(fresh)
+    assert all(torch.equal(adapter_files.adapter_state(fresh, "ema")[k], base[k]) for k in base)
 
 
 def test_topk_mode_does_not_distill_forced_positions(policy: LocalPolicy) -> None:
@@ -190,11 +190,11 @@ def test_steps_per_correction_take_the_demonstration_further(policy: LocalPolicy
     before = sum(policy.logprobs(s.prompt, s.demo))
     sdpo_step(policy, job(s, "edit"), Settings())
     one = sum(policy.logprobs(s.prompt, s.demo))
-    training.reset_adapter(policy)
+    adapter_files.reset_adapter(policy)
     assert sum(policy.logprobs(s.prompt, s.demo)) == pytest.approx(before, abs=1e-4)
     metrics = sdpo_step(policy, job(s, "edit"), Settings(steps_per_correction=3))
     three = sum(policy.logprobs(s.prompt, s.demo))
     assert before < one < three
     assert metrics.tokens == 3 * (len(s.demo) + len(s.denied)) or metrics.clipped_fraction > 0.5
-    kl = training.kl_to_reference(policy, s.prompt, s.demo)
+    kl = lora_step.kl_to_reference(policy, s.prompt, s.demo)
     assert sum(kl) / len(kl) < 1.0

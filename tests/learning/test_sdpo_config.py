@@ -7,7 +7,7 @@ from pydantic import ValidationError
 
 from continual_lsp.config import Settings
 from continual_lsp.learning.sdpo import SdpoConfig, sdpo_step
-from continual_lsp.policy import training
+from continual_lsp.policy.local import lora_step
 
 
 def test_the_config_comes_from_the_settings_and_forwards_only_what_was_given() -> None:
@@ -31,7 +31,7 @@ def test_an_unknown_step_option_is_an_error_not_dropped() -> None:
     with pytest.raises(ValidationError, match="prefix_cach"):
         sdpo_step(object(), {"proposal_id": "p", "prompt_tokens": [1]}, Settings(), prefix_cach=1)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="prefix_cach"):
-        training.train_step(object(), [], "cross_entropy", 1e-3, prefix_cach=False)  # type: ignore[call-arg]
+        lora_step.train_step(object(), [], "cross_entropy", 1e-3, prefix_cach=False)  # type: ignore[call-arg]
 
 
 # -- more from each correction (issue 33): scripted, no model -------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from continual_lsp.learning.teacher_context import feedback_text, teacher_prompt
-from continual_lsp.policy.local import LocalPolicy
+from continual_lsp.policy.local.local_policy import LocalPolicy
 
 from .conftest import CORRECTION, make_situation
 

@@ -19,7 +19,7 @@ from continual_lsp.learning.team_worker import (
     claim_in_turn,
     take_turns,
 )
-from continual_lsp.policy.local import LocalPolicy
+from continual_lsp.policy.local.local_policy import LocalPolicy
 from continual_lsp.store import Store
 
 from .test_worker import assert_only_complete_versions, payload

@@ -19,8 +19,8 @@ import pytest
 from continual_lsp.config import Settings
 from continual_lsp.learning import SdpoJob, TrainingWorker
 from continual_lsp.learning.worker import Signal
-from continual_lsp.policy import training
-from continual_lsp.policy.local import LocalPolicy
+from continual_lsp.policy import adapter_registry
+from continual_lsp.policy.local.local_policy import LocalPolicy
 from continual_lsp.store import Store
 
 from .conftest import CORRECTION, DEMO, make_situation
@@ -46,7 +46,8 @@ def assert_only_complete_versions(directory: Path, store: Store) -> None:
     assert names == sorted(a["name"] for a in store.adapters())  # no partial, no stray
     for adapter in store.adapters():
         assert (
-            training.sha256_file(Path(adapter["path"]) / training.ADAPTER_FILE) == adapter["sha256"]
+            adapter_registry.sha256_file(Path(adapter["path"]) / adapter_registry.ADAPTER_FILE)
+            == adapter["sha256"]
         )
 
 

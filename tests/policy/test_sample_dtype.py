@@ -9,9 +9,11 @@ import pytest
 import torch
 
 from continual_lsp.config import Settings
-from continual_lsp.policy import make_policy, make_trainer, model_files, model_host
+from continual_lsp.policy import model_files
 from continual_lsp.policy.base import Message
-from continual_lsp.policy.local import LocalPolicy
+from continual_lsp.policy.factory import make_policy, make_trainer
+from continual_lsp.policy.local import model_host
+from continual_lsp.policy.local.local_policy import LocalPolicy
 from continual_lsp.tools.base import ToolCall
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from continual_lsp.config import Settings
 from continual_lsp.policy.base import Completion, SampleParams
-from continual_lsp.policy.local import LocalPolicy
+from continual_lsp.policy.local.local_policy import LocalPolicy
 from continual_lsp.tools.base import ToolCall
 
 

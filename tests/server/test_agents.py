@@ -52,7 +52,8 @@ def test_the_model_is_preloaded_and_each_user_prompt_warmed(
 ) -> None:
     """A fresh server loads the shared model at start (not at the first connect), and a
     connecting user's prompt cache is filled once their agent is ready."""
-    from continual_lsp.policy import model_files, model_host
+    from continual_lsp.policy import model_files
+    from continual_lsp.policy.local import model_host
 
     loaded: list[str] = []
     monkeypatch.setattr(model_host, "shared_host", lambda s, dtype: loaded.append(dtype))

@@ -52,7 +52,7 @@ from continual_lsp.policy.base import (
     Completion,
     SampleParams,
 )
-from continual_lsp.policy.grammar import decoding_schema
+from continual_lsp.policy.call_schema import decoding_schema
 from continual_lsp.policy.model_files import load_tokenizer
 from continual_lsp.policy.render import ChatMLRenderer
 from continual_lsp.policy.vllm.vllm_wire import (
@@ -433,7 +433,6 @@ class VllmPolicy(BackendVersion):
 
 def _tinker_export(settings: Settings) -> Callable[[str], Path]:
     """Versions trained on Tinker, fetched once as PEFT directories vLLM can read."""
-    from continual_lsp.policy import trainer_settings
     from continual_lsp.policy.adapter_registry import adapters_dir
 
     target_root = adapters_dir(settings) / "vllm-export"
@@ -446,7 +445,7 @@ def _tinker_export(settings: Settings) -> Callable[[str], Path]:
         if not trainer:
             from continual_lsp.policy.tinker.tinker_policy import TinkerPolicy
 
-            trainer.append(TinkerPolicy.from_settings(trainer_settings(settings)))
+            trainer.append(TinkerPolicy.from_settings(settings))
         return Path(trainer[0].download_adapter(version, target))
 
     return export

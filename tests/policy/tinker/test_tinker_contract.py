@@ -3,7 +3,7 @@ local SDPO step's loss and gradient on the same tokens.
 
 The learner side of Tinker (logprobs of `target_tokens` given `model_input`, then the
 `cispo` / `cross_entropy` formulas of Tinker's loss docs, `cispo_loss_reference`) is run on a
-small random Llama with a LoRA adapter, against the local backend's own `training.train_step`
+small random Llama with a LoRA adapter, against the local backend's own `lora_step.train_step`
 (whose exact gradient is captured by a recording optimizer) on a policy holding the same model.
 
 In which sense they are equal:
@@ -28,8 +28,9 @@ import torch
 tinker = pytest.importorskip("tinker")
 peft = pytest.importorskip("peft")
 
-from continual_lsp.policy import losses, training  # noqa: E402
+from continual_lsp.policy import losses  # noqa: E402
 from continual_lsp.policy.base import Datum  # noqa: E402
+from continual_lsp.policy.local import kv_cache, lora_step  # noqa: E402
 from continual_lsp.policy.tinker.datums import (  # noqa: E402
     batch_metrics,
     build_tinker_batch,
@@ -42,7 +43,7 @@ LOW, HIGH = 0.5, 2.0
 
 
 class ToyPolicy:
-    """What `training.train_step` needs: `.model`, a peft model with adapter "default"."""
+    """What `lora_step.train_step` needs: `.model`, a peft model with adapter "default"."""
 
     def __init__(self, model: Any) -> None:
         self.model = model
@@ -96,10 +97,10 @@ def local_step(
     policy: ToyPolicy, batch: list[Datum], loss: str, kl_coef: float = 0.0
 ) -> tuple[Any, list[torch.Tensor]]:
     """The local backend's own train_step (full backprop), and the gradient it applied."""
-    params = training.trainable_parameters(policy.model)
+    params = lora_step.trainable_parameters(policy.model)
     recorder = RecordingOptimizer(params)
-    training.train_state(policy).optimizers[1.0] = recorder
-    metrics = training.train_step(
+    kv_cache.train_state(policy).optimizers[1.0] = recorder
+    metrics = lora_step.train_step(
         policy,
         batch,
         loss,
@@ -115,7 +116,7 @@ def local_step(
 
 def tinker_side(policy: ToyPolicy, tb: Any) -> tuple[float, list[torch.Tensor], list[list[float]]]:
     """What Tinker's server does with the datums: learner logprobs, documented loss, backward."""
-    params = training.trainable_parameters(policy.model)
+    params = lora_step.trainable_parameters(policy.model)
     for p in params:
         p.grad = None
     total = torch.zeros(())
@@ -135,7 +136,7 @@ def tinker_side(policy: ToyPolicy, tb: Any) -> tuple[float, list[torch.Tensor], 
 
 
 def scores(policy: ToyPolicy, prompt: list[int], completion: list[int]) -> list[float]:
-    return training.token_logprobs(policy, prompt, completion)
+    return lora_step.token_logprobs(policy, prompt, completion)
 
 
 def assert_same_gradient(a: list[torch.Tensor], b: list[torch.Tensor]) -> None:
@@ -229,7 +230,7 @@ def test_kl_folded_into_advantages_matches_full_kl_in_expectation(policy: ToyPol
     beta = 0.3
     prompt = [1, 5, 9, 14, 3]
     model = policy.model
-    params = training.trainable_parameters(model)
+    params = lora_step.trainable_parameters(model)
     ids = torch.tensor([prompt])
     with torch.no_grad():
         student = torch.log_softmax(model(input_ids=ids).logits[0, -1].float(), -1)

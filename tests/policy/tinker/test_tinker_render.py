@@ -217,7 +217,7 @@ def _fake_export(directory: Path, model: Any, rank: int, alpha: float) -> None:
 
 def test_export_converts_to_a_peft_adapter_the_local_backend_loads(tmp_path: Path) -> None:
     peft = pytest.importorskip("peft")
-    from continual_lsp.policy import training
+    from continual_lsp.policy.local import adapter_files
     from continual_lsp.policy.tinker.tinker_checkpoints import to_peft_adapter
 
     base = _tiny_llama()
@@ -237,7 +237,7 @@ def test_export_converts_to_a_peft_adapter_the_local_backend_loads(tmp_path: Pat
         expected = standard(input_ids=ids).logits
 
     # The local backend's path: a LoRA built as LocalPolicy builds it (alpha = 2·rank),
-    # weights loaded in place by training.load_adapter; B was rescaled so it matches.
+    # weights loaded in place by adapter_files.load_adapter; B was rescaled so it matches.
     class Holder:
         adapter_version = None
 
@@ -246,7 +246,7 @@ def test_export_converts_to_a_peft_adapter_the_local_backend_loads(tmp_path: Pat
         r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], lora_dropout=0.0
     )
     holder.model = peft.get_peft_model(copy.deepcopy(base), lora).eval()
-    training.load_adapter(holder, local)
+    adapter_files.load_adapter(holder, local)
     with torch.no_grad():
         got = holder.model(input_ids=ids).logits
     assert not torch.allclose(expected, plain, atol=1e-4)

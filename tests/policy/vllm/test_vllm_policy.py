@@ -15,8 +15,12 @@ import pytest
 from pydantic import ValidationError
 
 from continual_lsp.config import Settings
-from continual_lsp.policy import make_policy, trainer_settings
-from continual_lsp.policy.adapter_registry import AdapterRegistry
+from continual_lsp.policy.adapter_registry import (
+    ADAPTER_FILE,
+    CONFIG_FILE,
+    AdapterRegistry,
+    sha256_file,
+)
 from continual_lsp.policy.base import (
     BackendUnavailable,
     DecodeRestrictions,
@@ -25,9 +29,9 @@ from continual_lsp.policy.base import (
     SampleParams,
     Sampler,
 )
-from continual_lsp.policy.grammar import decoding_schema
+from continual_lsp.policy.call_schema import decoding_schema
+from continual_lsp.policy.factory import make_policy, trainer_settings
 from continual_lsp.policy.render import ChatMLRenderer
-from continual_lsp.policy.training import ADAPTER_FILE, CONFIG_FILE, sha256_file
 from continual_lsp.policy.vllm.vllm_policy import VllmPolicy, lora_name
 from continual_lsp.store import Store
 from continual_lsp.tools.base import ToolCall

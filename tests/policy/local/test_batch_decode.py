@@ -10,10 +10,10 @@ import torch
 
 from continual_lsp.config import Settings
 from continual_lsp.policy.base import Completion, Message, SampleParams
-from continual_lsp.policy.batch_decode import RowCache, batched_forward, open_row, step_rows
-from continual_lsp.policy.grammar import constrained_decode
-from continual_lsp.policy.local import LocalPolicy
-from continual_lsp.policy.model_host import ModelHost
+from continual_lsp.policy.local.batch_decode import RowCache, batched_forward, open_row, step_rows
+from continual_lsp.policy.local.decode import constrained_decode
+from continual_lsp.policy.local.local_policy import LocalPolicy
+from continual_lsp.policy.local.model_host import ModelHost
 
 pytestmark = pytest.mark.model
 

@@ -8,8 +8,8 @@ import pytest
 
 from continual_lsp.config import Settings
 from continual_lsp.policy.base import Message, SampleParams
-from continual_lsp.policy.grammar import without_stragglers
-from continual_lsp.policy.local import LocalPolicy
+from continual_lsp.policy.local.candidate_tree import without_stragglers
+from continual_lsp.policy.local.local_policy import LocalPolicy
 
 pytestmark = pytest.mark.model
 

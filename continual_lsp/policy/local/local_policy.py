@@ -7,9 +7,9 @@ fresh adapter computes exactly the base model; training changes only the adapter
 adapter versions (files) are swapped without reloading the base model.
 `reference_logprobs` scores with the adapter disabled: the frozen reference for KL.
 
-Sampling lives in `grammar.py` (constrained decoding); LoRA training and adapter files
-live in `training.py` — the `train_step` / `save_adapter` / `load_adapter` methods here
-only delegate, so this module stays the one place that owns model construction.
+Sampling lives in `decode.py` and `candidate_tree.py` (constrained decoding); LoRA
+training in `lora_step.py` and adapter files in `adapter_files.py` — the `train_step` /
+`save_adapter` / `load_adapter` methods here only delegate, so this module stays the one place that owns model construction.
 """
 
 from __future__ import annotations
@@ -36,20 +36,19 @@ from continual_lsp.policy.base import (
     TrainMetrics,
     TrainOptions,
 )
-from continual_lsp.policy.batch_decode import Adapter, open_row
-from continual_lsp.policy.grammar import (
+from continual_lsp.policy.call_schema import check_tools, decoding_schema
+from continual_lsp.policy.hf_compat import cache_keyword, returned_cache
+from continual_lsp.policy.local import adapter_files, lora_step
+from continual_lsp.policy.local.batch_decode import Adapter, open_row
+from continual_lsp.policy.local.candidate_tree import (
     CandidateTree,
-    PromptCache,
-    ToolCallGrammar,
-    cache_keyword,
-    check_tools,
-    common_prefix,
-    constrained_decode,
     constrained_decode_batch,
-    decoding_schema,
     tree_forward,
 )
-from continual_lsp.policy.model_host import ModelHost
+from continual_lsp.policy.local.decode import constrained_decode
+from continual_lsp.policy.local.grammar import ToolCallGrammar
+from continual_lsp.policy.local.kv_cache import PromptCache, common_prefix
+from continual_lsp.policy.local.model_host import ModelHost
 from continual_lsp.policy.render import ChatMLRenderer
 from continual_lsp.tools.base import TOOL_NAMES
 
@@ -80,7 +79,7 @@ def torch_threads() -> int:
 class LocalPolicy:
     """Implements `policy.base.Policy` with a local causal LM and one LoRA adapter.
 
-    Attributes used by `training.py`: `model` (the PeftModel), `tokenizer`, `settings`,
+    Attributes used by `lora_step.py` and `adapter_files.py`: `model` (the PeftModel), `tokenizer`, `settings`,
     and `adapter_version` (settable; None = the fresh, zero adapter). Its own methods hold
     the model (`exclusive()`) for each call; code that uses `.model` directly on a shared
     host must do the same.
@@ -114,7 +113,7 @@ class LocalPolicy:
         # The prompt lists only the allowed tools; SampleParams.tools can narrow further.
         self._renderer = ChatMLRenderer(self.tokenizer, tools=settings.allowed_tools)
         self.grammar = host.grammar  # every tool and done
-        # Set by whoever saves or loads this policy's weights (policy/training.py).
+        # Set by whoever saves or loads this policy's weights (adapter_files.py).
         self.adapter_version: str | None = None
         # KV of the last prompts; consecutive agent turns share most of their prompt. Its
         # entries are keyed by this policy's slot and weights generation (`weights_key`).
@@ -284,10 +283,7 @@ class LocalPolicy:
                 out = self.model(
                     input_ids=ids, use_cache=True, logits_to_keep=1, **{keyword: cache}
                 )
-                grown = getattr(out, "cache", None)
-                self.prompt_cache.store(
-                    prefix, grown if grown is not None else out.past_key_values, key
-                )
+                self.prompt_cache.store(prefix, returned_cache(out), key)
             self.host.note_cache(self.prompt_cache)
         return len(prefix) - shared
 
@@ -338,7 +334,7 @@ class LocalPolicy:
         with torch.inference_mode():
             prompt = torch.tensor([prompt_tokens[shared:]], dtype=torch.long, device=self.device)
             out = self.model(input_ids=prompt, use_cache=True, logits_to_keep=1, **{keyword: cache})
-            cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
+            cache = returned_cache(out)
             if store_key is not None:
                 self.prompt_cache.store(prompt_tokens, cache, store_key)
             first = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
@@ -357,21 +353,17 @@ class LocalPolicy:
                 scores[i] = [float(first[completion[0]]), *picked.tolist()]
         return scores
 
-    # -- training and adapters (training.py) -----------------------------------------------
+    # -- training and adapters (lora_step.py, adapter_files.py) ------------------------------
 
     def train_step(
         self, batch: list[Datum], loss: LossName, lr: float, **options: Unpack[TrainOptions]
     ) -> TrainMetrics:
-        from continual_lsp.policy import training
-
         with self.exclusive():
-            return training.train_step(self, batch, loss, lr, **options)
+            return lora_step.train_step(self, batch, loss, lr, **options)
 
     def save_adapter(self, name: str) -> AdapterInfo:
-        from continual_lsp.policy import training
-
         with self.exclusive():
-            return training.save_adapter(self, name, self.adapters_dir)
+            return adapter_files.save_adapter(self, name, self.adapters_dir)
 
     @property
     def context_window(self) -> int:
@@ -380,13 +372,11 @@ class LocalPolicy:
     def load_adapter(self, name: str) -> None:
         """Load an adapter by file/directory path, or by name inside `adapters_dir`;
         "" means the base weights (the adapter zeroed)."""
-        from continual_lsp.policy import training
-
         path = Path(name).expanduser()
         if name and not path.is_absolute() and not path.exists():
             path = self.adapters_dir / name
         with self.exclusive():
             if name:
-                training.load_adapter(self, path)
+                adapter_files.load_adapter(self, path)
             else:
-                training.reset_adapter(self)
+                adapter_files.reset_adapter(self)

@@ -10,8 +10,8 @@ import torch
 
 from continual_lsp.config import Settings
 from continual_lsp.policy.base import Completion, Message, SampleParams
-from continual_lsp.policy.local import LocalPolicy
-from continual_lsp.policy.model_host import MB, ModelHost, prompt_cache_bytes
+from continual_lsp.policy.local.local_policy import LocalPolicy
+from continual_lsp.policy.local.model_host import MB, ModelHost, prompt_cache_bytes
 
 pytestmark = pytest.mark.model
 

@@ -14,7 +14,7 @@ import torch
 from bench.tasks import SAMPLE_TASKS
 from continual_lsp.config import Settings
 from continual_lsp.policy.base import Completion, Message, Policy, SampleParams
-from continual_lsp.policy.local import LocalPolicy
+from continual_lsp.policy.local.local_policy import LocalPolicy
 from continual_lsp.tools.base import TOOL_NAMES, ToolCall, ToolResult
 
 pytestmark = pytest.mark.model
@@ -44,7 +44,7 @@ def test_policy_satisfies_protocol(policy: LocalPolicy) -> None:
     assert isinstance(policy, Policy)
     assert policy.backend == "local"
     assert policy.adapter_version is None
-    policy.adapter_version = "v1"  # training.py sets it after a step / load
+    policy.adapter_version = "v1"  # adapter_files.py sets it after a step / load
     assert policy.adapter_version == "v1"
     policy.adapter_version = None
 
@@ -217,7 +217,7 @@ def test_grammars_are_kept_newest_first_and_bounded(policy: LocalPolicy) -> None
     """A workspace's file list is part of a grammar's key, so every created file makes a
     new one: the compiled grammars stay at MAX_GRAMMARS, the one in use is not rebuilt."""
     from continual_lsp.policy.base import DecodeRestrictions
-    from continual_lsp.policy.local import MAX_GRAMMARS
+    from continual_lsp.policy.local.local_policy import MAX_GRAMMARS
 
     lists = [DecodeRestrictions(files=[f"f{i}.py"]) for i in range(MAX_GRAMMARS + 5)]
     first = policy.grammar_for(None, lists[0])

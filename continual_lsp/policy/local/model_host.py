@@ -9,7 +9,7 @@ which each policy's adapter weights are copied when it runs (an `AdapterSlot` pe
 policy). A copy is ~2 ms; a second model is seconds to load and half a gigabyte.
 
 Why copy weights in rather than peft's named multi-adapter: the training and adapter-file
-code (training.py) is written against one trainable adapter named `default`, and a
+code (lora_step.py, adapter_files.py) is written against one trainable adapter named `default`, and a
 policy's `.model` must look the same shared or not. A copy also keeps the LoRA modules
 at one adapter's size however many users there are.
 
@@ -64,15 +64,16 @@ from pydantic import BaseModel, ConfigDict
 from safetensors.torch import load_file, save_file
 
 from continual_lsp.config import Settings
-from continual_lsp.policy.batch_decode import (
+from continual_lsp.policy.hf_lock import LOAD_LOCK
+from continual_lsp.policy.local.batch_decode import (
     DecodeScheduler,
     Row,
     column_major,
     name_lora_modules,
     supports_batching,
 )
-from continual_lsp.policy.grammar import PromptCache, ToolCallGrammar
-from continual_lsp.policy.hf_lock import LOAD_LOCK
+from continual_lsp.policy.local.grammar import ToolCallGrammar
+from continual_lsp.policy.local.kv_cache import PromptCache
 from continual_lsp.policy.model_files import load_model_and_tokenizer
 
 TRAINED = ".default."  # peft's name for the one trainable adapter, as it appears in names

@@ -17,7 +17,7 @@ LoRA adapters at once:
   linear layers see them padded to the longest, attention and the head only the real
   tokens.
 - Each row keeps its own grammar matcher, sampling generator and limits
-  (`grammar._next_chunk`), so a row computes the tokens and log-probs it would alone.
+  (`grammar.next_chunk`), so a row computes the tokens and log-probs it would alone.
 - Continuous batching: `DecodeScheduler` is a thread that owns the decode steps of a
   host; a call prefills its prompt in its own thread (prompt caches as before, its
   adapter live), then hands the row over and waits. A row that finishes leaves at once;
@@ -42,16 +42,16 @@ import torch
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from continual_lsp.policy.base import Completion, SampleParams
-from continual_lsp.policy.grammar import (
-    PromptCache,
-    ToolCallGrammar,
-    _completion_text,
-    _Decoder,
-    _generator,
-    _next_chunk,
-    _opening_logprobs,
-    _take,
+from continual_lsp.policy.local.decode import (
+    Decoder,
+    completion_text,
+    next_chunk,
+    opening_logprobs,
+    sample_generator,
+    take_tokens,
 )
+from continual_lsp.policy.local.grammar import ToolCallGrammar
+from continual_lsp.policy.local.kv_cache import PromptCache
 
 # An adapter as a policy's slot holds it: LoRA parameter name -> tensor; None = zero.
 Adapter = dict[str, torch.Tensor] | None
@@ -136,13 +136,13 @@ class Row:
     params: SampleParams
     generator: torch.Generator | None
     grammar: ToolCallGrammar
-    decoder: _Decoder  # the prefill's; keeps the prompt's K/V once the row is done
+    decoder: Decoder  # the prefill's; keeps the prompt's K/V once the row is done
     started: float
     future: Future[Completion] = field(default_factory=Future)
 
     def advance(self) -> None:
-        """Choose the next chunk from `next_logits` (`grammar._next_chunk`); [] = done."""
-        self.pending, more = _next_chunk(
+        """Choose the next chunk from `next_logits` (`grammar.next_chunk`); [] = done."""
+        self.pending, more = next_chunk(
             self.matcher,
             self.next_logits,
             self.tokens,
@@ -156,13 +156,13 @@ class Row:
 
     def finish(self) -> Completion:
         """The call as `constrained_decode` returns it; its prompt's K/V kept in the
-        prompt cache (as the decode left it, see `_Decoder.keep_prompt`)."""
+        prompt cache (as the decode left it, see `Decoder.keep_prompt`)."""
         self.decoder.cache = self.cache.dynamic()
         self.decoder.keep_prompt()
         return Completion(
             tokens=self.tokens,
             logprobs=self.logprobs,
-            text=_completion_text(self.grammar, self.tokens, self.eos),
+            text=completion_text(self.grammar, self.tokens, self.eos),
             forced=self.forced,
             seconds=time.perf_counter() - self.started,
         )
@@ -185,12 +185,12 @@ def open_row(
         raise ValueError("constrained_decode needs a non-empty prompt")
     matcher = grammar.matcher()
     limit = max(0, params.max_tokens)
-    opening = _take(matcher.compute_ff_tokens(), limit)
+    opening = take_tokens(matcher.compute_ff_tokens(), limit)
     if opening:
         matcher.consume_tokens(opening)
     with torch.inference_mode():
-        decoder = _Decoder(model, prompt_tokens, opening, prompt_cache, weights_key)
-        logprobs = _opening_logprobs(decoder, opening) if opening else []
+        decoder = Decoder(model, prompt_tokens, opening, prompt_cache, weights_key)
+        logprobs = opening_logprobs(decoder, opening) if opening else []
     row = Row(
         adapter=adapter,
         matcher=matcher,
@@ -203,7 +203,7 @@ def open_row(
         limit=limit,
         eos=set(grammar.eos_tokens),
         params=params,
-        generator=_generator(params),
+        generator=sample_generator(params),
         grammar=grammar,
         decoder=decoder,
         started=started,

@@ -13,9 +13,10 @@ import pytest
 import torch
 
 from continual_lsp.config import Settings
-from continual_lsp.policy import losses, training
+from continual_lsp.policy import adapter_registry, losses
 from continual_lsp.policy.base import Datum, Message
-from continual_lsp.policy.local import LocalPolicy
+from continual_lsp.policy.local import adapter_files, kv_cache, lora_step
+from continual_lsp.policy.local.local_policy import LocalPolicy
 from continual_lsp.policy.render import ChatMLRenderer
 from continual_lsp.tools.base import ToolCall
 
@@ -54,14 +55,14 @@ def lora_grad(
     policy: LocalPolicy, prompt: list[int], call: list[int], use_prefix_cache: bool
 ) -> tuple[float, torch.Tensor]:
     policy.model.zero_grad(set_to_none=True)
-    logits = training.completion_logits(
+    logits = lora_step.completion_logits(
         policy, prompt, call, grad=True, use_prefix_cache=use_prefix_cache
     )
     logp = losses.selective_log_softmax(logits, torch.tensor(call))
     adv = torch.linspace(-1.0, 1.0, len(call))
     loss = losses.masked_mean(losses.clamped_is_surrogate(logp, logp.detach(), adv).loss)
     loss.backward()
-    grad = torch.cat([p.grad.flatten() for p in training.trainable_parameters(policy.model)])
+    grad = torch.cat([p.grad.flatten() for p in lora_step.trainable_parameters(policy.model)])
     policy.model.zero_grad(set_to_none=True)
     return float(loss.detach()), grad
 
@@ -69,11 +70,11 @@ def lora_grad(
 def test_scores_match_the_policy_and_the_prefix_cache_is_exact(policy: LocalPolicy) -> None:
     prompt, call = situation(policy)
     expected = policy.logprobs(prompt, call)
-    cached = training.token_logprobs(policy, prompt, call)
-    again = training.token_logprobs(policy, prompt, call)  # served from the cache
+    cached = lora_step.token_logprobs(policy, prompt, call)
+    again = lora_step.token_logprobs(policy, prompt, call)  # served from the cache
     assert cached == pytest.approx(expected, abs=1e-4)
     assert again == cached
-    ref = training.token_logprobs(policy, prompt, call, training.REFERENCE)
+    ref = lora_step.token_logprobs(policy, prompt, call, kv_cache.REFERENCE)
     assert ref == pytest.approx(policy.reference_logprobs(prompt, call), abs=1e-4)
 
 
@@ -96,7 +97,7 @@ def test_step_trains_only_lora_and_leaves_the_reference_unchanged(policy: LocalP
     for name, param in policy.model.named_parameters():
         if "lora_" not in name:
             assert torch.equal(param, base_before[name]), name
-    kl = training.kl_to_reference(policy, prompt, call)
+    kl = lora_step.kl_to_reference(policy, prompt, call)
     assert all(k >= -1e-6 for k in kl)
     assert 0 < sum(kl) / len(kl) < 1.0  # moved, and not far
 
@@ -104,10 +105,10 @@ def test_step_trains_only_lora_and_leaves_the_reference_unchanged(policy: LocalP
 def test_optimizer_is_kept_across_steps_per_lr(policy: LocalPolicy) -> None:
     prompt, call = situation(policy)
     policy.train_step([datum(policy, prompt, call)], "cross_entropy", 1e-3)
-    opt = training.train_state(policy).optimizers[1e-3]
+    opt = kv_cache.train_state(policy).optimizers[1e-3]
     policy.train_step([datum(policy, prompt, call)], "cross_entropy", 1e-3)
-    assert training.train_state(policy).optimizers[1e-3] is opt
-    assert training.train_state(policy).steps == 2
+    assert kv_cache.train_state(policy).optimizers[1e-3] is opt
+    assert kv_cache.train_state(policy).steps == 2
 
 
 def test_stale_behaviour_policy_is_clamped(policy: LocalPolicy) -> None:
@@ -116,17 +117,17 @@ def test_stale_behaviour_policy_is_clamped(policy: LocalPolicy) -> None:
     stale = d.model_copy(update={"old_logprobs": [x - 3.0 for x in d.old_logprobs]})  # ratio e^3
     # The gradient through the model equals the clamped form −2·adv·∇log π.
     policy.model.zero_grad(set_to_none=True)
-    logits = training.completion_logits(policy, prompt, call, grad=True)
+    logits = lora_step.completion_logits(policy, prompt, call, grad=True)
     logp = losses.selective_log_softmax(logits, torch.tensor(call))
     old = torch.tensor(stale.old_logprobs)
     adv = torch.tensor(stale.advantages)
     losses.masked_mean(losses.clamped_is_surrogate(logp, old, adv, 0.5, 2.0).loss).backward()
-    g_surrogate = [p.grad.clone() for p in training.trainable_parameters(policy.model)]
+    g_surrogate = [p.grad.clone() for p in lora_step.trainable_parameters(policy.model)]
     policy.model.zero_grad(set_to_none=True)
-    logits = training.completion_logits(policy, prompt, call, grad=True)
+    logits = lora_step.completion_logits(policy, prompt, call, grad=True)
     logp = losses.selective_log_softmax(logits, torch.tensor(call))
     (-(2.0 * adv * logp).mean()).backward()
-    for a, p in zip(g_surrogate, training.trainable_parameters(policy.model), strict=True):
+    for a, p in zip(g_surrogate, lora_step.trainable_parameters(policy.model), strict=True):
         assert torch.allclose(a, p.grad, atol=1e-6, rtol=1e-4)
     policy.model.zero_grad(set_to_none=True)
     metrics = policy.train_step([stale], "importance_sampling", 1e-3)
@@ -138,16 +139,16 @@ def test_stale_behaviour_policy_is_clamped(policy: LocalPolicy) -> None:
 def test_warm_prefix_serves_the_next_step_under_the_new_weights(policy: LocalPolicy) -> None:
     prompt, call = situation(policy)
     policy.train_step([datum(policy, prompt, call)], "importance_sampling", 2e-3)
-    state = training.train_state(policy)
-    assert not [e for e in state.prefix if e.weights != training.REFERENCE]  # a step drops them
-    training.warm_prefix(policy, prompt)
-    (entry,) = [e for e in state.prefix if e.weights != training.REFERENCE]
+    state = kv_cache.train_state(policy)
+    assert not [e for e in state.prefix if e.weights != kv_cache.REFERENCE]  # a step drops them
+    kv_cache.warm_prefix(policy, prompt)
+    (entry,) = [e for e in state.prefix if e.weights != kv_cache.REFERENCE]
     assert entry.tokens == tuple(prompt[:-1]) and entry.generation == state.generation
     # The next turn's prompt extends this one: scoring it starts from the warm entry and
     # gives what an uncached forward gives.
     longer = prompt + policy.renderer.render_call(CALL)[:-1] + prompt[-3:]
-    cached = training.completion_logits(policy, longer, call)
-    full = training.completion_logits(policy, longer, call, use_prefix_cache=False)
+    cached = lora_step.completion_logits(policy, longer, call)
+    full = lora_step.completion_logits(policy, longer, call, use_prefix_cache=False)
     assert torch.allclose(cached, full, atol=2e-3)
     assert any(e.tokens == tuple(longer[:-1]) for e in state.prefix)
 
@@ -155,7 +156,7 @@ def test_warm_prefix_serves_the_next_step_under_the_new_weights(policy: LocalPol
 def test_prefix_gradient_drop_is_small(policy: LocalPolicy) -> None:
     """Prefix-cached vs full backprop: the loss is identical, the gradient well aligned.
 
-    The numbers quoted in training.py's docstring come from this comparison.
+    The numbers quoted in lora_step.py's docstring come from this comparison.
     """
     prompt, call = situation(policy)
     for _ in range(2):  # a fresh adapter (B = 0), then after one step
@@ -171,15 +172,15 @@ def test_prefix_gradient_drop_is_small(policy: LocalPolicy) -> None:
 def test_full_backprop_mode_takes_the_same_step_loss(policy: LocalPolicy) -> None:
     prompt, call = situation(policy)
     d = datum(policy, prompt, call)
-    full = training.train_step(policy, [d], "cross_entropy", 1e-3, kl_coef=0.1, prefix_cache=False)
-    training.reset_adapter(policy)
-    cached = training.train_step(policy, [d], "cross_entropy", 1e-3, kl_coef=0.1)
+    full = lora_step.train_step(policy, [d], "cross_entropy", 1e-3, kl_coef=0.1, prefix_cache=False)
+    adapter_files.reset_adapter(policy)
+    cached = lora_step.train_step(policy, [d], "cross_entropy", 1e-3, kl_coef=0.1)
     assert cached.loss == pytest.approx(full.loss, abs=1e-4)
 
 
 def test_topk_distill_step(policy: LocalPolicy) -> None:
     prompt, call = situation(policy)
-    teacher = torch.log_softmax(training.completion_logits(policy, prompt, call).float(), -1)
+    teacher = torch.log_softmax(lora_step.completion_logits(policy, prompt, call).float(), -1)
     # A sharpened teacher: its top-k concentrates on the call's tokens.
     target = torch.nn.functional.one_hot(torch.tensor(call), teacher.shape[-1]).float() * 5.0
     teacher = torch.log_softmax(teacher + target, -1)
@@ -210,26 +211,26 @@ def test_adapter_versions_round_trip_and_revert_exactly(
     directory = tmp_path / "versions"
     base = policy.logprobs(prompt, call)
     policy.train_step([datum(policy, prompt, call)], "importance_sampling", 2e-3)
-    v1 = training.save_adapter(policy, "v0001", directory)
+    v1 = adapter_files.save_adapter(policy, "v0001", directory)
     lp1 = policy.logprobs(prompt, call)
     policy.train_step([datum(policy, prompt, call)], "importance_sampling", 2e-3)
-    v2 = training.save_adapter(policy, "v0002", directory)
+    v2 = adapter_files.save_adapter(policy, "v0002", directory)
     lp2 = policy.logprobs(prompt, call)
     assert lp1 != lp2 != base
 
-    training.load_adapter(policy, v1.path, v1.sha256)  # revert to v(n−1)
+    adapter_files.load_adapter(policy, v1.path, v1.sha256)  # revert to v(n−1)
     assert policy.logprobs(prompt, call) == lp1  # exactly, not approximately
     assert policy.adapter_version == "v0001"
-    training.load_adapter(policy, Path(v2.path) / training.ADAPTER_FILE, v2.sha256)
+    adapter_files.load_adapter(policy, Path(v2.path) / adapter_registry.ADAPTER_FILE, v2.sha256)
     assert policy.logprobs(prompt, call) == lp2
-    training.reset_adapter(policy)
+    adapter_files.reset_adapter(policy)
     assert policy.logprobs(prompt, call) == base
 
-    with pytest.raises(training.AdapterIntegrityError):
-        training.load_adapter(policy, v1.path, "0" * 64)
+    with pytest.raises(adapter_files.AdapterIntegrityError):
+        adapter_files.load_adapter(policy, v1.path, "0" * 64)
     with pytest.raises(FileExistsError):
-        training.save_adapter(policy, "v0001", directory)
-    listed = training.list_adapters(directory)
+        adapter_files.save_adapter(policy, "v0001", directory)
+    listed = adapter_files.list_adapters(directory)
     assert [a.name for a in listed] == ["v0001", "v0002"]
     assert [a.sha256 for a in listed] == [v1.sha256, v2.sha256]
     assert sorted(p.name for p in directory.iterdir()) == ["v0001", "v0002"]
@@ -247,10 +248,10 @@ def test_a_save_that_dies_leaves_no_version(
         Path(path).write_bytes(b"half")
         raise OSError("disk full")
 
-    monkeypatch.setattr(training, "save_file", broken)
+    monkeypatch.setattr(adapter_files, "save_file", broken)
     with pytest.raises(OSError):
-        training.save_adapter(policy, "v0001", directory)
+        adapter_files.save_adapter(policy, "v0001", directory)
     assert list(directory.iterdir()) == []
-    assert training.list_adapters(directory) == []
+    assert adapter_files.list_adapters(directory) == []
     (directory / ".partial-left-by-kill").mkdir()
-    assert training.clean_partial(directory) == 1
+    assert adapter_files.clean_partial(directory) == 1
