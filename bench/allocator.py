@@ -68,6 +68,7 @@ sys.path.insert(0, str(REPO))
 
 from continual_lsp.lanes import compile as guard_compile  # noqa: E402
 from continual_lsp.lanes import features, prose_actions, shapes  # noqa: E402
+from continual_lsp.lanes.reading import read  # noqa: E402
 from continual_lsp.lanes.routing import allocator as allocator_module  # noqa: E402
 from continual_lsp.lanes.routing import detector, learned  # noqa: E402
 from continual_lsp.lanes.routing.allocator import allocate  # noqa: E402
@@ -124,10 +125,11 @@ def source_kind(row: dict) -> str:
 
 
 def predict_lane(text: str) -> tuple[str, bool]:
-    det = detect_offline(text)
+    reading = read(text)
+    det = detect_offline(reading)
     if not det.is_correction:
         return "NONE", False
-    decision = allocate(text, 1, recurrence_met=True, use_llm=False)
+    decision = allocate(reading, 1, recurrence_met=True, use_llm=False)
     return decision.lane, True
 
 

@@ -134,9 +134,10 @@ def cue_hit_rate(scenario: Scenario, situations: list[HeldOutCase]) -> float | N
     """How often the real context lane's cue for this rule would fire on these situations."""
     try:
         from continual_lsp.lanes.context import cue_matches, make_cue
+        from continual_lsp.lanes.reading import read
         from continual_lsp.tools.base import ToolCall
 
-        cue = make_cue(scenario.rule)
+        cue = make_cue(read(scenario.rule))
         hits = 0
         for s in situations:
             calls = [ToolCall(tool=t, arguments=a) for t, a, _ in s.history]  # type: ignore[arg-type]

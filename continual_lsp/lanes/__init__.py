@@ -5,7 +5,8 @@ The agent's entry points (import from the submodules; this package imports nothi
 at import time so that `import continual_lsp.lanes` stays cheap):
 
 - `routing.allocator.route_correction(store, text, context, settings, *, denial=False,
-  source=None) -> LaneItem | None` — detect, cluster, allocate, persist one correction.
+  source=None) -> LaneItem | None` — detect, cluster, allocate, persist one correction,
+  read once (`reading.read(text) -> Reading`, handed to every step that looks at it).
   Before the lanes, a correction on a proposal that speaks of that change only comes back
   task-scoped (`lane == "NONE"`, `kind == scope.TASK_KIND`; see `scope.py`): no guard,
   no bullet; `routing_ledger.promote(store, item_id, settings) -> LaneItem` makes it standing.

@@ -30,7 +30,6 @@ from continual_lsp.lanes.features import (
     KNOWN_FILES,
     PATHISH,
     is_commandish,
-    strip_markup,
 )
 from continual_lsp.lanes.guards.guard_code import run_guard_code
 from continual_lsp.lanes.guards.spec import (
@@ -44,6 +43,7 @@ from continual_lsp.lanes.guards.spec import (
     ToolRule,
 )
 from continual_lsp.lanes.prose_actions import action_rules, split_span
+from continual_lsp.lanes.reading import Reading
 from continual_lsp.lanes.shapes import (
     SHAPES,
     dir_globs,
@@ -242,13 +242,13 @@ def _globs_in(span: str) -> list[str]:
     return globs
 
 
-def compile_guard(text: str, context: dict[str, Any] | None = None) -> GuardSpec | None:
-    """A guard spec that enforces `text`, or None when no deterministic check can.
+def compile_guard(reading: Reading, context: dict[str, Any] | None = None) -> GuardSpec | None:
+    """A guard spec that enforces the correction read, or None when no deterministic check can.
 
     `context` is the corrected call ({"tool", "arguments"}) when the text is a denial's
     comment: "use pnpm" said of `npm install x` means "rewrite npm to pnpm".
     """
-    t = strip_markup(text)
+    t = reading.plain
     if HEDGE.search(t):
         return None
     rules: list[Rule] = []
@@ -279,7 +279,7 @@ def compile_guard(text: str, context: dict[str, Any] | None = None) -> GuardSpec
         if key not in seen:
             seen.add(key)
             unique.append(r)
-    return GuardSpec(message=text.strip(), rules=unique)
+    return GuardSpec(message=reading.text.strip(), rules=unique)
 
 
 def _from_denied_call(items: list[Item], context: dict[str, Any]) -> list[Rule]:
@@ -445,9 +445,9 @@ _CHECKABLE: list[tuple[str, re.Pattern[str]]] = [
 ]
 
 
-def checkable_cues(text: str) -> list[str]:
-    """Names of the deterministic checks that could guarantee `text` (no spec built)."""
-    t = strip_markup(text)
+def checkable_cues(reading: Reading) -> list[str]:
+    """Names of the deterministic checks that could guarantee the text (no spec built)."""
+    t = reading.plain
     if HEDGE.search(t):
         return []
     return [name for name, pat in _CHECKABLE if pat.search(t)]

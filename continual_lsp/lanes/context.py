@@ -30,9 +30,9 @@ from continual_lsp.lanes.features import (
     content_words,
     is_commandish,
     stem,
-    strip_markup,
     words,
 )
+from continual_lsp.lanes.reading import Reading
 from continual_lsp.store.db import Store
 from continual_lsp.tools.base import ToolCall
 from continual_lsp.tools.globs import path_matches
@@ -111,8 +111,8 @@ class Cue(BaseModel):
     always: bool = False  # nothing to key on: inject on every turn
 
 
-def make_cue(text: str, context: dict[str, Any] | None = None) -> Cue:
-    t = strip_markup(text)
+def make_cue(reading: Reading, context: dict[str, Any] | None = None) -> Cue:
+    t = reading.plain
     tools: set[str] = set()
     for w in words(t):
         if w in TOOL_WORDS and w in ("edit_lines", "glob", "grep", "bash"):

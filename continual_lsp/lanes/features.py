@@ -196,8 +196,9 @@ USER_WORDS = re.compile(
 )
 
 
-def handcrafted(text: str) -> np.ndarray:
-    t = strip_markup(text)
+def handcrafted(text: str, plain: str) -> np.ndarray:
+    """The features of `text`, whose `strip_markup` form is `plain` (`reading.Reading`)."""
+    t = plain
     spans = code_spans(t)
     toks = words(t)
     first = toks[0] if toks else ""

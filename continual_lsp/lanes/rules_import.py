@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from continual_lsp.config import Settings
+from continual_lsp.lanes.reading import read
 from continual_lsp.lanes.routing.allocator import LaneItem, route_correction
 from continual_lsp.lanes.routing.detector import detect
 from continual_lsp.store.db import Store
@@ -108,7 +109,7 @@ def import_rules(
             kept.add(old["id"])
             items.append(LaneItem.from_row(old, counts.get(old["cluster_id"] or "", 1)))
             continue
-        det = detect(rule, use_llm=use_llm)
+        det = detect(read(rule), use_llm=use_llm)
         if not det.is_correction and det.confidence >= 0.75:
             continue  # clearly a request (an example prompt quoted in the file)
         # A rule file is standing guidance by construction, like a denial's comment.

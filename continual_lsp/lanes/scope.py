@@ -33,7 +33,7 @@ import re
 
 from pydantic import BaseModel, Field
 
-from continual_lsp.lanes.features import strip_markup
+from continual_lsp.lanes.reading import Reading
 
 TASK_KIND = "task"
 
@@ -181,10 +181,10 @@ class TaskScope(BaseModel):
         )
 
 
-def task_scope(text: str) -> TaskScope:
+def task_scope(reading: Reading) -> TaskScope:
     """Read one correction: task-scoped when it points at the change in hand (one strong
     cue, or both weak ones) and no cue speaks in general."""
-    t = strip_markup(text)
+    t = reading.plain
     strong = [name for name, pat in TASK_CUES if pat.search(t)]
     weak = [name for name, pat in WEAK_CUES if pat.search(t)]
     standing = [name for name, pat in STANDING_CUES if pat.search(t)]

@@ -9,6 +9,7 @@ from typing import Any
 from continual_lsp.config import Settings
 from continual_lsp.lanes.compile import compile_guard
 from continual_lsp.lanes.guards.guard_set import Guard
+from continual_lsp.lanes.reading import read
 from continual_lsp.lanes.routing.allocator import route_correction
 from continual_lsp.tools.base import ToolCall
 
@@ -54,7 +55,7 @@ def write(path: str, content: str = "x\n") -> ToolCall:
 
 
 def guard_from(text: str) -> Guard:
-    spec = compile_guard(text)
+    spec = compile_guard(read(text))
     assert spec is not None, text
     return Guard("g", spec)
 

@@ -8,6 +8,7 @@ import pytest
 from continual_lsp.lanes.compile import compile_guard
 from continual_lsp.lanes.guards.guard_set import Guard
 from continual_lsp.lanes.guards.spec import GuardSpec, PathRule
+from continual_lsp.lanes.reading import read
 from continual_lsp.lanes.shapes import dir_globs, fires, synthesise
 from continual_lsp.text import unified_diff
 from continual_lsp.tools.base import Preview, ToolCall
@@ -26,7 +27,7 @@ def _change(path: str, old: str | None, new: str) -> tuple[ToolCall, Preview]:
 
 
 def _guard(text: str) -> Guard:
-    spec = compile_guard(text)
+    spec = compile_guard(read(text))
     assert spec is not None, text
     return Guard("g", spec)
 
@@ -134,7 +135,7 @@ def test_a_kept_print_is_not_blamed_and_print_may_be_what_the_rule_wants() -> No
     guard = _guard("Don't use print for debugging; use the logger")
     old = "print('banner')\nx = 1\n"
     assert _verdict(guard, _change("cli.py", old, old.replace("x = 1", "x = 2"))) == "allow"
-    assert compile_guard("Use print for CLI output, not the logger.") is None
+    assert compile_guard(read("Use print for CLI output, not the logger.")) is None
 
 
 def test_existing_only_rule_round_trips() -> None:
@@ -190,7 +191,9 @@ def test_the_path_after_a_new_instruction_is_not_the_target() -> None:
 
 def test_it_points_back_never_forward() -> None:
     # "it" is the fixture; src/app.py is where the fix goes.
-    spec = compile_guard("The fixture is correct, do not modify it; change src/app.py instead.")
+    spec = compile_guard(
+        read("The fixture is correct, do not modify it; change src/app.py instead.")
+    )
     assert spec is None or all(
         not (isinstance(r, PathRule) and "src/app.py" in r.globs) for r in spec.rules
     )
@@ -237,7 +240,7 @@ def test_file_names_of_any_ecosystem_in_an_edit_prohibition(
     "text", ["Don't do that!", "Never say never!", "Use @decorators sparingly."]
 )
 def test_exclamations_and_hedges_compile_nothing(text: str) -> None:
-    assert compile_guard(text) is None
+    assert compile_guard(read(text)) is None
 
 
 @pytest.mark.parametrize(
@@ -249,7 +252,7 @@ def test_exclamations_and_hedges_compile_nothing(text: str) -> None:
     ],
 )
 def test_an_action_forbidden_only_under_a_condition_is_not_always_blocked(text: str) -> None:
-    spec = compile_guard(text)
+    spec = compile_guard(read(text))
     guard = Guard("g", spec) if spec is not None else None
     for cmd in ("git commit -m 'fix: x'", "git push origin fix-1"):
         assert guard is None or guard.check(_bash(cmd), None).action == "allow", spec

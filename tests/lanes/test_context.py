@@ -2,16 +2,17 @@ from __future__ import annotations
 
 from continual_lsp.config import Settings
 from continual_lsp.lanes.context import Cue, bullets_for_turn, count_tokens, cue_matches, make_cue
+from continual_lsp.lanes.reading import read
 from continual_lsp.lanes.routing.allocator import route_correction
 from continual_lsp.tools.base import ToolCall
 
 
 def test_cue_from_text() -> None:
-    cue = make_cue("**Summarize planned edits** before touching Go source files.")
+    cue = make_cue(read("**Summarize planned edits** before touching Go source files."))
     assert "*.go" in cue.paths
-    cue = make_cue("The package lives in `src/calc`; tests are in `tests/`.")
+    cue = make_cue(read("The package lives in `src/calc`; tests are in `tests/`."))
     assert "tests/**" in cue.paths and "calc" in cue.words
-    cue = make_cue("Commit messages should be concise.")
+    cue = make_cue(read("Commit messages should be concise."))
     assert "bash" in cue.tools and "commit" in cue.words
 
 

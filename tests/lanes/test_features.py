@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from continual_lsp.lanes.features import FEATURE_NAMES, handcrafted, instructs
+from continual_lsp.lanes.features import FEATURE_NAMES, instructs
+from continual_lsp.lanes.reading import read
 from continual_lsp.lanes.routing.embed import get_embedder
 from continual_lsp.lanes.routing.learned import featurize
 
 
 def feature(text: str, name: str) -> float:
-    return float(handcrafted(text)[FEATURE_NAMES.index(name)])
+    return float(read(text).features[FEATURE_NAMES.index(name)])
 
 
 def test_one_value_per_named_feature() -> None:
-    assert handcrafted("Use pnpm.").shape == (len(FEATURE_NAMES),)
+    assert read("Use pnpm.").features.shape == (len(FEATURE_NAMES),)
     assert featurize(["Use pnpm."]).shape == (1, get_embedder().dim + len(FEATURE_NAMES))
 
 

@@ -12,6 +12,7 @@ from continual_lsp.lanes.compile import compile_guard
 from continual_lsp.lanes.guards.commands import command_segments, commit_messages
 from continual_lsp.lanes.guards.guard_set import Guard, GuardSet
 from continual_lsp.lanes.guards.spec import CommandRule, GuardSpec, PathRule, SequenceRule, ToolRule
+from continual_lsp.lanes.reading import read
 from continual_lsp.lanes.shapes import Probe, Shaped, fires, synthesise
 from continual_lsp.tools.base import ToolCall
 from tests.lanes.support import bash, blocks_then_allows, guard_from, write
@@ -355,7 +356,7 @@ def test_sequence_without_history_does_not_block() -> None:
 
 def test_self_check_drops_a_guard_that_blocks_compliant_code() -> None:
     # "never `=`" compiles to a content rule on `=`, which also blocks `:=`: not kept.
-    spec = compile_guard("Use `:=` for ALL assignments (never `=`)")
+    spec = compile_guard(read("Use `:=` for ALL assignments (never `=`)"))
     assert spec is None or all(r.kind != "content" or r.pattern != "=" for r in spec.rules)
 
 
@@ -372,7 +373,7 @@ def test_ordinary_requests_compile_to_nothing() -> None:
         "Update the changelog",
         "Run gofmt and go vet",
     ):
-        assert compile_guard(text) is None, text
+        assert compile_guard(read(text)) is None, text
 
 
 # -- what a decoding grammar can narrow by ------------------------------------------------------------
@@ -403,9 +404,11 @@ def test_no_guard_no_code(embedder) -> None:
 
     # A coverage bar is checkable in principle (the cue list says so), but no guard
     # compiles from the text: not CODE, and the reason says a guard could be attached.
-    d = allocate("Every pull request MUST have 100% coverage.", 1, use_llm=False, embedder=embedder)
+    d = allocate(
+        read("Every pull request MUST have 100% coverage."), 1, use_llm=False, embedder=embedder
+    )
     assert d.lane != "CODE" and d.checkable and "no guard compiled" in d.reason
-    code = allocate("Never force-push.", 1, use_llm=False, embedder=embedder)
+    code = allocate(read("Never force-push."), 1, use_llm=False, embedder=embedder)
     assert code.lane == "CODE" and "command deny" in code.reason and code.spec["rules"]
 
 
@@ -475,7 +478,7 @@ def test_never_run_x_via_a_command() -> None:
     ],
 )
 def test_descriptions_and_advice_compile_to_nothing(text: str) -> None:
-    assert compile_guard(text) is None, text
+    assert compile_guard(read(text)) is None, text
 
 
 def test_read_first_blocks_changes_until_the_files_are_read() -> None:
@@ -487,7 +490,7 @@ def test_read_first_blocks_changes_until_the_files_are_read() -> None:
     assert blocked.action == "block" and "ARCHITECTURE.md" in blocked.message
     assert guard.check(change, None, [read_design, read_arch]).action == "allow"
     assert guard.check(bash("ls"), None, []).action == "allow"  # reading around is fine
-    assert compile_guard("The server reads `config.yaml` at start.") is None
+    assert compile_guard(read("The server reads `config.yaml` at start.")) is None
 
 
 def test_folder_boundary_with_a_noun_and_from() -> None:
@@ -546,7 +549,7 @@ def test_a_kind_of_file_goes_in_its_folder() -> None:
     guard = guard_from("Tests go in `tests/`.")
     assert guard.check(write("src/test_app.py"), None).action == "block"
     assert guard.check(write("tests/test_app.py"), None).action == "allow"
-    assert compile_guard("Tests live in `spec/` and use factories") is None
+    assert compile_guard(read("Tests live in `spec/` and use factories")) is None
 
 
 def test_search_tools_are_commands() -> None:
@@ -594,7 +597,7 @@ def test_import_boundaries_in_words(text: str, path: str, bad: str, good: str) -
 
 
 def test_no_module_named_by_an_article() -> None:
-    spec = compile_guard("The frontend must never import from the backend.")
+    spec = compile_guard(read("The frontend must never import from the backend."))
     assert spec is not None and "the\\b" not in spec.model_dump_json()
 
 
@@ -670,7 +673,7 @@ def test_more_phrasings_of_headers_formats_and_triggers() -> None:
 
 
 def test_commit_of_a_kind_of_work_is_not_every_commit() -> None:
-    spec = compile_guard("Don't commit half-finished work.")
+    spec = compile_guard(read("Don't commit half-finished work."))
     assert spec is None or Guard("g", spec).check(bash("git commit -m x"), None).action == "allow"
 
 
@@ -690,11 +693,11 @@ def test_run_the_linter_with_no_command_named() -> None:
     change, commit = write("src/a.ts"), bash("git commit -m 'fix: x'")
     assert guard.check(commit, None, [change]).action == "block"
     assert guard.check(commit, None, [change, bash("pnpm eslint src")]).action == "allow"
-    assert compile_guard("The linter runs in CI.") is None
+    assert compile_guard(read("The linter runs in CI.")) is None
 
 
 def test_a_kind_of_step_blocks_the_commit_but_is_never_proposed_as_a_command() -> None:
-    spec = compile_guard("Run the linter before pushing.")
+    spec = compile_guard(read("Run the linter before pushing."))
     assert spec is not None
     history = [write("src/a.ts")]
     blocked = Guard("g", spec).check(bash("git commit -m 'fix: x'"), None, history)

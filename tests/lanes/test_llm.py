@@ -13,6 +13,7 @@ import pytest
 from continual_lsp.config import Settings
 from continual_lsp.lanes import llm
 from continual_lsp.lanes.compile import llm_guard_spec
+from continual_lsp.lanes.reading import read
 from continual_lsp.lanes.routing.allocator import allocate
 from continual_lsp.lanes.routing.detector import detect
 
@@ -64,9 +65,10 @@ def test_a_key_alone_never_turns_xai_on(fake_xai, embedder) -> None:
     settings = Settings(xai_host=host)  # allocator defaults to "offline"
     assert not llm.enabled(settings)
     assert (
-        detect("Never modify git config.", embedder=embedder, settings=settings).source == "offline"
+        detect(read("Never modify git config."), embedder=embedder, settings=settings).source
+        == "offline"
     )
-    allocate("Keep changes small.", 1, settings, embedder=embedder)
+    allocate(read("Keep changes small."), 1, settings, embedder=embedder)
     assert servicer.requests == []
 
 
@@ -74,9 +76,9 @@ def test_the_setting_turns_it_on_and_only_the_text_is_sent(fake_xai, embedder) -
     servicer, host = fake_xai
     settings = Settings(allocator="xai", xai_host=host, xai_timeout_s=5)
     text = "Prefer small pull requests."
-    det = detect(text, embedder=embedder, settings=settings)
+    det = detect(read(text), embedder=embedder, settings=settings)
     assert det.source == "llm" and det.is_correction and det.confidence == pytest.approx(0.9)
-    d = allocate(text, 1, settings, embedder=embedder, recurrence_met=True)
+    d = allocate(read(text), 1, settings, embedder=embedder, recurrence_met=True)
     assert d.lane == "WEIGHTS"  # the fake says behavioural, not checkable
     assert llm_guard_spec("Every pull request MUST have 100% coverage.", settings) is None
     assert len(servicer.requests) == 3
@@ -91,9 +93,9 @@ def test_unreachable_service_falls_back_offline(monkeypatch, embedder) -> None:
     monkeypatch.setenv("XAI_API_KEY", "xai-test-not-a-key")
     settings = Settings(allocator="xai", xai_host="127.0.0.1:9", xai_timeout_s=2)
     assert llm.enabled(settings)
-    det = detect("Never modify git config.", embedder=embedder, settings=settings)
+    det = detect(read("Never modify git config."), embedder=embedder, settings=settings)
     assert det.source == "offline" and det.is_correction
-    assert allocate("Never modify git config.", 1, settings, embedder=embedder).lane == "CODE"
+    assert allocate(read("Never modify git config."), 1, settings, embedder=embedder).lane == "CODE"
 
 
 def test_setting_from_the_environment(monkeypatch) -> None:

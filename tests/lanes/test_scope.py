@@ -7,6 +7,7 @@ import pytest
 from continual_lsp.config import Settings
 from continual_lsp.lanes.context import bullets_for_turn
 from continual_lsp.lanes.guards.guard_set import check_guards
+from continual_lsp.lanes.reading import read
 from continual_lsp.lanes.routing.allocator import route_correction
 from continual_lsp.lanes.routing_ledger import LedgerError, build_ledger, promote
 from continual_lsp.lanes.scope import TASK_KIND, task_scope
@@ -41,7 +42,7 @@ EMACS = "Change only the line with the bug in calc.py; use edit_lines, do not re
     ],
 )
 def test_corrections_about_this_change_are_task_scoped(text: str) -> None:
-    scope = task_scope(text)
+    scope = task_scope(read(text))
     assert scope.task_scoped, scope
     assert scope.cues and scope.reason().startswith("Task-scoped")
 
@@ -69,7 +70,7 @@ def test_corrections_about_this_change_are_task_scoped(text: str) -> None:
     ],
 )
 def test_standing_rules_are_not_task_scoped(text: str) -> None:
-    assert not task_scope(text).task_scoped, task_scope(text)
+    assert not task_scope(read(text)).task_scoped, task_scope(read(text))
 
 
 def _context(path: str = "calc.py") -> dict[str, object]:
@@ -140,5 +141,5 @@ def test_standing_rules_of_the_dev_set_stay_standing() -> None:
     path = Path(__file__).resolve().parents[2] / "bench/data/rules-dev.jsonl"
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     rules = [r["text"] for r in rows if r["lane"] != "NONE"]
-    scoped = [t for t in rules if task_scope(t).task_scoped]
+    scoped = [t for t in rules if task_scope(read(t)).task_scoped]
     assert len(rules) > 300 and len(scoped) <= len(rules) // 100, scoped

@@ -36,7 +36,6 @@ from continual_lsp.lanes.features import (
     FACT_WORDS,
     MODAL,
     cjk_fraction,
-    handcrafted,
     instructs,
     strip_markup,
 )
@@ -49,6 +48,7 @@ from continual_lsp.lanes.guards.spec import (
     ToolRule,
     rule_summary,
 )
+from continual_lsp.lanes.reading import Reading, read
 from continual_lsp.lanes.routing.clusters import ClusterAssignment, assign_cluster
 from continual_lsp.lanes.routing.detector import Detection, detect
 from continual_lsp.lanes.routing.embed import Embedder, get_embedder
@@ -162,15 +162,15 @@ def classify_kind(text: str, spec: GuardSpec | None, behavioural: bool) -> Kind:
     return "process" if behavioural else "project_fact"
 
 
-def behaviour_score(text: str) -> float:
+def behaviour_score(reading: Reading) -> float:
     """Rule prior: does the text tell the agent how to act (vs state a fact)?"""
-    t = strip_markup(text)
+    t = reading.plain
     score = 0.5
     if MODAL.search(t):
         score += 0.25
     score += 0.08 * min(len(BEHAVIOUR_WORDS.findall(t)), 3)
     score -= 0.1 * min(len(FACT_WORDS.findall(t)), 3)
-    heading = re.match(r"^\s*(\*\*[^*]+\*\*|`[^`]+`)\s*[:—–-]\s+(?P<rest>.*)", text)
+    heading = re.match(r"^\s*(\*\*[^*]+\*\*|`[^`]+`)\s*[:—–-]\s+(?P<rest>.*)", reading.text)
     # "**Config**: defaults in …" / "`yarn dev` - starts …": a glossary line; a bold
     # heading over an instruction ("**Barrel exports**: Use `index.ts` …") is a rule's title.
     if heading and not (
@@ -182,13 +182,13 @@ def behaviour_score(text: str) -> float:
     return float(min(max(score, 0.0), 1.0))
 
 
-def _head_probabilities(text: str, emb: Embedder) -> tuple[float | None, float | None]:
+def _head_probabilities(reading: Reading, emb: Embedder) -> tuple[float | None, float | None]:
     """(p_checkable, p_behavioural) from the shipped heads; None where they don't fit `emb`."""
-    hand = handcrafted(text)
+    hand = reading.features
     heads = shipped_heads()
     if heads is None or heads.dim != emb.dim + len(hand):
         return None, None
-    x = np.concatenate([emb.embed([text])[0], hand])[None, :]
+    x = np.concatenate([emb.embed([reading.text])[0], hand])[None, :]
     return float(heads.prob("checkable", x)[0]), float(heads.prob("behavioural", x)[0])
 
 
@@ -205,8 +205,8 @@ def _features(
 
 
 @dataclass(frozen=True)
-class _Reading:
-    """What `allocate` read from one correction; every decision it makes carries it."""
+class _Assessment:
+    """What `allocate` made of one correction; every decision it makes carries it."""
 
     text: str
     behavioural: bool
@@ -238,7 +238,7 @@ class _Reading:
 
 
 def _code_decision(
-    reading: _Reading, spec: GuardSpec, generated_for: list[str] | None
+    assessed: _Assessment, spec: GuardSpec, generated_for: list[str] | None
 ) -> LaneDecision:
     """CODE with a compiled `spec`, or (`generated_for`: the cues) one the LLM wrote."""
     if generated_for is None:
@@ -253,8 +253,8 @@ def _code_decision(
             "runs on every proposal in a sandboxed subprocess."
         )
     compiled = generated_for is None
-    kind = classify_kind(reading.text, spec if compiled else None, reading.behavioural)
-    return reading.decision("CODE", reason, 0.9 if compiled else 0.7, kind, True, spec)
+    kind = classify_kind(assessed.text, spec if compiled else None, assessed.behavioural)
+    return assessed.decision("CODE", reason, 0.9 if compiled else 0.7, kind, True, spec)
 
 
 def _weights_reason(
@@ -282,7 +282,7 @@ def _context_reason(behavioural: bool, recurrence: int, settings: Settings) -> s
 
 
 def allocate(
-    text: str,
+    reading: Reading,
     recurrence: int,
     settings: Settings | None = None,
     *,
@@ -297,14 +297,15 @@ def allocate(
     WEIGHTS for rules that would plausibly recur, without counts).
     """
     settings = settings or Settings()
-    spec = compile_guard(text, context)
-    p_check, p_behav = _head_probabilities(text, embedder or get_embedder())
-    b_rule = behaviour_score(text)
+    text = reading.text
+    spec = compile_guard(reading, context)
+    p_check, p_behav = _head_probabilities(reading, embedder or get_embedder())
+    b_rule = behaviour_score(reading)
     english = cjk_fraction(text) <= 0.3  # MiniLM's vote on mostly-CJK text is noise
     if not english:
         p_check = p_behav = None
     behav_p = b_rule if p_behav is None else 0.4 * b_rule + 0.6 * p_behav
-    cues = checkable_cues(text)
+    cues = checkable_cues(reading)
     llm_answer = None
     if spec is None and use_llm is not False:
         # Only when the compiler found no guard: a compiled spec already settles CODE.
@@ -316,16 +317,16 @@ def allocate(
     behavioural = behav_p >= 0.5
     met = recurrence >= settings.weights_recurrence if recurrence_met is None else recurrence_met
     features = _features(spec, p_check, behav_p, recurrence)
-    reading = _Reading(text, behavioural, make_cue(text, context), recurrence, features)
+    read_as = _Assessment(text, behavioural, make_cue(reading, context), recurrence, features)
     if spec is not None:
-        return _code_decision(reading, spec, None)
+        return _code_decision(read_as, spec, None)
     proposed = bool(cues) or (p_check is not None and p_check >= CHECKABLE_THRESHOLD)
     if proposed:
         # The classifier proposes, the compiler disposes: CODE only with a guard that
         # exists. The optional LLM guard writer is the last try.
         generated = llm_guard_spec(text, settings) if use_llm is not False else None
         if generated is not None:
-            return _code_decision(reading, generated, cues)
+            return _code_decision(read_as, generated, cues)
     kind = classify_kind(text, None, behavioural)
     conf = round(float(abs(behav_p - 0.5) * 2 * 0.5 + 0.5), 3)
     no_guard = (
@@ -341,7 +342,7 @@ def allocate(
         if weights
         else _context_reason(behavioural, recurrence, settings)
     )
-    return reading.decision(
+    return read_as.decision(
         "WEIGHTS" if weights else "CONTEXT", reason + no_guard, conf, kind, proposed
     )
 
@@ -372,19 +373,20 @@ def route_correction(
     text = text.strip()
     if not text:
         return None
+    reading = read(text)
     detection: Detection = detect(
-        text, denial=denial, use_llm=use_llm, embedder=embedder, settings=settings
+        reading, denial=denial, use_llm=use_llm, embedder=embedder, settings=settings
     )
     if not detection.is_correction:
         store.append_event("not_a_correction", {"confidence": detection.confidence})
         return None
     if context is not None and not standing:
-        scope = task_scope(text)
+        scope = task_scope(reading)
         if scope.task_scoped:
             return _persist_task(store, text, scope, context, source)
     cluster = assign_cluster(store, text, settings, embedder=embedder)
     decision = allocate(
-        text, cluster.count, settings, context=context, use_llm=use_llm, embedder=embedder
+        reading, cluster.count, settings, context=context, use_llm=use_llm, embedder=embedder
     )
     started = time.time()
     lane_item = _persist(store, text, decision, cluster, source)

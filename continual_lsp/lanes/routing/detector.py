@@ -29,6 +29,7 @@ from continual_lsp.lanes.compile import compile_guard
 from continual_lsp.lanes.features import (
     CJK,
     DEICTIC,
+    FEATURE_NAMES,
     GLOSSARY_HEAD,
     HEDGE,
     MODAL,
@@ -38,9 +39,8 @@ from continual_lsp.lanes.features import (
     TASK_BOUND,
     VERB_DET,
     cjk_fraction,
-    handcrafted,
-    strip_markup,
 )
+from continual_lsp.lanes.reading import Reading
 from continual_lsp.lanes.routing.embed import Embedder, get_embedder
 from continual_lsp.lanes.routing.learned import shipped_heads
 
@@ -71,8 +71,8 @@ class Detection(BaseModel):
     head_score: float | None = None
 
 
-def rule_score(text: str) -> float:
-    t = strip_markup(text)
+def rule_score(reading: Reading) -> float:
+    t = reading.plain
     score = 0.5
     modal = bool(MODAL.search(t)) or bool(STANDING.search(t))
     deictic = bool(DEICTIC.search(t))
@@ -93,7 +93,7 @@ def rule_score(text: str) -> float:
     if not opener and not deictic and not QUESTION.search(t):
         # Declarative statements in a rules file are project facts worth remembering.
         score += 0.15
-    if GLOSSARY_HEAD.match(text):
+    if GLOSSARY_HEAD.match(reading.text):
         score += 0.2  # an entry of a rules file ("`make test` - runs …", "**Scope**: …")
     if CJK.search(t) and not deictic:
         score += 0.1
@@ -105,7 +105,7 @@ def rule_score(text: str) -> float:
 
 
 def detect(
-    text: str,
+    reading: Reading,
     *,
     denial: bool = False,
     use_llm: bool | None = None,
@@ -115,14 +115,14 @@ def detect(
     if denial:
         return Detection(is_correction=True, confidence=1.0, source="denial", rule_score=1.0)
     if use_llm is not False:
-        answer = llm.ask("detect", text, settings)
+        answer = llm.ask("detect", reading.text, settings)
         if isinstance(answer, llm.DetectionAnswer):
             conf = float(min(max(answer.confidence, 0.0), 1.0))
             return Detection(is_correction=answer.is_correction, confidence=conf, source="llm")
-    return detect_offline(text, embedder=embedder)
+    return detect_offline(reading, embedder=embedder)
 
 
-def guards_in_general(text: str) -> bool:
+def guards_in_general(reading: Reading) -> bool:
     """A guard compiles from the text and it names no one thing to work on: a standing rule
     ("Package manager: pnpm", "Name constants in ALL_CAPS"), whatever its grammar says.
 
@@ -130,25 +130,25 @@ def guards_in_general(text: str) -> bool:
     a rule unless it points at one file or one piece of work ("Add type hints to
     `utils.py`", "Commit the changes with a conventional message"), which requests do.
     """
-    t = strip_markup(text)
+    t = reading.plain
     if THIS_WORK.search(t) or TASK_BOUND.search(t) or QUESTION.search(t):
         return False
     named_file = any("." in m.group(1).rsplit("/", 1)[-1] for m in PATHISH.finditer(t))
-    return not named_file and compile_guard(text) is not None
+    return not named_file and compile_guard(reading) is not None
 
 
-def detect_offline(text: str, embedder: Embedder | None = None) -> Detection:
-    rs = rule_score(text)
+def detect_offline(reading: Reading, embedder: Embedder | None = None) -> Detection:
+    rs = rule_score(reading)
     head_p: float | None = None
     heads = shipped_heads()
     emb = embedder or get_embedder()
-    if heads is not None and heads.dim == emb.dim + len(handcrafted("x")):
-        x = np.concatenate([emb.embed([text])[0], handcrafted(text)])
+    if heads is not None and heads.dim == emb.dim + len(FEATURE_NAMES):
+        x = np.concatenate([emb.embed([reading.text])[0], reading.features])
         head_p = float(heads.prob("correction", x[None, :])[0])
     # MiniLM is an English model: on mostly-CJK text its vote is noise, so rules decide.
-    w = 0.0 if head_p is None or cjk_fraction(text) > 0.3 else 0.5
+    w = 0.0 if head_p is None or cjk_fraction(reading.text) > 0.3 else 0.5
     p = (1 - w) * rs + w * (head_p or 0.0)
-    is_corr = p >= 0.5 or guards_in_general(text)
+    is_corr = p >= 0.5 or guards_in_general(reading)
     return Detection(
         is_correction=is_corr,
         confidence=float(p if is_corr else 1.0 - p),

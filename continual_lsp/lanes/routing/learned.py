@@ -21,7 +21,8 @@ from importlib import resources
 
 import numpy as np
 
-from continual_lsp.lanes.features import FEATURE_NAMES, handcrafted
+from continual_lsp.lanes.features import FEATURE_NAMES
+from continual_lsp.lanes.reading import read
 from continual_lsp.lanes.routing.embed import Embedder, get_embedder
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,7 @@ HEADS_FILE = "data/router_heads.json"  # inside the package, read with importlib
 def featurize(texts: Sequence[str], embedder: Embedder | None = None) -> np.ndarray:
     emb = (embedder or get_embedder()).embed(list(texts))
     hand = (
-        np.stack([handcrafted(t) for t in texts])
+        np.stack([read(t).features for t in texts])
         if texts
         else np.zeros((0, len(FEATURE_NAMES)), np.float32)
     )

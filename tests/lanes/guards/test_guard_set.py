@@ -19,6 +19,7 @@ from continual_lsp.lanes.guards.spec import (
     SizeRule,
     ToolRule,
 )
+from continual_lsp.lanes.reading import read
 from continual_lsp.tools.base import Preview, ToolCall
 
 
@@ -27,7 +28,7 @@ def bash(cmd: str) -> ToolCall:
 
 
 def test_npm_to_pnpm_rewrite_from_text() -> None:
-    spec = compile_guard("Use pnpm, never npm.")
+    spec = compile_guard(read("Use pnpm, never npm."))
     assert spec is not None
     guard = Guard("g1", spec)
     v = guard.check(bash("npm install lodash && npm run build"), None)
@@ -41,7 +42,7 @@ def test_npm_to_pnpm_rewrite_from_text() -> None:
 
 
 def test_the_command_after_a_colon_is_what_to_run_not_what_to_block() -> None:
-    spec = compile_guard("This project uses pnpm, not npm: run `pnpm add lodash`.")
+    spec = compile_guard(read("This project uses pnpm, not npm: run `pnpm add lodash`."))
     assert spec is not None
     guard = Guard("g1", spec)
     # The example command is allowed, and npm becomes pnpm with its own subcommand.
@@ -52,7 +53,7 @@ def test_the_command_after_a_colon_is_what_to_run_not_what_to_block() -> None:
 
 
 def test_command_deny_flag() -> None:
-    spec = compile_guard("Use debug builds (not `--release`) when developing.")
+    spec = compile_guard(read("Use debug builds (not `--release`) when developing."))
     assert spec is not None
     guard = Guard("g", spec)
     assert guard.check(bash("cargo build --release"), None).action == "block"
@@ -61,7 +62,7 @@ def test_command_deny_flag() -> None:
 
 
 def test_path_deny_vendor() -> None:
-    spec = compile_guard("Never edit files under vendor/.")
+    spec = compile_guard(read("Never edit files under vendor/."))
     assert spec is not None
     guard = Guard("g", spec)
     write = ToolCall(tool="write", arguments={"path": "vendor/lib.py", "content": "x"})
@@ -69,13 +70,13 @@ def test_path_deny_vendor() -> None:
     assert v.action == "block" and "vendor" in v.message
     ok = ToolCall(tool="write", arguments={"path": "src/lib.py", "content": "x"})
     assert guard.check(ok, None).action == "allow"
-    read = ToolCall(tool="read", arguments={"path": "vendor/lib.py"})
-    assert guard.check(read, None).action == "allow"  # reading is fine
+    looks = ToolCall(tool="read", arguments={"path": "vendor/lib.py"})
+    assert guard.check(looks, None).action == "allow"  # reading is fine
     assert guard.check(bash("rm -rf vendor/lib.py"), None).action == "block"
 
 
 def test_content_regex_on_added_lines_only() -> None:
-    spec = compile_guard("Use Timber for logging, never `println` or `Log.*`")
+    spec = compile_guard(read("Use Timber for logging, never `println` or `Log.*`"))
     assert spec is not None
     guard = Guard("g", spec)
     bad = ToolCall(tool="edit", arguments={"path": "A.kt", "old": "x", "new": 'println("hi")'})
@@ -186,11 +187,12 @@ CATASTROPHIC = """
 import sys, time
 from continual_lsp.lanes.compile import compile_guard
 from continual_lsp.lanes.guards.guard_set import check_guards
+from continual_lsp.lanes.reading import read
 from continual_lsp.store.db import Store
 from continual_lsp.tools.base import ToolCall
 
 store = Store(sys.argv[1])
-spec = compile_guard("Never use `a*a*a*a*a*a*a*a*a*a*a*a*c` in code")
+spec = compile_guard(read("Never use `a*a*a*a*a*a*a*a*a*a*a*a*c` in code"))
 store.add_lane_item({"text": spec.message, "lane": "CODE", "reason": "t", "spec": spec.model_dump()})
 content = "x = '" + "a" * 80 + "'\\n"
 start = time.monotonic()
@@ -244,11 +246,11 @@ def test_a_lookaround_pattern_runs_under_a_deadline(store) -> None:
 
 def test_a_denial_comment_uses_the_denied_call() -> None:
     # Alone, "use pnpm" names the package manager: the others are rewritten to it.
-    alone = compile_guard("use pnpm")
+    alone = compile_guard(read("use pnpm"))
     assert alone is not None
     assert Guard("g", alone).check(bash("yarn add x"), None).rewritten_call == bash("pnpm add x")
     ctx = {"tool": "bash", "arguments": {"cmd": "npm install lodash"}}
-    spec = compile_guard("use pnpm", ctx)
+    spec = compile_guard(read("use pnpm"), ctx)
     assert spec is not None
     v = Guard("g", spec).check(bash("npm install lodash"), None)
     assert v.action == "rewrite" and v.rewritten_call.arguments["cmd"] == "pnpm install lodash"

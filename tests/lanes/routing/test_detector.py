@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from continual_lsp.lanes.reading import read
 from continual_lsp.lanes.routing.detector import detect_offline, guards_in_general, rule_score
 
 
@@ -17,7 +18,7 @@ from continual_lsp.lanes.routing.detector import detect_offline, guards_in_gener
     ],
 )
 def test_a_trigger_on_every_commit_or_change_is_standing(text: str) -> None:
-    assert rule_score(text) >= 0.75, text
+    assert rule_score(read(text)) >= 0.75, text
 
 
 @pytest.mark.parametrize(
@@ -33,7 +34,7 @@ def test_a_trigger_on_every_commit_or_change_is_standing(text: str) -> None:
     ],
 )
 def test_task_list_openers_read_as_requests(text: str) -> None:
-    assert rule_score(text) < 0.5, text
+    assert rule_score(read(text)) < 0.5, text
 
 
 @pytest.mark.parametrize(
@@ -46,11 +47,11 @@ def test_task_list_openers_read_as_requests(text: str) -> None:
 )
 def test_an_entry_heading_of_a_rules_file_is_standing(text: str) -> None:
     plain = text.replace("**", "").replace("`", "")  # the same words, not an entry heading
-    assert rule_score(text) >= rule_score(plain) + 0.2, text
+    assert rule_score(read(text)) >= rule_score(read(plain)) + 0.2, text
 
 
 def test_an_opener_with_a_modal_is_still_a_rule() -> None:
-    assert rule_score("Always update the changelog when you change the API.") >= 0.75
+    assert rule_score(read("Always update the changelog when you change the API.")) >= 0.75
 
 
 @pytest.mark.parametrize(
@@ -64,8 +65,8 @@ def test_an_opener_with_a_modal_is_still_a_rule() -> None:
     ],
 )
 def test_a_text_a_guard_compiles_from_is_a_rule(text: str) -> None:
-    assert guards_in_general(text), text
-    assert detect_offline(text).is_correction, text
+    assert guards_in_general(read(text)), text
+    assert detect_offline(read(text)).is_correction, text
 
 
 @pytest.mark.parametrize(
@@ -78,4 +79,4 @@ def test_a_text_a_guard_compiles_from_is_a_rule(text: str) -> None:
     ],
 )
 def test_requests_stay_requests(text: str) -> None:
-    assert not guards_in_general(text), text
+    assert not guards_in_general(read(text)), text

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from continual_lsp.config import Settings
+from continual_lsp.lanes.reading import read
 from continual_lsp.lanes.routing.allocator import allocate, route_correction
 from continual_lsp.lanes.routing.clusters import assign_cluster
 from continual_lsp.lanes.routing.detector import detect
@@ -22,11 +23,11 @@ from continual_lsp.lanes.routing.detector import detect
     ],
 )
 def test_detector(embedder, text: str, expected: bool) -> None:
-    assert detect(text, embedder=embedder).is_correction is expected
+    assert detect(read(text), embedder=embedder).is_correction is expected
 
 
 def test_denial_is_a_correction_by_construction(embedder) -> None:
-    det = detect("Help me debug this error message", denial=True, embedder=embedder)
+    det = detect(read("Help me debug this error message"), denial=True, embedder=embedder)
     assert det.is_correction and det.source == "denial" and det.confidence == 1.0
 
 
@@ -43,16 +44,16 @@ def test_denial_is_a_correction_by_construction(embedder) -> None:
     ],
 )
 def test_allocator_with_recurrence_met(embedder, text: str, lane: str) -> None:
-    d = allocate(text, 3, Settings(), embedder=embedder, use_llm=False)
+    d = allocate(read(text), 3, Settings(), embedder=embedder, use_llm=False)
     assert d.lane == lane, d.reason
     assert d.reason and 0.0 <= d.confidence <= 1.0
 
 
 def test_behavioural_rule_waits_for_recurrence(embedder) -> None:
-    d = allocate("Keep code DRY (Don't Repeat Yourself)", 1, Settings(), embedder=embedder)
+    d = allocate(read("Keep code DRY (Don't Repeat Yourself)"), 1, Settings(), embedder=embedder)
     assert d.lane == "CONTEXT" and "recurs" in d.reason
     d = allocate(
-        "Keep code DRY (Don't Repeat Yourself)",
+        read("Keep code DRY (Don't Repeat Yourself)"),
         1,
         Settings(weights_recurrence=1),
         embedder=embedder,

@@ -8,6 +8,7 @@ import pytest
 from continual_lsp.lanes.compile import compile_guard
 from continual_lsp.lanes.guards.guard_set import Guard
 from continual_lsp.lanes.guards.spec import KeepRule
+from continual_lsp.lanes.reading import read
 from continual_lsp.lanes.shapes import Probe, fires
 from continual_lsp.lanes.shapes.conventions import CONVENTION_SHAPES, _edit
 from continual_lsp.lanes.shapes.repo_policy import POLICY_SHAPES
@@ -156,7 +157,7 @@ def test_line_formatting() -> None:
 
 
 def test_todo_with_an_exception_is_not_compiled() -> None:
-    assert compile_guard("Never leave a TODO without an issue link.") is None
+    assert compile_guard(read("Never leave a TODO without an issue link.")) is None
 
 
 def test_assignment_operator() -> None:
@@ -184,7 +185,7 @@ def test_relative_imports() -> None:
 
 
 def test_advice_about_imports_is_not_compiled() -> None:
-    assert compile_guard("Use absolute imports with path aliases for readability.") is None
+    assert compile_guard(read("Use absolute imports with path aliases for readability.")) is None
 
 
 def test_no_library_access_in_a_kind_of_folder() -> None:
@@ -260,7 +261,7 @@ def test_no_globals(text: str, bad: tuple[str, str], good: tuple[str, str]) -> N
 
 
 def test_global_state_advice_is_not_compiled() -> None:
-    assert compile_guard("Avoid global state.") is None
+    assert compile_guard(read("Avoid global state.")) is None
 
 
 def test_several_cases_in_one_line_bind_to_their_own_kinds() -> None:
@@ -278,7 +279,7 @@ def test_the_parent_path_named_in_a_prohibition() -> None:
 
 
 def test_enum_values_are_not_enum_names() -> None:
-    spec = compile_guard("Enum values should be UPPER_SNAKE_CASE.")
+    spec = compile_guard(read("Enum values should be UPPER_SNAKE_CASE."))
     if spec is not None:  # nothing compiles for members; an enum's own name is free
         guard = Guard("g", spec)
         assert guard.check(write("src/a.ts", "enum Color {}\n"), None).action == "allow"

@@ -5,6 +5,7 @@ and lets a compliant one through."""
 from __future__ import annotations
 
 from continual_lsp.lanes.compile import compile_guard
+from continual_lsp.lanes.reading import read
 from tests.lanes.support import bash, guard_from, write
 
 
@@ -43,7 +44,7 @@ def test_no_commits_as_a_noun_phrase() -> None:
     assert guard.check(bash("git add . && git commit -m x"), None).action == "block"
     assert guard.check(bash("git push"), None).action == "block"
     assert guard.check(bash("git diff"), None).action == "allow"
-    hooks = compile_guard("There are no commit hooks in this repository.")
+    hooks = compile_guard(read("There are no commit hooks in this repository."))
     assert hooks is None or not any("git\\s+commit" in str(r) for r in hooks.rules)
 
 
@@ -55,7 +56,7 @@ def test_commit_subject_length_and_body() -> None:
 
 
 def test_imperative_mood_is_a_judgement() -> None:
-    assert compile_guard("Write commit messages in the imperative mood.") is None
+    assert compile_guard(read("Write commit messages in the imperative mood.")) is None
 
 
 def test_lockfiles_are_not_edited_by_hand() -> None:
@@ -65,7 +66,7 @@ def test_lockfiles_are_not_edited_by_hand() -> None:
 
 
 def test_a_dependency_rule_with_an_exception_is_a_judgement() -> None:
-    assert compile_guard("Avoid adding dependencies unless they pull their weight.") is None
+    assert compile_guard(read("Avoid adding dependencies unless they pull their weight.")) is None
 
 
 def test_a_commit_message_that_starts_with_a_gitmoji() -> None:
