@@ -83,11 +83,14 @@ BASH_LINES = [
 @pytest.mark.parametrize("cmd", BASH_LINES)
 def test_plain_words_are_the_words_bash_runs(cmd: str, tmp_path: Path) -> None:
     """Each command name becomes a function that records its words (`pytest` fails, so
-    `||` runs its right side): what bash ran is what `parse` said it would."""
+    `||` runs its right side): what bash ran is what `parse` said it would. Each record
+    is one append: the two sides of a pipe run at once, and two writes per record
+    interleaved (the `| tee` case failed now and then)."""
     out = tmp_path / "ran"
     status = {"git": 0, "touch": 0, "pytest": 1, "rm": 0, "echo": 0, "cd": 0, "tee": 0}
     record = "; ".join(
-        f'{n}() {{ printf \'%s\\037\' {n} "$@" >> "$OUT"; printf "\\n" >> "$OUT"; return {s}; }}'
+        f'{n}() {{ local r; r=$(printf \'%s\\037\' {n} "$@"); printf \'%s\\n\' "$r" >> "$OUT"; '
+        f"return {s}; }}"
         for n, s in status.items()
     )
     env = {"OUT": str(out), "PATH": "/usr/bin:/bin"}
