@@ -132,6 +132,7 @@ NOT_YET_MARKED = {
     "continual_lsp/agent/training_jobs.py:TrainingJobs.wait",
     "continual_lsp/policy/__init__.py:make_policy",
     "continual_lsp/policy/adapter_registry.py:damage",
+    "continual_lsp/policy/factory.py:make_policy",
     "continual_lsp/policy/local.py:LocalPolicy.train_step",
     "continual_lsp/policy/local.py:LocalPolicy.save_adapter",
     "continual_lsp/policy/local.py:LocalPolicy.load_adapter",
