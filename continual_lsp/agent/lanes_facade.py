@@ -63,6 +63,7 @@ class LanesFacade:
     def cluster_demonstrations(self, item_id: str, exclude: str) -> list[ToolCall]:
         """Calls the reviewer accepted after earlier corrections routed with `item_id`'s
         cluster (not the proposal `exclude` itself)."""
+        # deferred: learning/ loads torch (1.2 s); the agent imports none, so a server answers initialize before it
         from continual_lsp.learning.gate import cluster_demonstrations
 
         item = self.store.lane_item(item_id)

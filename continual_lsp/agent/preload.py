@@ -11,6 +11,7 @@ def preload_model(settings: Settings) -> None:
     model load, merge or grammar compile (issue 34)."""
     if settings.backend != "local":
         return
+    # deferred: torch and transformers, loaded here on purpose, after the server is up
     from continual_lsp.policy.local.model_host import shared_host
     from continual_lsp.policy.model_files import resolve_dtype
 

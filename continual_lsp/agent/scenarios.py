@@ -34,8 +34,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from continual_lsp.agent.conversation import Conversation
+from continual_lsp.config import Settings
 from continual_lsp.policy.base import Message, SampleParams, Sampler
-from continual_lsp.tools.base import TOOL_NAMES, ToolCall
+from continual_lsp.tools.base import TOOL_NAMES, ToolCall, ToolResult
+from continual_lsp.tools.runner import ToolRunner
 
 
 class ScenarioFileError(ValueError):
@@ -243,9 +246,6 @@ def situation_messages(
 ) -> list[Message]:
     """The agent's own prompt for a situation: the task and the calls already made (with
     their outputs), as `Conversation` renders every turn."""
-    from continual_lsp.agent.conversation import Conversation
-    from continual_lsp.tools.base import ToolResult
-
     conversation = Conversation(task)
     for tool, arguments, output in history:
         conversation.add_call(
@@ -257,9 +257,6 @@ def situation_messages(
 
 def tool_output(workspace: Path, tool: str, arguments: dict[str, Any]) -> str:
     """What a (read-only) history call prints on the workspace, run by the real tools."""
-    from continual_lsp.config import Settings
-    from continual_lsp.tools.runner import ToolRunner
-
     result = ToolRunner(workspace, Settings(sandbox="none")).execute(
         ToolCall(tool=tool, arguments=arguments)  # type: ignore[arg-type]
     )

@@ -109,6 +109,7 @@ class TrainingJobs:
         examples: list[ToolCall] | None = None,
         held: bool = False,
     ) -> int:
+        # deferred: learning/ loads torch (1.2 s); the agent imports none, so a server answers initialize before it
         from continual_lsp.learning.sdpo import SdpoJob
 
         job = SdpoJob(
@@ -158,6 +159,7 @@ class TrainingJobs:
     def _running_worker(self) -> Any:
         """The worker, started or restarted as needed (`_worker_lock` held). WorkerError
         when it died more than its `max_restarts` allow."""
+        # deferred: learning/ loads torch (1.2 s); the agent imports none, so a server answers initialize before it
         from continual_lsp.learning.team_worker import can_share, team_trainer
         from continual_lsp.learning.worker import TrainingWorker
 
@@ -214,6 +216,7 @@ class TrainingJobs:
                 True,
             )
             return None
+        # deferred: learning/ loads torch (1.2 s); the agent imports none, so a server answers initialize before it
         from continual_lsp.learning.worker import WorkerError
 
         try:
