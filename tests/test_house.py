@@ -1,5 +1,5 @@
-"""House rules for `continual_lsp/` and `server/` (issue 18): no function over 80 lines, and
-no module over 500 lines unless its docstring says why ("... 500 lines ...")."""
+"""House rules for `continual_lsp/` and `server/` (issues 18, 35): no function over 80 lines,
+no module over 500 lines but the four whose docstring says why ("... 500 lines ...")."""
 
 from __future__ import annotations
 
@@ -29,9 +29,20 @@ def long_functions(tree: ast.Module) -> list[str]:
     ]
 
 
-def unexplained_length(source: str, tree: ast.Module) -> bool:
+# The only modules whose one job outgrows the limit (issue 35, HOUSE-REVIEW): each says why
+# in its docstring. Any other module over the limit is split by job, excuse or not.
+MAY_BE_LONG = {
+    "continual_lsp/tools/sandbox.py",
+    "continual_lsp/curriculum/exercises.py",
+    "continual_lsp/learning/worker.py",
+    "continual_lsp/store/db.py",
+}
+
+
+def unexplained_length(source: str, tree: ast.Module, name: str = "") -> bool:
     too_long = len(source.splitlines()) > MAX_MODULE_LINES
-    return too_long and f"{MAX_MODULE_LINES} lines" not in (ast.get_docstring(tree) or "")
+    explained = f"{MAX_MODULE_LINES} lines" in (ast.get_docstring(tree) or "")
+    return too_long and not (explained and name in MAY_BE_LONG)
 
 
 def test_the_walk_finds_both_packages() -> None:
@@ -44,8 +55,9 @@ def test_module_and_functions_within_the_house_limits(path: Path) -> None:
     source = path.read_text(encoding="utf-8")
     tree = ast.parse(source)
     assert not long_functions(tree), f"functions over {MAX_FUNCTION_LINES} lines"
-    assert not unexplained_length(source, tree), (
-        f"over {MAX_MODULE_LINES} lines without a docstring saying why"
+    name = path.relative_to(ROOT).as_posix()
+    assert not unexplained_length(source, tree, name), (
+        f"over {MAX_MODULE_LINES} lines: split it by job (only {sorted(MAY_BE_LONG)} may say why)"
     )
 
 
@@ -56,7 +68,8 @@ def test_the_rules_catch_what_they_name() -> None:
     padding = "\n" * (MAX_MODULE_LINES + 1)
     assert unexplained_length(f'"""Short."""{padding}', ast.parse(f'"""Short."""{padding}'))
     explained = f'"""Over {MAX_MODULE_LINES} lines on purpose: one argument."""{padding}'
-    assert not unexplained_length(explained, ast.parse(explained))
+    assert not unexplained_length(explained, ast.parse(explained), "continual_lsp/store/db.py")
+    assert unexplained_length(explained, ast.parse(explained), "continual_lsp/agent/agent.py")
 
 
 # One name per thing (issue 35): a module stem or a class name names one thing across both
