@@ -133,20 +133,6 @@ def test_the_readme_is_short_gives_the_two_commands_first_and_its_links_resolve(
 # library on a path that must stay light, or an import cycle), named by a comment on the
 # import's line or heading the run of import lines it belongs to.
 DEFERRED = "# deferred:"
-# Modules other helpers were restructuring when this rule landed (issue 35); each entry is
-# to be moved to module level or marked, and this list emptied.
-NOT_YET_MARKED = {
-    "continual_lsp/policy/__init__.py:make_policy",
-    "continual_lsp/policy/adapter_registry.py:damage",
-    "continual_lsp/policy/factory.py:make_policy",
-    "continual_lsp/policy/local.py:LocalPolicy.train_step",
-    "continual_lsp/policy/local.py:LocalPolicy.save_adapter",
-    "continual_lsp/policy/local.py:LocalPolicy.load_adapter",
-    "continual_lsp/policy/model_files.py:time_decode",
-    "continual_lsp/policy/vllm/vllm_policy.py:VllmPolicy.from_settings",
-    "continual_lsp/policy/vllm/vllm_policy.py:_tinker_export",
-    "continual_lsp/policy/vllm/vllm_policy.py:_tinker_export.export",
-}
 
 
 def _is_project_import(node: ast.Import | ast.ImportFrom) -> bool:
@@ -192,7 +178,7 @@ def test_function_local_project_imports_name_what_they_defer() -> None:
         for path in modules()
         for where in unmarked_local_imports(path.read_text(encoding="utf-8"))
     }
-    assert sorted(unmarked - NOT_YET_MARKED) == []
+    assert sorted(unmarked) == []
 
 
 def test_the_deferred_import_rule_catches_what_it_names() -> None:

@@ -166,7 +166,7 @@ class Bench:
         self.config = config
         # Remote backends cannot restore an adapter in place: make a fresh one per run.
         self.policy_factory = policy_factory
-        self.local = policy.scores_locally
+        self.local = policy.logit_scorer() is not None
         self._init_state: Any = None
         if self.local:
             from continual_lsp.policy.local import adapter_files

@@ -48,19 +48,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import Any, Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from continual_lsp.config import Settings
 from continual_lsp.learning.scoring import (
-    grammar_masks,
     pick,
     renormalise,
     student_logprobs,
     teacher_scores,
-    update_ema_teacher,
 )
 from continual_lsp.learning.teacher_context import (
     call_text,
@@ -69,11 +67,7 @@ from continual_lsp.learning.teacher_context import (
     teacher_prompt,
 )
 from continual_lsp.policy.base import Datum, LossName, Policy, TrainMetrics, TrainOptions
-from continual_lsp.policy.local import lora_step
 from continual_lsp.tools.base import ToolCall
-
-if TYPE_CHECKING:
-    from continual_lsp.policy.local.local_policy import LocalPolicy
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +117,7 @@ class SdpoConfig(BaseModel):
     clip_low: float
     clip_high: float
     trust_region_rate: float  # the `trust_region` teacher's mixing rate
-    grammar_mask: bool = True  # advantages under the grammar's mask (`grammar_masks`)
+    grammar_mask: bool = True  # advantages under the grammar's mask (`LogitScorer`)
     # Passed to `train_step` only when given; otherwise the backend's own default.
     max_grad_norm: float | None = 1.0
     alpha: float = 1.0
@@ -175,7 +169,7 @@ def build_datums(
     """The step's training examples (see the module docstring); raises NothingToLearn.
 
     `config.grammar_mask` (default True): score advantages under the grammar's mask
-    (`grammar_masks`). `old_logprobs` stay raw (the IS ratio compares raw model
+    (`LogitScorer.grammar_masks`; none off-box). `old_logprobs` stay raw (the IS ratio compares raw model
     probabilities, which is what the loss differentiates).
     """
     config = config or SdpoConfig.from_settings(settings)
@@ -201,16 +195,12 @@ def build_datums(
     if demo:
         targets.append((demo, None))
 
+    scorer = policy.logit_scorer()
     datums = []
     for tokens, behaviour in targets:
-        masks = grammar_masks(policy, tokens) if config.grammar_mask else None
-        if policy.scores_locally:
-            raw = torch.log_softmax(
-                lora_step.completion_logits(
-                    cast("LocalPolicy", policy), job.prompt_tokens, tokens
-                ).float(),
-                -1,
-            )
+        masks = scorer.grammar_masks(tokens) if scorer is not None and config.grammar_mask else None
+        if scorer is not None:
+            raw = scorer.log_distributions(job.prompt_tokens, tokens)
             raw_student = pick(raw, tokens)
             student = pick(renormalise(raw, masks), tokens)
         else:
@@ -280,6 +270,8 @@ def sdpo_step(
             replayed += 1
         except NothingToLearn:
             continue
+    # Off-box, build_datums has already refused the ema teacher (`teacher_scores`).
+    ema = policy.logit_scorer() if settings.teacher == "ema" else None
     metrics = None
     seconds, tokens, steps = 0.0, 0, 0
     for _ in range(config.steps_per_correction):
@@ -288,8 +280,8 @@ def sdpo_step(
         )
         steps += 1
         seconds, tokens = seconds + metrics.seconds, tokens + metrics.tokens
-        if settings.teacher == "ema":
-            update_ema_teacher(cast("LocalPolicy", policy), settings.teacher_update_rate)
+        if ema is not None:
+            ema.update_ema_teacher(settings.teacher_update_rate)
         if metrics.clipped_fraction > TRUST_REGION_CLIPPED:
             break
     assert metrics is not None  # steps_per_correction ≥ 1

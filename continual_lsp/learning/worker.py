@@ -64,7 +64,7 @@ from continual_lsp.learning.consolidate import run_consolidation_job
 from continual_lsp.policy.adapter_registry import AdapterRegistry, adapters_dir, version_name
 from continual_lsp.policy.base import BackendUnavailable, Policy, TrainMetrics
 from continual_lsp.policy.factory import make_trainer
-from continual_lsp.policy.local import adapter_files, kv_cache
+from continual_lsp.policy.local import adapter_files
 from continual_lsp.store.db import Store
 
 log = logging.getLogger(__name__)
@@ -339,12 +339,13 @@ def handle_job(
 
 def warm_for_next_job(policy: Policy, job: dict[str, Any]) -> None:
     """Idle-time work after a step: the student's prompt K/V under the new weights
-    (`kv_cache.warm_prefix`), so the next correction in this task trains sooner. Never
-    raises: a failed warm-up costs only the time it would have saved."""
-    if not policy.scores_locally:
+    (`LogitScorer.warm_prefix`; off-box, nothing), so the next correction in this task
+    trains sooner. Never raises: a failed warm-up costs only the time it would have saved."""
+    scorer = policy.logit_scorer()
+    if scorer is None:
         return
     try:
-        kv_cache.warm_prefix(policy, list(job["payload"].get("prompt_tokens") or []))
+        scorer.warm_prefix(list(job["payload"].get("prompt_tokens") or []))
     except Exception as exc:
         log.warning("could not warm the prompt cache for the next step: %s", exc)
 

@@ -1,17 +1,21 @@
 """The policy protocol: the same verbs on every backend, so SDPO is written once.
 
 Token ids and float lists cross this boundary, never backend types (torch tensors,
-tinker futures). See DESIGN §3.
+tinker futures), except through `LogitScorer`, which only a backend holding the weights
+in this process offers. See DESIGN §3.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol, TypedDict, Unpack, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict, Unpack, runtime_checkable
 
 from pydantic import BaseModel, Field
 
 from continual_lsp.errors import ReviewerError
 from continual_lsp.tools.base import ToolCall
+
+if TYPE_CHECKING:
+    import torch
 
 
 class BackendUnavailable(ReviewerError, RuntimeError):
@@ -143,6 +147,38 @@ class Renderer(Protocol):
         ...
 
 
+# The weights a `LogitScorer` scores under: the trained adapter, its EMA teacher, or the
+# frozen base model (the reference).
+Weights = Literal["trained", "ema", "reference"]
+
+
+class LogitScorer(Protocol):
+    """Full distributions where the weights live in this process (the local backend):
+    what SDPO needs for grammar-masked advantages, top-k distillation, and the EMA and
+    trust-region teachers. Off-box backends score given tokens only (`Sampler.logprobs`).
+    """
+
+    def log_distributions(
+        self, prompt_tokens: list[int], completion_tokens: list[int], weights: Weights = "trained"
+    ) -> torch.Tensor:
+        """`(T, V)` float32 log-softmax over the vocabulary at each completion position,
+        under `weights`; the prompt's K/V is cached for the training step that follows."""
+        ...
+
+    def grammar_masks(self, tokens: list[int]) -> list[torch.Tensor | None]:
+        """The decoding grammar's allowed-token mask (bool, `(V,)`) at each position of
+        `tokens`, replayed as the sampler decoded them; None where no mask applies."""
+        ...
+
+    def update_ema_teacher(self, rate: float) -> None:
+        """θ_ema ← (1 − rate)·θ_ema + rate·θ (the EMA teacher made on first use)."""
+        ...
+
+    def warm_prefix(self, prompt_tokens: list[int]) -> None:
+        """The prompt's K/V under the current weights, computed ahead of the next step."""
+        ...
+
+
 class BackendVersion:
     """`adapter_version` for a backend whose own `load_adapter` and `save_adapter` switch
     it with the weights (Tinker, vLLM): read-only to everyone else."""
@@ -161,10 +197,6 @@ class Sampler(Protocol):
 
     backend: str  # a name for logs and status; behaviour follows the capabilities below
     model_name: str
-    # The weights live in this process: full distributions (a top-k teacher, the decoding
-    # grammar's masks, EMA and trust-region teachers) and a warm prompt cache are at hand.
-    # Otherwise only `logprobs` / `reference_logprobs` of given tokens.
-    scores_locally: bool
     # The backend names and keeps adapter versions itself (`save_adapter` returns its own
     # path, `load_adapter` takes that name, it checks them). Otherwise the caller writes
     # version files under its adapters folder and checks their sha256 before loading.
@@ -216,6 +248,12 @@ class Sampler(Protocol):
         ...
 
     def load_adapter(self, name: str) -> None: ...
+
+    def logit_scorer(self) -> LogitScorer | None:
+        """Full distributions, grammar masks, the EMA teacher and a warm training prefix
+        when the weights live in this process; None off-box (Tinker, vLLM), where only
+        `logprobs` / `reference_logprobs` of given tokens are at hand."""
+        ...
 
 
 @runtime_checkable

@@ -1,8 +1,8 @@
 """The configured backend's policy: for the agent (`make_policy`) and the training worker
 (`make_trainer`, `trainer_settings`).
 
-Each backend is imported when chosen, not at the top: the local one loads torch and
-transformers, Tinker its SDK, and a process uses one of them.
+The local backend is imported when chosen, not at the top: it loads torch, transformers
+and peft. Tinker's and vLLM's modules are light (the tinker SDK loads on first use).
 """
 
 from __future__ import annotations
@@ -12,6 +12,9 @@ from typing import cast
 from continual_lsp.config import Settings
 from continual_lsp.policy.base import Policy, Sampler
 from continual_lsp.policy.hf_lock import loads
+from continual_lsp.policy.model_files import resolve_dtype
+from continual_lsp.policy.tinker.tinker_policy import TinkerPolicy
+from continual_lsp.policy.vllm.vllm_policy import VllmPolicy
 
 
 @loads
@@ -24,22 +27,15 @@ def make_policy(settings: Settings, *, shared: bool = False) -> Sampler:
     Built under the process's load lock (`hf_lock`): a routed correction's embedder waits.
     """
     if settings.backend == "tinker":
-        # deferred: the tinker SDK, loaded only when Tinker is the backend
-        from continual_lsp.policy.tinker.tinker_policy import TinkerPolicy
-
         return TinkerPolicy.from_settings(settings)
     if settings.backend == "vllm":
-        # deferred: each backend loads only when chosen
-        from continual_lsp.policy.vllm.vllm_policy import VllmPolicy
-
         return VllmPolicy.from_settings(settings)
     # deferred: torch, transformers and peft, loaded only for the local backend
     from continual_lsp.policy.local.local_policy import LocalPolicy
 
     if shared:
-        # deferred: as above, the local backend only
+        # deferred: torch, transformers and peft, as above
         from continual_lsp.policy.local.model_host import shared_host
-        from continual_lsp.policy.model_files import resolve_dtype
 
         dtype = resolve_dtype(settings.sample_dtype, settings.device)
         return LocalPolicy(settings, host=shared_host(settings, dtype))

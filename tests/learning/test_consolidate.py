@@ -37,7 +37,6 @@ class FakePolicy:
 
     backend = "fake"
     model_name = "fake"
-    scores_locally = False
     manages_versions = False
 
     def __init__(self, broken: bool = False) -> None:
@@ -58,6 +57,9 @@ class FakePolicy:
     @adapter_version.setter
     def adapter_version(self, v: str | None) -> None:
         self._version = v
+
+    def logit_scorer(self) -> None:
+        return None
 
     def sample(self, prompt_tokens: list[int], params: Any) -> Completion:
         raise ValueError("no sampling in the fake")

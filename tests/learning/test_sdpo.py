@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from continual_lsp.config import Settings
-from continual_lsp.learning.scoring import grammar_masks, sampler_logprobs
+from continual_lsp.learning.scoring import sampler_logprobs
 from continual_lsp.learning.sdpo import NothingToLearn, SdpoJob, build_datums, sdpo_step
 from continual_lsp.learning.teacher_context import feedback_text
 from continual_lsp.policy.base import SampleParams
@@ -75,7 +75,7 @@ def test_denied_call_goes_down_when_the_teacher_sees_a_demonstration(policy: Loc
     assert denied.completion_tokens == s.denied and demo.completion_tokens == s.demo
     assert denied.old_logprobs == s.denied_logprobs  # the behaviour policy, from sampling
     assert sum(denied.advantages) < 0 < sum(demo.advantages)
-    masks = grammar_masks(policy, s.denied)
+    masks = policy.logit_scorer().grammar_masks(s.denied)
     forced = [m is not None and int(m.sum()) == 1 for m in masks]
     assert forced[0] and not all(forced)  # `{"` is forced, the tool name is not
     assert all(abs(a) < 1e-6 for a, f in zip(denied.advantages, forced, strict=True) if f)
@@ -91,7 +91,7 @@ def greedy_mismatches(policy: LocalPolicy, prompt: list[int], call: list[int]) -
     Greedy decoding reproduces `call` iff at every position the masked argmax (given the
     call's own prefix) is the call's token: one forward pass instead of a decode loop.
     """
-    masks = grammar_masks(policy, call)
+    masks = policy.logit_scorer().grammar_masks(call)
     logits = lora_step.completion_logits(policy, prompt, call)
     return sum(
         int(row.masked_fill(~mask, float("-inf")).argmax()) != token
@@ -169,7 +169,7 @@ def test_topk_mode_does_not_distill_forced_positions(policy: LocalPolicy) -> Non
     s = make_situation(policy)
     datums = build_datums(policy, job(s, "edit"), Settings(loss_mode="topk", topk=8))
     for d in datums:
-        masks = grammar_masks(policy, d.completion_tokens)
+        masks = policy.logit_scorer().grammar_masks(d.completion_tokens)
         forced = [m is not None and int(m.sum()) == 1 for m in masks]
         assert any(forced) and not all(forced)  # JSON framing is forced, the choices are not
         assert d.loss_weights == [0.0 if f else 1.0 for f in forced]

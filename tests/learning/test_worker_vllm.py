@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from continual_lsp import policy as policies
 from continual_lsp.config import Settings
 from continual_lsp.learning import worker
+from continual_lsp.policy import factory
 from continual_lsp.store import Store
 
 
@@ -32,7 +32,7 @@ def test_the_worker_trains_on_the_trainer_backend(
         asked.append(settings)
         return _Trainer()
 
-    monkeypatch.setattr(policies, "make_policy", make_policy)
+    monkeypatch.setattr(factory, "make_policy", make_policy)
     store = Store(tmp_path / "store.sqlite3")
     settings = Settings(backend=backend, vllm_trainer=trainer)  # type: ignore[arg-type]
     assert isinstance(worker._load_policy(settings, store), _Trainer)

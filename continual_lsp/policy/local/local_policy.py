@@ -48,6 +48,7 @@ from continual_lsp.policy.local.candidate_tree import (
 from continual_lsp.policy.local.decode import constrained_decode
 from continual_lsp.policy.local.grammar import ToolCallGrammar
 from continual_lsp.policy.local.kv_cache import PromptCache, common_prefix
+from continual_lsp.policy.local.logit_scorer import LocalLogitScorer
 from continual_lsp.policy.local.model_host import ModelHost
 from continual_lsp.policy.render import ChatMLRenderer
 from continual_lsp.tools.base import TOOL_NAMES
@@ -86,7 +87,6 @@ class LocalPolicy:
     """
 
     backend: str = "local"
-    scores_locally: bool = True
     manages_versions: bool = False  # version files are written and checked by the caller
 
     def __init__(
@@ -138,6 +138,10 @@ class LocalPolicy:
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+    def logit_scorer(self) -> LocalLogitScorer:
+        """Full distributions, grammar masks and the EMA teacher (logit_scorer.py)."""
+        return LocalLogitScorer(self, self.grammar)
 
     # -- sampling and scoring --------------------------------------------------------------
 

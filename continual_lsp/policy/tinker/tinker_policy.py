@@ -50,7 +50,6 @@ class TinkerPolicy(TinkerCheckpoints):
     """
 
     backend: str = "tinker"
-    scores_locally: bool = False
     manages_versions: bool = True  # versions are checkpoints on the service
     # Tinker does not report one: the 8192 tokens the agent has always budgeted.
     context_window: int = 8192
@@ -131,6 +130,10 @@ class TinkerPolicy(TinkerCheckpoints):
         return cls(model, **kwargs)
 
     # -- sampling and scoring --------------------------------------------------------------
+
+    def logit_scorer(self) -> None:
+        """Off-box: scores of given tokens only, no full distributions."""
+        return None
 
     def sample(self, prompt_tokens: list[int], params: SampleParams) -> Completion:
         """One completion with its per-token logprobs under the current weights.

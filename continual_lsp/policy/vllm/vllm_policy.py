@@ -43,9 +43,10 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from continual_lsp.config import Settings
+from continual_lsp.policy.adapter_registry import adapters_dir
 from continual_lsp.policy.base import (
     BackendUnavailable,
     BackendVersion,
@@ -55,6 +56,8 @@ from continual_lsp.policy.base import (
 from continual_lsp.policy.call_schema import decoding_schema
 from continual_lsp.policy.model_files import load_tokenizer
 from continual_lsp.policy.render import ChatMLRenderer
+from continual_lsp.policy.tinker.tinker_policy import TinkerPolicy
+from continual_lsp.policy.tinker.tinker_render import TinkerRenderer, make_tinker_renderer
 from continual_lsp.policy.vllm.vllm_wire import (
     CompletionChoice,
     CompletionRequest,
@@ -65,9 +68,6 @@ from continual_lsp.policy.vllm.vllm_wire import (
     error_text,
     lora_name,
 )
-
-if TYPE_CHECKING:
-    from continual_lsp.policy.tinker.tinker_render import TinkerRenderer
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,6 @@ class VllmPolicy(BackendVersion):
     verbs; the worker trains on `vllm_trainer` (`policy.make_trainer`)."""
 
     backend: str = "vllm"
-    scores_locally: bool = False
 
     def __init__(
         self,
@@ -136,8 +135,6 @@ class VllmPolicy(BackendVersion):
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any) -> VllmPolicy:
         """Build from `Settings`: the tokenizer from the local copy of `model`."""
-        from continual_lsp.policy.adapter_registry import adapters_dir
-
         kwargs: dict[str, Any] = {
             "url": settings.vllm_url,
             "served_model": settings.vllm_model or settings.model,
@@ -152,8 +149,6 @@ class VllmPolicy(BackendVersion):
         if "tokenizer" not in kwargs:
             kwargs["tokenizer"] = load_tokenizer(settings.model)
         if settings.vllm_trainer == "tinker":
-            from continual_lsp.policy.tinker.tinker_render import make_tinker_renderer
-
             kwargs.setdefault("manages_versions", True)
             kwargs.setdefault("export", _tinker_export(settings))
             kwargs.setdefault("renderer", make_tinker_renderer(settings.model, kwargs["tokenizer"]))
@@ -250,6 +245,10 @@ class VllmPolicy(BackendVersion):
         return self._lora[0] if self._lora is not None else self.model_name
 
     # -- sampling and scoring --------------------------------------------------------------
+
+    def logit_scorer(self) -> None:
+        """Off-box: scores of given tokens only, no full distributions."""
+        return None
 
     def sample(self, prompt_tokens: list[int], params: SampleParams) -> Completion:
         return self.sample_batch(prompt_tokens, params, 1)[0]
@@ -433,8 +432,6 @@ class VllmPolicy(BackendVersion):
 
 def _tinker_export(settings: Settings) -> Callable[[str], Path]:
     """Versions trained on Tinker, fetched once as PEFT directories vLLM can read."""
-    from continual_lsp.policy.adapter_registry import adapters_dir
-
     target_root = adapters_dir(settings) / "vllm-export"
     trainer: list[Any] = []  # built on first export: a sampling-only process never connects
 
@@ -443,8 +440,6 @@ def _tinker_export(settings: Settings) -> Callable[[str], Path]:
         if target.is_dir():
             return target
         if not trainer:
-            from continual_lsp.policy.tinker.tinker_policy import TinkerPolicy
-
             trainer.append(TinkerPolicy.from_settings(settings))
         return Path(trainer[0].download_adapter(version, target))
 
