@@ -21,7 +21,7 @@ export TRL_EXPERIMENTAL_SILENCE=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 # The layer contracts in pyproject.toml: server -> agent -> {lanes, learning} -> policy -> ...
 .venv/bin/lint-imports
 if [ "$fast" = 1 ]; then
-  exec .venv/bin/python -m pytest -q -p no:cacheprovider \
+  exec .venv/bin/python -m pytest -q -p no:cacheprovider -n auto \
     -m "not model and not nvim and not emacs and not vscode" "$@"
 fi
 # A failed VS Code check does not stop the Python suite from running: every failure is
