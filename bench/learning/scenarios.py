@@ -1,7 +1,7 @@
 """Correction scenarios, read from data files (`bench/learning/scenarios/*.json`).
 
-Each scenario teaches one rule. A *situation* (`HeldOutCase`, the same record for a
-training one; `SituationSpec` in the file) is one agent turn on a sample workspace in
+Each scenario teaches one rule. A *case* (`ScenarioCase`, the same record for a
+training one; `ScenarioCaseSpec` in the file) is one agent turn on a sample workspace in
 `examples/bench-workspaces/`: the task, the calls already made in it (their results are
 produced by the real tools on the workspace files, so prompts look exactly like the
 agent's), the reviewer's correction when the agent breaks the rule, the call the reviewer
@@ -26,8 +26,8 @@ from typing import Any
 
 from continual_lsp.agent.scenarios import (
     Judged,
+    ScenarioCaseSpec,
     ScenarioFile,
-    SituationSpec,
     judge_call,
     judge_text,
     load_scenario_file,
@@ -59,9 +59,9 @@ __all__ = [
     "SCENARIOS",
     "SCENARIO_FILES",
     "WORKSPACES",
-    "HeldOutCase",
     "Judged",
     "Scenario",
+    "ScenarioCase",
     "check_disjoint",
     "judge_call",
     "judge_text",
@@ -72,7 +72,7 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class HeldOutCase:
+class ScenarioCase:
     id: str
     workspace: str  # the workspace directory (absolute)
     task: str
@@ -103,12 +103,12 @@ class Scenario:
     max_tokens: int  # decode budget: enough to reach the judged field
     check: Callable[[Judged], bool]
     check_doc: str
-    train: list[HeldOutCase] = field(default_factory=list)
-    held_out: list[HeldOutCase] = field(default_factory=list)
+    train: list[ScenarioCase] = field(default_factory=list)
+    held_out: list[ScenarioCase] = field(default_factory=list)
 
 
-def _case(data: ScenarioFile, s: SituationSpec) -> HeldOutCase:
-    return HeldOutCase(
+def _case(data: ScenarioFile, s: ScenarioCaseSpec) -> ScenarioCase:
+    return ScenarioCase(
         id=s.id,
         workspace=str(data.workspace(s)),
         task=s.task,

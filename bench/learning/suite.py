@@ -33,8 +33,8 @@ from typing import Any
 from bench.learning.scenarios import (
     SCENARIOS,
     WORKSPACES,
-    HeldOutCase,
     Scenario,
+    ScenarioCase,
     judge_text,
     select,
 )
@@ -91,7 +91,7 @@ class Point:
 
 
 class Prompts:
-    """HeldOutCase → prompt tokens, with the real tools' output for the calls in its history."""
+    """ScenarioCase → prompt tokens, with the real tools' output for the calls in its history."""
 
     def __init__(self, policy: Any) -> None:
         self.policy = policy
@@ -103,7 +103,7 @@ class Prompts:
             self._outputs[key] = tool_output(WORKSPACES / workspace, tool, args)
         return self._outputs[key]
 
-    def messages(self, s: HeldOutCase, bullets: list[str] | None = None) -> list[Message]:
+    def messages(self, s: ScenarioCase, bullets: list[str] | None = None) -> list[Message]:
         history = [
             (
                 tool,
@@ -114,7 +114,7 @@ class Prompts:
         ]
         return situation_messages(s.task, history, bullets)
 
-    def tokens(self, s: HeldOutCase, bullets: list[str] | None = None) -> list[int]:
+    def tokens(self, s: ScenarioCase, bullets: list[str] | None = None) -> list[int]:
         return list(self.policy.renderer.render_prompt(self.messages(s, bullets)))
 
 
@@ -130,7 +130,7 @@ def notes_only_tokens(policy: Any, scenarios: list[Scenario], k: int) -> int:
     )
 
 
-def cue_hit_rate(scenario: Scenario, situations: list[HeldOutCase]) -> float | None:
+def cue_hit_rate(scenario: Scenario, situations: list[ScenarioCase]) -> float | None:
     """How often the real context lane's cue for this rule would fire on these situations."""
     try:
         from continual_lsp.lanes.context import cue_matches, make_cue
@@ -289,7 +289,7 @@ class Bench:
 
     # -- one correction --
 
-    def correct(self, method: str, scenario: Scenario, s: HeldOutCase) -> tuple[float, bool]:
+    def correct(self, method: str, scenario: Scenario, s: ScenarioCase) -> tuple[float, bool]:
         """Apply one reviewer correction with `method`; (seconds of the step, proposal ok)."""
         from continual_lsp.learning.sdpo import SdpoJob, sdpo_step
         from continual_lsp.tools.base import ToolCall

@@ -121,7 +121,7 @@ class HistoryCall(CallSpec):
     output: str | None = None  # None: run the (read-only) call on the workspace
 
 
-class SituationSpec(_Strict):
+class ScenarioCaseSpec(_Strict):
     id: str = Field(min_length=1)
     workspace: str
     task: str = Field(min_length=1)
@@ -139,14 +139,14 @@ class ScenarioFile(_Strict):
     tools: list[str]
     max_tokens: int = Field(gt=0)
     check: Check
-    train: list[SituationSpec] = Field(default_factory=list)
-    held_out: list[SituationSpec] = Field(min_length=1)
+    train: list[ScenarioCaseSpec] = Field(default_factory=list)
+    held_out: list[ScenarioCaseSpec] = Field(min_length=1)
     # Where relative workspaces are resolved: the file's own directory.
     directory: Path = Field(default=Path("."), exclude=True)
 
     _tools = field_validator("tools")(_known_tools)
 
-    def workspace(self, situation: SituationSpec) -> Path:
+    def workspace(self, situation: ScenarioCaseSpec) -> Path:
         return (self.directory / situation.workspace).resolve()
 
 
