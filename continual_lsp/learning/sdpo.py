@@ -169,8 +169,8 @@ def build_datums(
     """The step's training examples (see the module docstring); raises NothingToLearn.
 
     `config.grammar_mask` (default True): score advantages under the grammar's mask
-    (`LogitScorer.grammar_masks`; none off-box). `old_logprobs` stay raw (the IS ratio compares raw model
-    probabilities, which is what the loss differentiates).
+    (`LogitScorer.grammar_masks`; none off-box). `old_logprobs` stay raw (the IS ratio
+    compares raw model probabilities, which is what the loss differentiates).
     """
     config = config or SdpoConfig.from_settings(settings)
     demo_call = job.demonstration_call()

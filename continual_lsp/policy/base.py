@@ -152,6 +152,7 @@ class Renderer(Protocol):
 Weights = Literal["trained", "ema", "reference"]
 
 
+@runtime_checkable
 class LogitScorer(Protocol):
     """Full distributions where the weights live in this process (the local backend):
     what SDPO needs for grammar-masked advantages, top-k distillation, and the EMA and

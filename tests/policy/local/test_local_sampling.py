@@ -13,7 +13,7 @@ import torch
 
 from bench.tasks import SAMPLE_TASKS
 from continual_lsp.config import Settings
-from continual_lsp.policy.base import Completion, Message, Policy, SampleParams
+from continual_lsp.policy.base import Completion, LogitScorer, Message, Policy, SampleParams
 from continual_lsp.policy.local.local_policy import LocalPolicy
 from continual_lsp.tools.base import TOOL_NAMES, ToolCall, ToolResult
 
@@ -42,6 +42,7 @@ def samples(policy: LocalPolicy) -> list[tuple[list[int], Completion]]:
 
 def test_policy_satisfies_protocol(policy: LocalPolicy) -> None:
     assert isinstance(policy, Policy)
+    assert isinstance(policy.logit_scorer(), LogitScorer)
     assert policy.backend == "local"
     assert policy.adapter_version is None
     policy.adapter_version = "v1"  # adapter_files.py sets it after a step / load

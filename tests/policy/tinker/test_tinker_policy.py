@@ -110,6 +110,7 @@ def test_logprobs_batch_submits_every_request_before_waiting(
 def test_policy_satisfies_the_protocol(policy: TinkerPolicy) -> None:
     assert isinstance(policy, Policy)
     assert policy.backend == "tinker" and policy.adapter_version is None
+    assert policy.logit_scorer() is None  # off-box: scores of given tokens only
 
 
 # -- sampling ------------------------------------------------------------------------------

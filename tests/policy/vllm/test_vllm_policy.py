@@ -298,6 +298,7 @@ def test_failures_the_reviewer_is_told_about(
     # It samples and scores; it has no training verbs to refuse (the worker trains on
     # vllm_trainer: test_worker_vllm.py).
     assert isinstance(policy, Sampler) and not isinstance(policy, Policy)
+    assert policy.logit_scorer() is None  # off-box: scores of given tokens only
 
 
 def test_an_unreachable_server(embedded_tokenizer: Any, tmp_path: Path) -> None:
