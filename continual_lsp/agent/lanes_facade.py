@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from continual_lsp.config import Settings
 from continual_lsp.lanes import allow_rules, context, routing_ledger
 from continual_lsp.lanes.guards import GuardVerdict, feedback, guard_set
 from continual_lsp.lanes.guards.commands import is_commit
+from continual_lsp.lanes.reading import Situation
 from continual_lsp.lanes.routing import allocator
 from continual_lsp.policy.base import DecodeRestrictions
 from continual_lsp.protocol import LedgerResult, RoutedNotification
@@ -45,16 +46,14 @@ class LanesFacade:
         task_text: str | None = None,
         demonstration: ToolCall | None = None,
     ) -> RoutedNotification | None:
-        situation: dict[str, Any] = {
-            "proposal_id": proposal.id,
-            "task_text": task_text,
-            "tool": proposal.call.tool,
-            "arguments": proposal.call.arguments,
-            "demonstration": demonstration.model_dump() if demonstration else None,
-            "path": proposal.preview.path
-            if proposal.preview
-            else proposal.call.arguments.get("path"),
-        }
+        situation = Situation(
+            proposal_id=proposal.id,
+            task_text=task_text,
+            tool=proposal.call.tool,
+            arguments=proposal.call.arguments,
+            demonstration=demonstration,
+            path=proposal.preview.path if proposal.preview else proposal.call.arguments.get("path"),
+        )
         item = allocator.route_correction(
             self.store, text, situation, self.settings, denial=is_denial, source=proposal.id
         )

@@ -4,9 +4,10 @@ CONTEXT (a cued bullet). DESIGN §5.
 The agent's entry points (import from the submodules; this package imports nothing heavy
 at import time so that `import continual_lsp.lanes` stays cheap):
 
-- `routing.allocator.route_correction(store, text, context, settings, *, denial=False,
+- `routing.allocator.route_correction(store, text, situation, settings, *, denial=False,
   source=None) -> LaneItem | None` — detect, cluster, allocate, persist one correction,
-  read once (`reading.read(text) -> Reading`, handed to every step that looks at it).
+  read once (`reading.read(text) -> Reading`, handed to every step that looks at it);
+  `situation` (`reading.Situation`: the corrected call and its task) is None for a note.
   Before the lanes, a correction on a proposal that speaks of that change only comes back
   task-scoped (`lane == "NONE"`, `kind == scope.TASK_KIND`; see `scope.py`): no guard,
   no bullet; `routing_ledger.promote(store, item_id, settings) -> LaneItem` makes it standing.
@@ -25,5 +26,5 @@ at import time so that `import continual_lsp.lanes` stays cheap):
   `rules_import.routing_stats(store) -> dict`.
 - `weights.on_weights_decision(...)` queues a job of kind `weights.JOB_KIND`; the training
   worker runs it with `continual_lsp.learning.consolidate.consolidate`, reading this lane
-  through `weights.situations_for_cluster` and the pure `weights.gate`.
+  through `learning.gate.situations_for_cluster` and the pure `learning.gate.gate`.
 """

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from continual_lsp.config import Settings
 from continual_lsp.lanes import llm
@@ -43,7 +42,7 @@ from continual_lsp.lanes.guards.spec import (
     ToolRule,
 )
 from continual_lsp.lanes.prose_actions import action_rules, split_span
-from continual_lsp.lanes.reading import Reading
+from continual_lsp.lanes.reading import Reading, Situation
 from continual_lsp.lanes.shapes import (
     SHAPES,
     dir_globs,
@@ -242,11 +241,11 @@ def _globs_in(span: str) -> list[str]:
     return globs
 
 
-def compile_guard(reading: Reading, context: dict[str, Any] | None = None) -> GuardSpec | None:
+def compile_guard(reading: Reading, situation: Situation | None = None) -> GuardSpec | None:
     """A guard spec that enforces the correction read, or None when no deterministic check can.
 
-    `context` is the corrected call ({"tool", "arguments"}) when the text is a denial's
-    comment: "use pnpm" said of `npm install x` means "rewrite npm to pnpm".
+    `situation` holds the corrected call when the text is a denial's comment: "use pnpm"
+    said of `npm install x` means "rewrite npm to pnpm".
     """
     t = reading.plain
     if HEDGE.search(t):
@@ -267,8 +266,8 @@ def compile_guard(reading: Reading, context: dict[str, Any] | None = None) -> Gu
     # situation synthesised from its own literal, or fires on a harmless one, is dropped.
     rules = [r for r in rules if (s := synthesise(r)) is None or fires(s)]
     rules.extend(shaped_rules(t, [*SHAPES, *CONVENTION_SHAPES, *POLICY_SHAPES]))
-    if not rules and context:
-        rules.extend(_from_denied_call(mentioned, context))
+    if not rules and situation is not None:
+        rules.extend(_from_denied_call(mentioned, situation))
     if not rules:
         return None
     # Dedupe while keeping order (the same token can be found by two patterns).
@@ -282,11 +281,11 @@ def compile_guard(reading: Reading, context: dict[str, Any] | None = None) -> Gu
     return GuardSpec(message=reading.text.strip(), rules=unique)
 
 
-def _from_denied_call(items: list[Item], context: dict[str, Any]) -> list[Rule]:
+def _from_denied_call(items: list[Item], situation: Situation) -> list[Rule]:
     """A substitution whose "never" half is the denied command itself."""
-    if context.get("tool") != "bash":
+    if situation.tool != "bash":
         return []
-    cmd = str((context.get("arguments") or {}).get("cmd", "")).strip()
+    cmd = str((situation.arguments or {}).get("cmd", "")).strip()
     program = cmd.split()[0] if cmd else ""
     pos = [i for i in items if i.polarity == "pos" and is_commandish(i.text)]
     if len(pos) != 1 or program not in PACKAGE_MANAGERS:

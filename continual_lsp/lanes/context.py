@@ -32,7 +32,7 @@ from continual_lsp.lanes.features import (
     stem,
     words,
 )
-from continual_lsp.lanes.reading import Reading
+from continual_lsp.lanes.reading import Reading, Situation
 from continual_lsp.store.db import Store
 from continual_lsp.tools.base import ToolCall
 from continual_lsp.tools.globs import path_matches
@@ -111,7 +111,7 @@ class Cue(BaseModel):
     always: bool = False  # nothing to key on: inject on every turn
 
 
-def make_cue(reading: Reading, context: dict[str, Any] | None = None) -> Cue:
+def make_cue(reading: Reading, situation: Situation | None = None) -> Cue:
     t = reading.plain
     tools: set[str] = set()
     for w in words(t):
@@ -134,12 +134,11 @@ def make_cue(reading: Reading, context: dict[str, Any] | None = None) -> Cue:
         glob = FILE_TYPES.get(m.group(1).lower())
         if glob and glob not in paths:
             paths.append(glob)
-    ctx = context or {}
-    if ctx.get("tool"):
-        tools.add(str(ctx["tool"]))
-    ctx_path = ctx.get("path") or (ctx.get("arguments") or {}).get("path")
-    if ctx_path and not paths and "." in str(ctx_path).rsplit("/", 1)[-1]:
-        paths.append("*." + str(ctx_path).rsplit(".", 1)[-1])
+    if situation is not None and situation.tool:
+        tools.add(situation.tool)
+    at = (situation.path or (situation.arguments or {}).get("path")) if situation else None
+    if at and not paths and "." in str(at).rsplit("/", 1)[-1]:
+        paths.append("*." + str(at).rsplit(".", 1)[-1])
     vocab: list[str] = []
     for s in spans:
         for w in words(s):

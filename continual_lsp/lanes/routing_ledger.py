@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from continual_lsp.config import Settings
+from continual_lsp.lanes.reading import Situation
 from continual_lsp.lanes.routing.allocator import LaneItem, route_correction
 from continual_lsp.lanes.scope import TASK_KIND
 from continual_lsp.protocol import GateCompliance, LedgerItem, LedgerResult
@@ -113,7 +114,7 @@ def promote(store: Store, item_id: str, settings: Settings | None = None) -> Lan
     item = route_correction(
         store,
         row["text"],
-        task.get("context") or {},
+        Situation.model_validate(task.get("context") or {}),
         settings,
         denial=True,
         source=row.get("source"),

@@ -16,18 +16,28 @@ from __future__ import annotations
 from typing import Any
 
 from continual_lsp.config import Settings
+from continual_lsp.lanes.reading import Situation
 from continual_lsp.store.db import Store
 
 JOB_KIND = "consolidate"
 
 
-def record_situation(store: Store, cluster_id: str, item_id: str, context: dict[str, Any]) -> None:
-    """Log where a correction happened (no new text beyond what the log already holds)."""
+def record_situation(store: Store, cluster_id: str, item_id: str, situation: Situation) -> None:
+    """Log where a correction happened (no new text beyond what the log already holds).
+
+    The payload's keys are what `learning.gate` reads back; a field not given is left out.
+    """
+    demonstration = situation.demonstration
     payload: dict[str, Any] = {"clusterId": cluster_id, "itemId": item_id}
-    for key in ("task_text", "tool", "arguments", "demonstration"):
-        if context.get(key) is not None:
-            payload[key] = context[key]
-    store.append_event("lane_situation", payload, proposal_id=context.get("proposal_id"))
+    for key, value in (
+        ("task_text", situation.task_text),
+        ("tool", situation.tool),
+        ("arguments", situation.arguments),
+        ("demonstration", demonstration.model_dump() if demonstration is not None else None),
+    ):
+        if value is not None:
+            payload[key] = value
+    store.append_event("lane_situation", payload, proposal_id=situation.proposal_id)
 
 
 def pending_situations(store: Store, cluster_id: str) -> int:
@@ -50,9 +60,7 @@ def _job_pending(store: Store, cluster_id: str) -> bool:
     return False
 
 
-def on_weights_decision(
-    store: Store, item: Any, text: str, context: dict[str, Any], settings: Settings
-) -> int | None:
+def on_weights_decision(store: Store, item: Any, text: str, settings: Settings) -> int | None:
     """Called by the allocator for a WEIGHTS item; queues consolidation by depth."""
     cluster_id = item.cluster_id
     if cluster_id is None:

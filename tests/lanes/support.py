@@ -9,7 +9,7 @@ from typing import Any
 from continual_lsp.config import Settings
 from continual_lsp.lanes.compile import compile_guard
 from continual_lsp.lanes.guards.guard_set import Guard
-from continual_lsp.lanes.reading import read
+from continual_lsp.lanes.reading import Situation, read
 from continual_lsp.lanes.routing.allocator import route_correction
 from continual_lsp.tools.base import ToolCall
 
@@ -27,21 +27,21 @@ def teach_cluster(store: Any, embedder: Any, n: int = 4) -> str:
         "Fix the import in ops.py",
     ]
     for i in range(n):
-        ctx = {
-            "task_text": tasks[i % len(tasks)],
-            "tool": "write",
-            "arguments": {"path": "src/calc/ops.py", "content": f"v{i}"},
-            "demonstration": {
-                "tool": "edit_lines",
-                "arguments": {"path": "src/calc/ops.py", "start": 1, "end": 1, "content": f"v{i}"},
-            },
-        }
+        situation = Situation(
+            task_text=tasks[i % len(tasks)],
+            tool="write",
+            arguments={"path": "src/calc/ops.py", "content": f"v{i}"},
+            demonstration=ToolCall(
+                tool="edit_lines",
+                arguments={"path": "src/calc/ops.py", "start": 1, "end": 1, "content": f"v{i}"},
+            ),
+        )
         text = (
             PRINCIPLE
             if i % 2 == 0
             else "Use edit_lines instead of rewriting the whole file with write."
         )
-        item = route_correction(store, text, ctx, settings, denial=True, embedder=embedder)
+        item = route_correction(store, text, situation, settings, denial=True, embedder=embedder)
     assert item is not None
     return item.cluster_id
 

@@ -9,6 +9,7 @@ import pytest
 
 from continual_lsp.config import Settings
 from continual_lsp.lanes.guards.guard_set import check_guards
+from continual_lsp.lanes.reading import Situation
 from continual_lsp.lanes.routing.allocator import route_correction
 from continual_lsp.lanes.routing_ledger import (
     AdapterRevertNeeded,
@@ -124,7 +125,7 @@ def test_routing_stats_never_leaks_text(store, embedder) -> None:
     import_rules(store, SAMPLE, Settings())
     secret = "Project Bluebird ships only from the zz-secret-branch, never npm."
     route_correction(
-        store, secret, {"task_text": "deploy"}, Settings(), denial=True, embedder=embedder
+        store, secret, Situation(task_text="deploy"), Settings(), denial=True, embedder=embedder
     )
     stats = routing_stats(store)
     dumped = json.dumps(stats)

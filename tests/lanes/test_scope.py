@@ -7,7 +7,7 @@ import pytest
 from continual_lsp.config import Settings
 from continual_lsp.lanes.context import bullets_for_turn
 from continual_lsp.lanes.guards.guard_set import check_guards
-from continual_lsp.lanes.reading import read
+from continual_lsp.lanes.reading import Situation, read
 from continual_lsp.lanes.routing.allocator import route_correction
 from continual_lsp.lanes.routing_ledger import LedgerError, build_ledger, promote
 from continual_lsp.lanes.scope import TASK_KIND, task_scope
@@ -73,18 +73,18 @@ def test_standing_rules_are_not_task_scoped(text: str) -> None:
     assert not task_scope(read(text)).task_scoped, task_scope(read(text))
 
 
-def _context(path: str = "calc.py") -> dict[str, object]:
-    return {
-        "proposal_id": "p1",
-        "task_text": "Fix the off-by-one bug in calc.py so total(n) includes n.",
-        "tool": "write",
-        "arguments": {"path": path, "content": "def total(n):\n    return n\n"},
-        "path": path,
-    }
+def _situation(path: str = "calc.py") -> Situation:
+    return Situation(
+        proposal_id="p1",
+        task_text="Fix the off-by-one bug in calc.py so total(n) includes n.",
+        tool="write",
+        arguments={"path": path, "content": "def total(n):\n    return n\n"},
+        path=path,
+    )
 
 
 def test_task_scoped_denial_makes_no_guard_and_no_bullet(store) -> None:
-    item = route_correction(store, EMACS, _context(), Settings(), denial=True, source="p1")
+    item = route_correction(store, EMACS, _situation(), Settings(), denial=True, source="p1")
     assert item is not None
     assert item.lane == "NONE" and item.kind == TASK_KIND and item.cluster_id is None
     assert item.reason.startswith("Task-scoped")
@@ -111,11 +111,11 @@ def test_a_note_without_a_proposal_is_never_task_scoped(store, embedder) -> None
 
 
 def test_promote_routes_the_text_again_as_a_standing_rule(store, embedder) -> None:
-    ctx = {"tool": "bash", "arguments": {"cmd": "npm install left-pad"}, "path": None}
-    item = route_correction(store, "Just use pnpm for this one.", ctx, denial=True)
+    denied = Situation(tool="bash", arguments={"cmd": "npm install left-pad"})
+    item = route_correction(store, "Just use pnpm for this one.", denied, denial=True)
     assert item is not None and item.kind == TASK_KIND
     assert item.spec["task"]["context"]["arguments"] == {"cmd": "npm install left-pad"}
-    assert check_guards(store, ToolCall(tool="bash", arguments=ctx["arguments"])).action == "allow"
+    assert check_guards(store, ToolCall(tool="bash", arguments=denied.arguments)).action == "allow"
     promoted = promote(store, item.id, Settings())
     # The stored call lets the promoted text compile as it would have: npm -> pnpm.
     assert promoted.lane == "CODE" and promoted.kind != TASK_KIND

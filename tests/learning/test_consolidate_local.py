@@ -8,8 +8,10 @@ import pytest
 
 from continual_lsp.config import Settings
 from continual_lsp.lanes.context import bullets_for_turn
+from continual_lsp.lanes.reading import Situation
 from continual_lsp.lanes.routing.allocator import route_correction
 from continual_lsp.learning.consolidate import consolidate
+from continual_lsp.tools.base import ToolCall
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(1200)]
 
@@ -35,24 +37,26 @@ def _teach(store, embedder) -> str:
     settings = Settings(consolidation_depth=4)
     item = None
     for i, task in enumerate(TASKS):
-        ctx = {
-            "task_text": task,
-            "tool": "write",
-            "arguments": {
+        situation = Situation(
+            task_text=task,
+            tool="write",
+            arguments={
                 "path": "src/calc/ops.py",
                 "content": "def add(a, b):\n    return a + b\n",
             },
-            "demonstration": {
-                "tool": "edit_lines",
-                "arguments": {
+            demonstration=ToolCall(
+                tool="edit_lines",
+                arguments={
                     "path": "src/calc/ops.py",
                     "start": i + 1,
                     "end": i + 1,
                     "content": "    return a + b",
                 },
-            },
-        }
-        item = route_correction(store, PRINCIPLE, ctx, settings, denial=True, embedder=embedder)
+            ),
+        )
+        item = route_correction(
+            store, PRINCIPLE, situation, settings, denial=True, embedder=embedder
+        )
     assert item is not None and item.lane == "WEIGHTS"
     return item.cluster_id
 

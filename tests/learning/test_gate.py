@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from continual_lsp.config import Settings
+from continual_lsp.lanes.reading import Situation
 from continual_lsp.lanes.routing.allocator import route_correction
 from continual_lsp.learning.gate import (
     EvalMetrics,
@@ -45,14 +46,14 @@ def test_denials_borrow_the_calls_approved_after_their_cluster(store, embedder) 
     for i, (pid, text) in enumerate(
         [("p1", "Use pnpm here, not npm."), ("p2", "This project uses pnpm; never npm.")]
     ):
-        ctx = {
-            "proposal_id": pid,
-            "task_text": f"Add package {i}",
-            "tool": "bash",
-            "arguments": {"cmd": f"npm install pkg{i}"},
-        }
+        situation = Situation(
+            proposal_id=pid,
+            task_text=f"Add package {i}",
+            tool="bash",
+            arguments={"cmd": f"npm install pkg{i}"},
+        )
         routed.append(
-            route_correction(store, text, ctx, Settings(), denial=True, embedder=embedder)
+            route_correction(store, text, situation, Settings(), denial=True, embedder=embedder)
         )
     assert routed[0] is not None and routed[1] is not None
     cluster = routed[0].cluster_id

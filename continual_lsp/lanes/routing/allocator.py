@@ -48,7 +48,7 @@ from continual_lsp.lanes.guards.spec import (
     ToolRule,
     rule_summary,
 )
-from continual_lsp.lanes.reading import Reading, read
+from continual_lsp.lanes.reading import Reading, Situation, read
 from continual_lsp.lanes.routing.clusters import ClusterAssignment, assign_cluster
 from continual_lsp.lanes.routing.detector import Detection, detect
 from continual_lsp.lanes.routing.embed import Embedder, get_embedder
@@ -286,7 +286,7 @@ def allocate(
     recurrence: int,
     settings: Settings | None = None,
     *,
-    context: dict[str, Any] | None = None,
+    situation: Situation | None = None,
     use_llm: bool | None = None,
     embedder: Embedder | None = None,
     recurrence_met: bool | None = None,
@@ -298,7 +298,7 @@ def allocate(
     """
     settings = settings or Settings()
     text = reading.text
-    spec = compile_guard(reading, context)
+    spec = compile_guard(reading, situation)
     p_check, p_behav = _head_probabilities(reading, embedder or get_embedder())
     b_rule = behaviour_score(reading)
     english = cjk_fraction(text) <= 0.3  # MiniLM's vote on mostly-CJK text is noise
@@ -317,7 +317,7 @@ def allocate(
     behavioural = behav_p >= 0.5
     met = recurrence >= settings.weights_recurrence if recurrence_met is None else recurrence_met
     features = _features(spec, p_check, behav_p, recurrence)
-    read_as = _Assessment(text, behavioural, make_cue(reading, context), recurrence, features)
+    read_as = _Assessment(text, behavioural, make_cue(reading, situation), recurrence, features)
     if spec is not None:
         return _code_decision(read_as, spec, None)
     proposed = bool(cues) or (p_check is not None and p_check >= CHECKABLE_THRESHOLD)
@@ -350,7 +350,7 @@ def allocate(
 def route_correction(
     store: Store,
     text: str,
-    context: dict[str, Any] | None = None,
+    situation: Situation | None = None,
     settings: Settings | None = None,
     *,
     denial: bool = False,
@@ -361,7 +361,7 @@ def route_correction(
 ) -> LaneItem | None:
     """Detect, cluster, allocate and persist one correction; None when it is not one.
 
-    Before the lanes, a correction made on a proposal (`context` given) that speaks of
+    Before the lanes, a correction made on a proposal (`situation` given) that speaks of
     that change only is task-scoped (`scope.py`): stored as a `NONE`/"task" item that no
     guard or bullet reads, unclustered; `standing=True` (promotion) skips that reading.
 
@@ -380,13 +380,13 @@ def route_correction(
     if not detection.is_correction:
         store.append_event("not_a_correction", {"confidence": detection.confidence})
         return None
-    if context is not None and not standing:
+    if situation is not None and not standing:
         scope = task_scope(reading)
         if scope.task_scoped:
-            return _persist_task(store, text, scope, context, source)
+            return _persist_task(store, text, scope, situation, source)
     cluster = assign_cluster(store, text, settings, embedder=embedder)
     decision = allocate(
-        reading, cluster.count, settings, context=context, use_llm=use_llm, embedder=embedder
+        reading, cluster.count, settings, situation=situation, use_llm=use_llm, embedder=embedder
     )
     started = time.time()
     lane_item = _persist(store, text, decision, cluster, source)
@@ -400,28 +400,24 @@ def route_correction(
             "created": lane_item.created_at >= started,
         },
     )
-    if context and (context.get("task_text") or context.get("tool")):
-        record_situation(store, cluster.cluster_id, lane_item.id, context)
+    if situation is not None and (situation.task_text or situation.tool):
+        record_situation(store, cluster.cluster_id, lane_item.id, situation)
     if lane_item.lane == "WEIGHTS":
-        _after_weights(store, lane_item, text, context, settings)
+        on_weights_decision(store, lane_item, text, settings)
     return lane_item
 
 
 def _persist_task(
-    store: Store, text: str, scope: TaskScope, context: dict[str, Any], source: str | None
+    store: Store, text: str, scope: TaskScope, situation: Situation, source: str | None
 ) -> LaneItem:
     """A task-scoped correction: kept (for the ledger and promotion), acting nowhere."""
-    kept = {k: context[k] for k in ("tool", "path", "task_text") if context.get(k)}
-    cmd = (context.get("arguments") or {}).get("cmd") if context.get("tool") == "bash" else None
-    if isinstance(cmd, str):
-        kept["arguments"] = {"cmd": cmd}
     item_id = store.add_lane_item(
         {
             "text": text,
             "lane": "NONE",
             "reason": scope.reason(),
             "kind": TASK_KIND,
-            "spec": {"task": {"cues": scope.cues, "context": kept}},
+            "spec": {"task": {"cues": scope.cues, "context": situation.task_record()}},
             "source": source,
         }
     )
@@ -485,13 +481,3 @@ def _persist(
     row = store.lane_item(item_id)
     assert row is not None
     return LaneItem.from_row(row, cluster.count)
-
-
-def _after_weights(
-    store: Store,
-    item: LaneItem,
-    text: str,
-    context: dict[str, Any] | None,
-    settings: Settings,
-) -> None:
-    on_weights_decision(store, item, text, context or {}, settings)

@@ -19,7 +19,7 @@ from continual_lsp.lanes.guards.spec import (
     SizeRule,
     ToolRule,
 )
-from continual_lsp.lanes.reading import read
+from continual_lsp.lanes.reading import Situation, read
 from continual_lsp.tools.base import Preview, ToolCall
 
 
@@ -249,8 +249,8 @@ def test_a_denial_comment_uses_the_denied_call() -> None:
     alone = compile_guard(read("use pnpm"))
     assert alone is not None
     assert Guard("g", alone).check(bash("yarn add x"), None).rewritten_call == bash("pnpm add x")
-    ctx = {"tool": "bash", "arguments": {"cmd": "npm install lodash"}}
-    spec = compile_guard(read("use pnpm"), ctx)
+    denied = Situation(tool="bash", arguments={"cmd": "npm install lodash"})
+    spec = compile_guard(read("use pnpm"), denied)
     assert spec is not None
     v = Guard("g", spec).check(bash("npm install lodash"), None)
     assert v.action == "rewrite" and v.rewritten_call.arguments["cmd"] == "pnpm install lodash"

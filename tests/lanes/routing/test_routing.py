@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from continual_lsp.config import Settings
-from continual_lsp.lanes.reading import read
+from continual_lsp.lanes.reading import Situation, read
 from continual_lsp.lanes.routing.allocator import allocate, route_correction
 from continual_lsp.lanes.routing.clusters import assign_cluster
 from continual_lsp.lanes.routing.detector import detect
@@ -82,7 +82,9 @@ def test_route_correction_promotes_a_recurring_judgement(store, embedder) -> Non
         "Please don't add so many comments everywhere.",
     ]
     items = [
-        route_correction(store, t, {"task_text": "fix the bug"}, s, denial=True, embedder=embedder)
+        route_correction(
+            store, t, Situation(task_text="fix the bug"), s, denial=True, embedder=embedder
+        )
         for t in texts
     ]
     assert items[0].lane == "CONTEXT"
