@@ -141,12 +141,13 @@ def override(parts: Parts, task: Task, proposal: Proposal) -> ToolResult:
     if verdict.action != "block" or verdict.guard_id is None:
         raise AgentError(f"no guard blocks proposal {proposal.id}: approve it instead")
     _record(parts, proposal, "override", correction=verdict.message)
+    # What the override teaches the guards is committed before the call runs: a call that
+    # runs long (or a server that dies under it) must not leave the count behind.
     changes = _let_through(parts, task, proposal.call, proposal.preview)
-    result = _run_accepted(parts, task, proposal)
     retired = parts.lanes.guard_overridden(verdict.guard_id, proposal.id)
     for change in [*changes, *([retired] if retired else [])]:
         parts.listener.on_routed(change)
-    return result
+    return _run_accepted(parts, task, proposal)
 
 
 def _let_through(

@@ -162,10 +162,15 @@ def test_a_plain_client_is_asked_to_override_not_approve(workspace: Path, tmp_pa
 
     def overridden_once() -> bool:
         rows = decisions(store)
-        return "override" in [d["decision"] for d in rows.values()]
+        return "override" in [d["decision"] for d in rows.values()] and overridden() == 1
+
+    def overridden() -> int:
+        check = Store(store)
+        try:
+            return int(check.counter(f"overridden:{guard_id}"))
+        finally:
+            check.close()
 
     asyncio.run(asyncio.wait_for(scenario(), 180))
     assert [d["decision"] for d in decisions(store).values()][:2] == ["deny", "override"]
-    check = Store(store)
-    assert int(check.counter(f"overridden:{guard_id}")) == 1
-    check.close()
+    assert overridden() == 1
