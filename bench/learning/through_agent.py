@@ -59,6 +59,7 @@ from bench.learning.scenarios import (  # noqa: E402
     select,
 )
 from bench.learning.suite import Bench, SuiteConfig  # noqa: E402
+from continual_lsp.policy.model_files import cpu_model  # noqa: E402
 
 log = logging.getLogger("through_agent")
 
@@ -426,6 +427,28 @@ def _setting(text: str) -> tuple[str, Any]:
         return key.strip(), value
 
 
+def acceptance(headlines: dict[str, dict[str, float | None]]) -> dict[str, Any]:
+    """Issue 33's bars over the scenarios of one run: the weights learned (held-out
+    compliance ≥ 0.5 at the 5th correction and shown ≥ 0.75 at the 3rd) in ≥ 6 of 8, the
+    retry followed the correction in ≥ 0.8 of denials in ≥ 7 of 8 (scaled to the count)."""
+    n = len(headlines)
+    learned = sorted(
+        name
+        for name, h in headlines.items()
+        if (h["weights_at_5"] or 0) >= 0.5 and (h["shown_at_3"] or 0) >= 0.75
+    )
+    follows = sorted(name for name, h in headlines.items() if (h["retry_follows"] or 0) >= 0.8)
+    learned_bar, follows_bar = -(-6 * n // 8), -(-7 * n // 8)
+    return {
+        "scenarios": n,
+        "learned": learned,
+        "learned_bar": learned_bar,
+        "follows": follows,
+        "follows_bar": follows_bar,
+        "met": len(learned) >= learned_bar and len(follows) >= follows_bar,
+    }
+
+
 def _merge_evidence(path: Path, key: str, value: dict[str, Any]) -> None:
     """Write `value` under `key`, entry by entry: a run of some scenarios keeps the numbers
     the others measured earlier."""
@@ -491,6 +514,9 @@ def main(argv: list[str] | None = None) -> int:
         # The spawned training worker reads the environment; this process is already past it.
         os.environ["CONTINUAL_LSP_STARTER_DIR"] = str(args.adapter.resolve())
         model_files.STARTER_DIR = args.adapter.resolve()
+    print(f"CPU: {cpu_model()}", flush=True)
+    if args.evidence is not None:
+        _merge_evidence(args.evidence, "machine", {"cpu": cpu_model()})
     if args.forgetting:
         first, second = select(args.forgetting)
         result = run_forgetting(first, second, args)
@@ -543,6 +569,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.evidence is not None:  # after every scenario: a long run keeps what it did
             key = "without_starter" if args.no_starter else "scenarios"
             _merge_evidence(args.evidence, key, {name: headlines[name]})
+    bars = acceptance(headlines)
+    print(
+        f"weights learned in {len(bars['learned'])} of {bars['scenarios']} (bar "
+        f"{bars['learned_bar']}): {bars['learned']}; retry follows in {len(bars['follows'])} "
+        f"(bar {bars['follows_bar']}): {bars['follows']}; met: {bars['met']}",
+        flush=True,
+    )
+    if args.evidence is not None and not args.no_starter:
+        _merge_evidence(args.evidence, "acceptance", bars)
     return 0
 
 

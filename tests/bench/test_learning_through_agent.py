@@ -10,13 +10,27 @@ from typing import Any
 import pytest
 
 from bench.learning import through_agent
-from bench.learning.through_agent import forgetting_numbers
+from bench.learning.through_agent import acceptance, forgetting_numbers
 
 
 def test_kept_fraction_is_after_over_before() -> None:
     got = forgetting_numbers(0.75, 0.5, 31 / 36, 29 / 36)
     assert got["kept_fraction"] == pytest.approx(0.667)
     assert got["agent_skill_drop"] == pytest.approx(5.6)  # points of one-step finished
+
+
+def test_acceptance_needs_both_bars_of_issue_33() -> None:
+    def h(follows: float | None, shown: float, weights: float) -> dict[str, float | None]:
+        return {"retry_follows": follows, "shown_at_3": shown, "weights_at_5": weights}
+
+    good = {f"s{i}": h(0.8, 0.75, 0.5) for i in range(8)}
+    assert acceptance(good)["met"] and acceptance(good)["learned_bar"] == 6
+    # weights without being shown at the 3rd correction do not count as learned
+    two_short = {**good, "s0": h(0.8, 0.5, 1.0), "s1": h(None, 0.75, 0.25), "s2": h(0.9, 0.9, 0.4)}
+    bars = acceptance(two_short)
+    assert bars["learned"] == ["s3", "s4", "s5", "s6", "s7"] and not bars["met"]
+    assert bars["follows"] == ["s0", "s2", "s3", "s4", "s5", "s6", "s7"]  # 7 of 8: enough
+    assert acceptance({**good, "s0": h(0.5, 0.75, 0.5), "s1": h(0.7, 0.75, 0.5)})["met"] is False
 
 
 def test_kept_fraction_edges() -> None:
