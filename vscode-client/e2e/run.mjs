@@ -223,12 +223,26 @@ async function shot(page, name) {
   return file;
 }
 
+/**
+ * Run a command from the palette. A proposal that opens its editor meanwhile closes the
+ * palette (a CI run failed filling a palette that had just closed under a new proposal's
+ * tab), so a palette that went away is opened again, up to three times.
+ */
 async function runCommand(page, title) {
-  await page.keyboard.press("F1");
-  await typeInQuickInput(page, `>${title}`);
-  const row = page.locator(".quick-input-list .monaco-list-row", { hasText: title }).first();
-  await row.waitFor({ state: "visible", timeout: 10000 });
-  await page.keyboard.press("Enter");
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await page.keyboard.press("F1");
+      await typeInQuickInput(page, `>${title}`, 10000);
+      const row = page.locator(".quick-input-list .monaco-list-row", { hasText: title }).first();
+      await row.waitFor({ state: "visible", timeout: 10000 });
+      await page.keyboard.press("Enter");
+      return;
+    } catch (error) {
+      if (attempt >= 3) throw error;
+      log(`the palette closed before "${title}" ran (${String(error.message).split("\n")[0]}); again`);
+      await page.keyboard.press("Escape");
+    }
+  }
 }
 
 /**
@@ -236,16 +250,16 @@ async function runCommand(page, title) {
  * machine the widget is shown while still inert ("element is inert" ended a run), so this
  * waits until no inert ancestor is left and the box is enabled, then checks the value.
  */
-async function typeInQuickInput(page, text) {
+async function typeInQuickInput(page, text, ms = 30000) {
   const input = page.locator(".quick-input-widget input.input");
-  await input.waitFor({ state: "visible", timeout: left(30000) });
+  await input.waitFor({ state: "visible", timeout: left(ms) });
   await until(
     "the quick input to accept text",
     () => input.evaluate((el) => !el.closest("[inert]") && !el.disabled && !el.readOnly),
-    30000,
+    ms,
     100,
   );
-  await input.fill(text);
+  await input.fill(text, { timeout: left(ms) });
   await until("the quick input to hold the text", async () => (await input.inputValue()) === text, 10000, 100);
 }
 
