@@ -235,7 +235,7 @@ async function runCommand(page, title) {
       await typeInQuickInput(page, `>${title}`, 10000);
       const row = page.locator(".quick-input-list .monaco-list-row", { hasText: title }).first();
       await row.waitFor({ state: "visible", timeout: 10000 });
-      await page.keyboard.press("Enter");
+      await submitQuickInput(page);
       return;
     } catch (error) {
       if (attempt >= 3) throw error;
@@ -259,8 +259,22 @@ async function typeInQuickInput(page, text, ms = 30000) {
     ms,
     100,
   );
-  await input.fill(text, { timeout: left(ms) });
-  await until("the quick input to hold the text", async () => (await input.inputValue()) === text, 10000, 100);
+  // Filled again until it holds: a proposal's editor opening meanwhile takes the focus
+  // and the box can lose what was typed (a CI run ended on an empty "start a task" box).
+  await until(
+    "the quick input to hold the text",
+    async () => {
+      if ((await input.inputValue()) !== text) await input.fill(text, { timeout: 2000 });
+      return (await input.inputValue()) === text;
+    },
+    ms,
+    200,
+  );
+}
+
+/** Enter on the quick input itself (focused first), not on whatever holds the focus now. */
+async function submitQuickInput(page) {
+  await page.locator(".quick-input-widget input.input").press("Enter", { timeout: 10000 });
 }
 
 async function statusText(page) {
@@ -372,7 +386,7 @@ async function deny(page, correction, shotName) {
   await clickEditorAction(page, "Deny…");
   await typeInQuickInput(page, correction);
   if (shotName) await shot(page, shotName);
-  await page.keyboard.press("Enter");
+  await submitQuickInput(page);
 }
 
 /**
@@ -403,7 +417,7 @@ async function full(page, dirs) {
     await page.keyboard.press("Escape");
     await runCommand(page, "Continual: Start Task");
     await typeInQuickInput(page, TASK);
-    await page.keyboard.press("Enter");
+    await submitQuickInput(page);
     log("task started");
   };
   await startTask();
@@ -550,7 +564,7 @@ async function editRoundTrip(page, dirs) {
   const before = snapshot(dirs.ws);
   await runCommand(page, "Continual: Start Task");
   await typeInQuickInput(page, "Tidy up src/calc/ops.py");
-  await page.keyboard.press("Enter");
+  await submitQuickInput(page);
   await until("a proposal to edit", async () => (await diffTabs(page)).some((t) => t.includes("proposed")), 300000, 1000);
   await clickEditorAction(page, "Edit…");
   await until("the edit diff", async () => (await diffTabs(page)).some((t) => t.includes("your edit")), 15000);
@@ -632,10 +646,20 @@ async function notificationButton(page, text, label) {
   await toast.locator(".monaco-button", { hasText: label }).first().click();
 }
 
+/** Start a task; a task box that a new proposal closed before it held the text is opened again. */
 async function startTask(page, text) {
-  await runCommand(page, "Continual: Start Task…");
-  await typeInQuickInput(page, text);
-  await page.keyboard.press("Enter");
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await runCommand(page, "Continual: Start Task…");
+      await typeInQuickInput(page, text, 15000);
+      await submitQuickInput(page);
+      return;
+    } catch (error) {
+      if (attempt >= 3) throw error;
+      log(`the task box went away before "${text}" was entered (${String(error.message).split("\n")[0]}); again`);
+      await page.keyboard.press("Escape");
+    }
+  }
 }
 
 /** Issue 19 on the scripted server (tests/server/scripted.py, "review"). */
@@ -649,7 +673,7 @@ async function review(page, dirs) {
   await clickLens(page, "Reject hunk 2/2…");
   await typeInQuickInput(page, "Keep mean() as it is for now.");
   await shot(page, "r1-reject-hunk");
-  await page.keyboard.press("Enter");
+  await submitQuickInput(page);
   const text = await until("the accepted hunk on disk", () => {
     const now = fs.readFileSync(ops, "utf8");
     return now !== original ? now : false;
@@ -662,7 +686,7 @@ async function review(page, dirs) {
   // undo it: the file restored on disk, a learning job queued (a late denial)
   await runCommand(page, "Continual: Undo Last Applied Change…");
   await typeInQuickInput(page, "No docstrings in this change.");
-  await page.keyboard.press("Enter");
+  await submitQuickInput(page);
   // the agent finishes the decision (its training step) before it takes the undo
   await until("the file restored", () => fs.readFileSync(ops, "utf8") === original, 400000);
   check("undo: the approved change is restored on disk", true);
