@@ -7,6 +7,7 @@
 #
 #   bash scripts/test.sh --fast [pytest args]   the inner loop: ruff, lint-imports and the
 #                                                tests that need no model, editor or browser
+#                                                and take under 4 s (not `slow`)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fast=0
@@ -22,7 +23,7 @@ export TRL_EXPERIMENTAL_SILENCE=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 .venv/bin/lint-imports
 if [ "$fast" = 1 ]; then
   exec .venv/bin/python -m pytest -q -p no:cacheprovider -n auto \
-    -m "not model and not nvim and not emacs and not vscode" "$@"
+    -m "not model and not nvim and not emacs and not vscode and not slow" "$@"
 fi
 # A failed VS Code check does not stop the Python suite from running: every failure is
 # reported, and the script fails at the end if any did.

@@ -9,6 +9,8 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from bench.agent_skill import (
     ended_by,
     finished,
@@ -29,6 +31,7 @@ def _fails(s: Exercise, ws: Path) -> bool:
     return done.returncode != 0
 
 
+@pytest.mark.slow
 def test_the_multi_step_tasks_fail_as_given_and_pass_once_fixed(tmp_path: Path) -> None:
     tasks = multi_tasks(24)
     assert Counter(s.kind for s in tasks) == {k: 6 for k in Builder.MULTI_STEP_KINDS}

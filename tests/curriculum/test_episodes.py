@@ -31,6 +31,7 @@ def test_exercises_are_deterministic_per_seed() -> None:
     assert draw(3) != draw(4)
 
 
+@pytest.mark.slow
 def test_sequences_match_the_agents_prompt_and_the_grammar(renderer: ChatMLRenderer) -> None:
     sequences, dropped = generate(renderer, len(Builder.KINDS), seed=11, vocab=load_vocab())
     assert dropped == 0  # every generated fix passes its project's check
@@ -73,6 +74,7 @@ def _spans(renderer: ChatMLRenderer, seq: Sequence) -> list[ToolCall]:
     return [renderer.parse_call(renderer.decode(seq.tokens[a:b])) for a, b in seq.spans]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", Builder.MULTI_STEP_KINDS)
 def test_a_multi_step_episode_runs_the_check_reads_fixes_reruns_and_is_done(
     renderer: ChatMLRenderer, kind: str
@@ -105,6 +107,7 @@ def test_a_multi_step_episode_runs_the_check_reads_fixes_reruns_and_is_done(
     assert seen_langs == {"py", "js"}
 
 
+@pytest.mark.slow
 def test_every_trajectory_ends_with_done_after_its_change(renderer: ChatMLRenderer) -> None:
     """Every kind but add_dep (whose package manager is never run) ends with `done` and a
     summary that names the file; nothing but the last call is `done`."""

@@ -19,6 +19,7 @@ needs_minilm = pytest.mark.skipif(model_zip_path() is None, reason="MiniLM packa
 
 
 @needs_minilm
+@pytest.mark.slow
 def test_an_embedding_that_arrives_during_a_model_load_waits_for_it() -> None:
     started = time.monotonic()
     MiniLMEmbedder().embed(["warm"])  # how long a load takes when nothing else loads
@@ -93,6 +94,7 @@ SCRIPT = textwrap.dedent(
 
 
 @needs_minilm
+@pytest.mark.slow
 def test_two_threads_loading_at_once_in_a_fresh_process() -> None:
     """Both loads start together in an interpreter where transformers is not imported yet."""
     proc = subprocess.run(

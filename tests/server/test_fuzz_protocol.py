@@ -45,6 +45,8 @@ from hypothesis import strategies as st
 
 from tests.conftest import SAMPLE_WORKSPACE
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 ANSWER_S = 20.0  # a request must be answered within this (the agent starts in the background)
 FIVE_MB = 5 * 1024 * 1024

@@ -26,6 +26,8 @@ from continual_lsp.store import Store
 from .harness import REPO, Editor, decisions, in_view, start_tcp_server
 from .scripted import DONE
 
+pytestmark = pytest.mark.slow
+
 DENY_TEXT = "Never weaken a test; fix the code instead."
 
 
