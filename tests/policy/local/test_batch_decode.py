@@ -14,6 +14,7 @@ from continual_lsp.policy.local.batch_decode import RowCache, batched_forward, o
 from continual_lsp.policy.local.decode import constrained_decode
 from continual_lsp.policy.local.local_policy import LocalPolicy
 from continual_lsp.policy.local.model_host import ModelHost
+from tests.policy.local.support import user_on
 
 pytestmark = pytest.mark.model
 
@@ -28,18 +29,6 @@ def _host(model_and_tokenizer: tuple[Any, Any], **limits: Any) -> ModelHost:
     host = ModelHost.private(Settings.model_validate(limits), model_and_tokenizer)
     assert host.enable_batching()
     return host
-
-
-def _user(host: ModelHost, name: str, seed: int | None) -> LocalPolicy:
-    """A policy on `host` whose adapter is seeded noise (None: the zero adapter)."""
-    policy = LocalPolicy(Settings(user=name), host=host)
-    if seed is not None:
-        generator = torch.Generator().manual_seed(seed)
-        with policy.exclusive(), torch.no_grad():
-            for param_name, param in policy.model.named_parameters():
-                if "lora_B" in param_name:
-                    param.copy_(0.05 * torch.randn(param.shape, generator=generator))
-    return policy
 
 
 def _prompt(policy: LocalPolicy, task: str) -> list[int]:
@@ -63,7 +52,7 @@ def test_batched_logits_match_each_row_alone(model_and_tokenizer: tuple[Any, Any
     """Three rows, three adapters (one zero), chunks of 1, 3 and 2 tokens: each row's
     logits are those of the peft model run on that row alone with its adapter live."""
     host = _host(model_and_tokenizer)
-    users = [_user(host, f"u{i}", seed) for i, seed in enumerate((1, None, 2))]
+    users = [user_on(host, f"u{i}", seed) for i, seed in enumerate((1, None, 2))]
     prompts = [_prompt(u, t) for u, t in zip(users, TASKS, strict=True)]
     chunks = [[90], [28, 3712, 46], [1672, 28]]
     caches, adapters, alone = [], [], []
@@ -93,7 +82,7 @@ def test_rows_join_and_leave_mid_batch(model_and_tokenizer: tuple[Any, Any]) -> 
     tokens and log-probs are its single-row decode's, each under its own adapter and
     grammar (one row may only read, one samples at a temperature with a seed)."""
     host = _host(model_and_tokenizer)
-    users = [_user(host, f"u{i}", seed) for i, seed in enumerate((3, 4, None))]
+    users = [user_on(host, f"u{i}", seed) for i, seed in enumerate((3, 4, None))]
     params = [
         SampleParams(temperature=0.0, max_tokens=48),
         SampleParams(temperature=0.0, max_tokens=16, tools=["read"]),
@@ -140,7 +129,7 @@ def test_users_at_once_each_get_their_own_call(model_and_tokenizer: tuple[Any, A
     prompt-cache bound holds all three caches: under the default 16 MB, which user's
     cache survives depends on which row finished last (CI saw none of the first two)."""
     host = _host(model_and_tokenizer, max_resident_adapters=1, max_prompt_cache_mb=256)
-    users = [_user(host, f"u{i}", seed) for i, seed in enumerate((5, 6, 7))]
+    users = [user_on(host, f"u{i}", seed) for i, seed in enumerate((5, 6, 7))]
     params = SampleParams(temperature=0.0, max_tokens=40)
     prompts = [_prompt(u, t) for u, t in zip(users, TASKS, strict=True)]
     want = [_alone(u, p, params) for u, p in zip(users, prompts, strict=True)]
@@ -169,7 +158,7 @@ def test_a_warmed_prompt_cache_serves_the_first_task(model_and_tokenizer: tuple[
     """The prompt's fixed start, prefilled at connect under the user's adapter, is what
     the first task reuses; the call is the one decoded from a cold cache."""
     host = _host(model_and_tokenizer)
-    user = _user(host, "u0", seed=8)
+    user = user_on(host, "u0", seed=8)
     params = SampleParams(temperature=0.0, max_tokens=40)
     prompt = _prompt(user, TASKS[1])
     want = _alone(user, prompt, params)
@@ -186,7 +175,7 @@ def test_a_new_version_waits_for_the_call_in_flight(model_and_tokenizer: tuple[A
     """A version loaded (here: the adapter reset) while the user's call decodes lands
     after it: the call is the one its starting weights decode, not a mix of two."""
     host = _host(model_and_tokenizer)
-    user = _user(host, "u0", seed=9)
+    user = user_on(host, "u0", seed=9)
     params = SampleParams(temperature=0.0, max_tokens=48)
     prompt = _prompt(user, TASKS[0])
     want = _alone(user, prompt, params)
@@ -211,7 +200,7 @@ def test_a_warm_up_never_clears_another_users_cache(model_and_tokenizer: tuple[A
     """Twenty editors connecting at once must not prefill twenty system prompts the
     prompt-cache bound then drops: past the bound's room, a warm-up does nothing."""
     host = _host(model_and_tokenizer, max_prompt_cache_mb=16.0)
-    first, second = _user(host, "u0", seed=10), _user(host, "u1", seed=11)
+    first, second = user_on(host, "u0", seed=10), user_on(host, "u1", seed=11)
     assert first.warm_prompt() > 100  # ~13 MB of float32 K/V of 16
     assert second.warm_prompt() == 0
     assert first.prompt_cache.entries and not second.prompt_cache.entries

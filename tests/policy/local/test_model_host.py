@@ -6,12 +6,12 @@ import threading
 from typing import Any
 
 import pytest
-import torch
 
 from continual_lsp.config import Settings
 from continual_lsp.policy.base import Completion, Message, SampleParams
 from continual_lsp.policy.local.local_policy import LocalPolicy
 from continual_lsp.policy.local.model_host import MB, ModelHost, prompt_cache_bytes
+from tests.policy.local.support import user_on
 
 pytestmark = pytest.mark.model
 
@@ -20,19 +20,6 @@ GREEDY = SampleParams(temperature=0.0, max_tokens=40)
 
 def _host(model_and_tokenizer: tuple[Any, Any], **limits: float) -> ModelHost:
     return ModelHost.private(Settings.model_validate(limits), model_and_tokenizer)
-
-
-def _user(host: ModelHost, name: str, seed: int | None) -> LocalPolicy:
-    """A policy on `host`; with `seed`, its adapter set to noise large enough to change
-    what it proposes (None: the fresh adapter, i.e. the base model)."""
-    policy = LocalPolicy(Settings(user=name), host=host)
-    if seed is not None:
-        generator = torch.Generator().manual_seed(seed)
-        with policy.exclusive(), torch.no_grad():
-            for param_name, param in policy.model.named_parameters():
-                if "lora_B" in param_name:
-                    param.copy_(0.05 * torch.randn(param.shape, generator=generator))
-    return policy
 
 
 def _prompt(policy: LocalPolicy) -> list[int]:
@@ -57,7 +44,7 @@ def test_two_users_interleaved_each_get_their_own_adapter(
     model_and_tokenizer: tuple[Any, Any],
 ) -> None:
     host = _host(model_and_tokenizer)
-    alice, bob = _user(host, "alice", seed=1), _user(host, "bob", seed=None)
+    alice, bob = user_on(host, "alice", seed=1), user_on(host, "bob", seed=None)
     prompt = _prompt(alice)
     probe = alice.renderer.tokenize('{"tool": "read", "arguments": {"path": "calc.py"}}')
     alone_alice = _run(alice, prompt, probe)
@@ -78,7 +65,7 @@ def test_concurrent_users_never_see_each_others_adapter(
     model_and_tokenizer: tuple[Any, Any],
 ) -> None:
     host = _host(model_and_tokenizer)
-    users = [_user(host, f"user{i}", seed=i) for i in range(3)]
+    users = [user_on(host, f"user{i}", seed=i) for i in range(3)]
     prompt = _prompt(users[0])
     probe = users[0].renderer.tokenize('{"tool": "glob", "arguments": {"pattern": "*.py"}}')
     alone = [_fresh_logprobs(u, prompt, probe) for u in users]
@@ -103,7 +90,7 @@ def test_adapters_past_the_limit_go_to_disk_and_come_back_exact(
     model_and_tokenizer: tuple[Any, Any],
 ) -> None:
     host = _host(model_and_tokenizer, max_resident_adapters=1)
-    users = [_user(host, f"user{i}", seed=10 + i) for i in range(3)]
+    users = [user_on(host, f"user{i}", seed=10 + i) for i in range(3)]
     prompt = _prompt(users[0])
     probe = users[0].renderer.tokenize('{"tool": "bash"')
     first = [_fresh_logprobs(u, prompt, probe) for u in users]
@@ -122,7 +109,7 @@ def test_each_resident_adapter_is_held_once(model_and_tokenizer: tuple[Any, Any]
     """The live adapter's weights are the model's LoRA tensors, and no copy of them stays
     in its slot: two resident adapters take two adapters' memory, not three."""
     host = _host(model_and_tokenizer, max_resident_adapters=2)
-    users = [_user(host, f"user{i}", seed=20 + i) for i in range(3)]
+    users = [user_on(host, f"user{i}", seed=20 + i) for i in range(3)]
     for user in [*users, users[0], users[1]]:  # user2 spilled, user0 resident, user1 live
         with user.exclusive():
             pass
@@ -140,7 +127,7 @@ def test_training_one_user_leaves_the_other_alone(
     from continual_lsp.policy.base import Datum
 
     host = _host(model_and_tokenizer)
-    alice, bob = _user(host, "alice", seed=None), _user(host, "bob", seed=None)
+    alice, bob = user_on(host, "alice", seed=None), user_on(host, "bob", seed=None)
     prompt = _prompt(alice)
     probe = alice.renderer.tokenize('{"tool": "grep"')
     before = _fresh_logprobs(bob, prompt, probe)
@@ -156,7 +143,7 @@ def test_training_one_user_leaves_the_other_alone(
 
 def test_prompt_caches_are_bounded_across_users(model_and_tokenizer: tuple[Any, Any]) -> None:
     host = _host(model_and_tokenizer, max_prompt_caches=1)
-    alice, bob = _user(host, "alice", seed=None), _user(host, "bob", seed=None)
+    alice, bob = user_on(host, "alice", seed=None), user_on(host, "bob", seed=None)
     prompt = _prompt(alice)
     probe = alice.renderer.tokenize('{"tool": "read"')
     alice.logprobs(prompt, probe)
@@ -170,7 +157,7 @@ def test_prompt_caches_are_bounded_by_bytes_least_recently_used_first(
 ) -> None:
     """The count allows ten; the bytes allow one and a half caches of this prompt."""
     host = _host(model_and_tokenizer, max_prompt_caches=10)
-    alice, bob, carol = (_user(host, name, seed=None) for name in ("alice", "bob", "carol"))
+    alice, bob, carol = (user_on(host, name, seed=None) for name in ("alice", "bob", "carol"))
     prompt = _prompt(alice)
     probe = alice.renderer.tokenize('{"tool": "read"')
     alice.logprobs(prompt, probe)
@@ -220,7 +207,7 @@ def test_prompt_caches_are_bounded_before_the_model_is_released(
     """With eight users waiting on one model, a cache noted after the release stays past
     the bound while the others' turns run: the bound must hold at every release."""
     host = _host(model_and_tokenizer, max_prompt_caches=1)
-    alice, bob = _user(host, "alice", seed=None), _user(host, "bob", seed=None)
+    alice, bob = user_on(host, "alice", seed=None), user_on(host, "bob", seed=None)
     lock = _CheckedLock([alice, bob])
     host.lock = lock  # type: ignore[assignment]
     prompt = _prompt(alice)
