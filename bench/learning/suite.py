@@ -182,11 +182,11 @@ class Bench:
         if self.local:
             import torch
 
-            from continual_lsp.policy.local import adapter_files, kv_cache
+            from continual_lsp.policy.local import adapter_files
 
             with torch.no_grad():
                 adapter_files.set_adapter_state(self.policy, self._init_state)
-            kv_cache.train_state(self.policy).bump(reset_optimizers=True)
+            self.policy.train_state.bump(reset_optimizers=True)
             self.policy.adapter_version = None
             torch.manual_seed(self.config.seed)
         elif self.policy_factory is not None:

@@ -17,6 +17,7 @@ blocks what the rule allows as an exception would be wrong, so they stay judgeme
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -247,9 +248,30 @@ def compile_guard(reading: Reading, situation: Situation | None = None) -> Guard
     `situation` holds the corrected call when the text is a denial's comment: "use pnpm"
     said of `npm install x` means "rewrite npm to pnpm".
     """
-    t = reading.plain
-    if HEDGE.search(t):
+    if HEDGE.search(reading.plain):
         return None
+    # Copies: a spec's rules belong to it, the cached ones to every later reading.
+    rules = [r.model_copy(deep=True) for r in _text_rules(reading.plain)]
+    if not rules and situation is not None:
+        mentioned = [it for c in _clauses(reading.plain) for it in _items(c)]
+        rules.extend(_from_denied_call(mentioned, situation))
+    if not rules:
+        return None
+    # Dedupe while keeping order (the same token can be found by two patterns).
+    seen: set[str] = set()
+    unique: list[Rule] = []
+    for r in rules:
+        key = r.model_dump_json()
+        if key not in seen:
+            seen.add(key)
+            unique.append(r)
+    return GuardSpec(message=reading.text.strip(), rules=unique)
+
+
+@functools.lru_cache(maxsize=256)
+def _text_rules(t: str) -> tuple[Rule, ...]:
+    """The rules the text alone compiles to. Cached by text: one correction is compiled by
+    the detector (is it a standing rule?) and again by the allocator (which lane?)."""
     rules: list[Rule] = []
     mentioned = [it for c in _clauses(t) for it in _items(c)]
     rules.extend(_command_rules(mentioned))
@@ -266,19 +288,7 @@ def compile_guard(reading: Reading, situation: Situation | None = None) -> Guard
     # situation synthesised from its own literal, or fires on a harmless one, is dropped.
     rules = [r for r in rules if (s := synthesise(r)) is None or fires(s)]
     rules.extend(shaped_rules(t, [*SHAPES, *CONVENTION_SHAPES, *POLICY_SHAPES]))
-    if not rules and situation is not None:
-        rules.extend(_from_denied_call(mentioned, situation))
-    if not rules:
-        return None
-    # Dedupe while keeping order (the same token can be found by two patterns).
-    seen: set[str] = set()
-    unique: list[Rule] = []
-    for r in rules:
-        key = r.model_dump_json()
-        if key not in seen:
-            seen.add(key)
-            unique.append(r)
-    return GuardSpec(message=reading.text.strip(), rules=unique)
+    return tuple(rules)
 
 
 def _from_denied_call(items: list[Item], situation: Situation) -> list[Rule]:

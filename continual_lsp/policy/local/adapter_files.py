@@ -27,7 +27,7 @@ from safetensors.torch import save_file
 
 from continual_lsp.policy.adapter_registry import ADAPTER_FILE, CONFIG_FILE, sha256_file
 from continual_lsp.policy.base import AdapterInfo
-from continual_lsp.policy.local.kv_cache import TRAINED_ADAPTER, LoraHolder, train_state
+from continual_lsp.policy.local.kv_cache import TRAINED_ADAPTER, LoraHolder
 
 PARTIAL_PREFIX = ".partial-"
 log = logging.getLogger(__name__)
@@ -185,7 +185,7 @@ def load_adapter(policy: LoraHolder, path: str | Path, sha256: str | None = None
     with torch.no_grad():
         set_adapter_state(policy, state)
     _sync_companions(policy, file.parent)
-    train_state(policy).bump(reset_optimizers=True)
+    policy.train_state.bump(reset_optimizers=True)
     policy.adapter_version = file.parent.name
 
 
@@ -196,7 +196,7 @@ def reset_adapter(policy: LoraHolder) -> None:
             if "lora_B" in name and f".{TRAINED_ADAPTER}." in name:
                 param.zero_()
     _sync_companions(policy, None)
-    train_state(policy).bump(reset_optimizers=True)
+    policy.train_state.bump(reset_optimizers=True)
     policy.adapter_version = None
 
 

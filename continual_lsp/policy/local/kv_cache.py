@@ -158,6 +158,8 @@ class LoraHolder(Protocol):
 
     model: Any
     adapter_version: str | None
+    # Optimizers, step count and the prefix K/V of this holder's weights.
+    train_state: TrainState
 
 
 @dataclass
@@ -195,20 +197,9 @@ class TrainState:
             self.optimizers.clear()
 
 
-_STATE_ATTR = "_continual_lsp_train_state"
-
-
-def train_state(policy: LoraHolder) -> TrainState:
-    state = getattr(policy, _STATE_ATTR, None)
-    if state is None:
-        state = TrainState()
-        setattr(policy, _STATE_ATTR, state)
-    return state
-
-
 def invalidate_prefix_cache(policy: LoraHolder) -> None:
     """Call after changing the adapter weights by any route other than this module."""
-    train_state(policy).bump()
+    policy.train_state.bump()
 
 
 @contextlib.contextmanager
@@ -244,7 +235,7 @@ def prefix_cache(policy: LoraHolder, tokens: list[int], weights: str = TRAINED_A
     """
     if not tokens:
         return None
-    state = train_state(policy)
+    state = policy.train_state
     model = policy.model
     key = tuple(tokens)
     best: _PrefixEntry | None = None

@@ -47,7 +47,7 @@ from continual_lsp.policy.local.candidate_tree import (
 )
 from continual_lsp.policy.local.decode import constrained_decode
 from continual_lsp.policy.local.grammar import ToolCallGrammar
-from continual_lsp.policy.local.kv_cache import PromptCache, common_prefix
+from continual_lsp.policy.local.kv_cache import PromptCache, TrainState, common_prefix
 from continual_lsp.policy.local.logit_scorer import LocalLogitScorer
 from continual_lsp.policy.local.model_host import ModelHost
 from continual_lsp.policy.render import ChatMLRenderer
@@ -115,6 +115,7 @@ class LocalPolicy:
         self.grammar = host.grammar  # every tool and done
         # Set by whoever saves or loads this policy's weights (adapter_files.py).
         self.adapter_version: str | None = None
+        self.train_state = TrainState()
         # KV of the last prompts; consecutive agent turns share most of their prompt. Its
         # entries are keyed by this policy's slot and weights generation (`weights_key`).
         self.prompt_cache = PromptCache()

@@ -51,7 +51,6 @@ from continual_lsp.policy.local.kv_cache import (
     LoraHolder,
     forward,
     prefix_cache,
-    train_state,
     use_weights,
 )
 
@@ -126,7 +125,7 @@ def trainable_parameters(model: Any) -> list[torch.nn.Parameter]:
 
 
 def _optimizer(policy: LoraHolder, lr: float) -> torch.optim.Optimizer:
-    state = train_state(policy)
+    state = policy.train_state
     opt = state.optimizers.get(lr)
     if opt is None:
         # AdamW without weight decay: decay would pull the adapter toward zero (the base
@@ -191,7 +190,7 @@ def train_step(
         torch.nn.utils.clip_grad_norm_(trainable_parameters(model), max_grad_norm)
     opt.step()
     opt.zero_grad(set_to_none=True)
-    state = train_state(policy)
+    state = policy.train_state
     state.steps += 1
     state.bump()
     return TrainMetrics(

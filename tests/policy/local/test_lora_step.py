@@ -105,10 +105,10 @@ def test_step_trains_only_lora_and_leaves_the_reference_unchanged(policy: LocalP
 def test_optimizer_is_kept_across_steps_per_lr(policy: LocalPolicy) -> None:
     prompt, call = situation(policy)
     policy.train_step([datum(policy, prompt, call)], "cross_entropy", 1e-3)
-    opt = kv_cache.train_state(policy).optimizers[1e-3]
+    opt = policy.train_state.optimizers[1e-3]
     policy.train_step([datum(policy, prompt, call)], "cross_entropy", 1e-3)
-    assert kv_cache.train_state(policy).optimizers[1e-3] is opt
-    assert kv_cache.train_state(policy).steps == 2
+    assert policy.train_state.optimizers[1e-3] is opt
+    assert policy.train_state.steps == 2
 
 
 def test_stale_behaviour_policy_is_clamped(policy: LocalPolicy) -> None:
@@ -139,7 +139,7 @@ def test_stale_behaviour_policy_is_clamped(policy: LocalPolicy) -> None:
 def test_warm_prefix_serves_the_next_step_under_the_new_weights(policy: LocalPolicy) -> None:
     prompt, call = situation(policy)
     policy.train_step([datum(policy, prompt, call)], "importance_sampling", 2e-3)
-    state = kv_cache.train_state(policy)
+    state = policy.train_state
     assert not [e for e in state.prefix if e.weights != kv_cache.REFERENCE]  # a step drops them
     kv_cache.warm_prefix(policy, prompt)
     (entry,) = [e for e in state.prefix if e.weights != kv_cache.REFERENCE]

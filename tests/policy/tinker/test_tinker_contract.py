@@ -48,6 +48,7 @@ class ToyPolicy:
     def __init__(self, model: Any) -> None:
         self.model = model
         self.adapter_version: str | None = None
+        self.train_state = kv_cache.TrainState()
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +100,7 @@ def local_step(
     """The local backend's own train_step (full backprop), and the gradient it applied."""
     params = lora_step.trainable_parameters(policy.model)
     recorder = RecordingOptimizer(params)
-    kv_cache.train_state(policy).optimizers[1.0] = recorder
+    policy.train_state.optimizers[1.0] = recorder
     metrics = lora_step.train_step(
         policy,
         batch,
