@@ -103,6 +103,9 @@ class Scenario:
     max_tokens: int  # decode budget: enough to reach the judged field
     check: Callable[[Judged], bool]
     check_doc: str
+    # Whether the rule speaks of a call at all (the file's `about`; default: its tools):
+    # what the scripted reviewer judges, the rest it lets run.
+    about: Callable[[Judged], bool]
     train: list[ScenarioCase] = field(default_factory=list)
     held_out: list[ScenarioCase] = field(default_factory=list)
 
@@ -134,6 +137,11 @@ def load_scenarios(paths: Iterable[str | Path]) -> list[Scenario]:
                 max_tokens=data.max_tokens,
                 check=lambda c, check=data.check: check.passes(c.tool, c.arguments),
                 check_doc=data.check.doc,
+                about=(
+                    (lambda c, tools=tuple(data.tools): c.tool in tools)
+                    if data.about is None
+                    else (lambda c, about=data.about: about.passes(c.tool, c.arguments))
+                ),
                 train=[_case(data, s) for s in data.train],
                 held_out=[_case(data, s) for s in data.held_out],
             )

@@ -73,8 +73,8 @@ def review(
     """Script one task's reviewer: a call that breaks the rule is denied with the
     correction (`deny`) or replaced by the situation's demonstration with the correction
     as its comment (`edit`); a call that keeps the rule is approved, and so is a call
-    with a tool the rule is not about (it runs; the task goes on) — overridden instead
-    when a guard blocks it. For every denial:
+    the rule is not about (`Scenario.about`: it runs; the task goes on) — overridden
+    instead when a guard blocks it. For every denial:
     whether the proposal right after it follows the correction, and how long the reviewer
     waited for it (deny → retry shown; the step lands after it)."""
     counts: dict[str, Any] = {
@@ -85,9 +85,10 @@ def review(
     while proposal is not None and counts["proposals"] < 6:
         counts["proposals"] += 1
         call = {"tool": proposal.call.tool, "arguments": proposal.call.arguments}
-        if proposal.call.tool not in scenario.tools:
-            # The rule is silent on this call (running the tests under a file-tool rule):
-            # the reviewer lets it run and waits for the call the rule is about.
+        if not scenario.about(judge_call(call)):
+            # The rule is silent on this call (running the tests under a file-tool rule,
+            # or under a commit-message rule): the reviewer lets it run and waits for
+            # the call the rule is about.
             counts["outside_rule"] += 1
             proposal = agent.decide(proposal.id, accept(proposal)).next_proposal
             continue

@@ -3,7 +3,8 @@ proposal (and loaded back from the store), run with a checkpoint, and the task i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+from collections.abc import Collection, Sequence
 
 from continual_lsp.agent.candidates import Candidate, canonical
 from continual_lsp.agent.errors import Unparsable
@@ -17,13 +18,18 @@ from continual_lsp.tools.base import FILE_CHANGING_TOOLS, Preview, ToolCall, Too
 from continual_lsp.tools.runner import ToolRunner
 
 
-def preview(tools: ToolRunner, call: ToolCall) -> tuple[Preview | None, ToolError | None]:
+def preview(
+    tools: ToolRunner, call: ToolCall, replaced: Collection[tuple[str, str]] = ()
+) -> tuple[Preview | None, ToolError | None]:
     """The call's preview (computed once per proposal), or why it cannot run.
 
     A change that leaves the file as it is counts as one that cannot run: approving it
     would do nothing, and a small model's favourite retry is the old line copied back.
-    So does one that leaves a file that parsed not parsing (`tools.checks`): it comes
-    with its preview, as `Unparsable`.
+    So does one that puts back what a change run in this task replaced (`replaced`:
+    `Task.replaced`): after a fix the small model often rewrites the line as it was
+    (on the agent-skill draw, 3 of the 11 one-step tasks left unfinished). And one that
+    leaves a file that parsed not parsing (`tools.checks`): it comes with its preview,
+    as `Unparsable`.
     """
     try:
         shown = tools.preview(call)
@@ -31,6 +37,11 @@ def preview(tools: ToolRunner, call: ToolCall) -> tuple[Preview | None, ToolErro
         return None, exc
     if shown is not None and shown.old_content == shown.new_content:
         return None, ToolError(f"{call.tool} would leave {shown.path} as it is")
+    if shown is not None and (shown.path, content_key(shown.new_content)) in replaced:
+        return None, ToolError(
+            f"{call.tool} would undo a change to {shown.path} made in this task; to change "
+            "it again, change it to something new"
+        )
     if shown is not None:
         problem = checks.breaks(shown.path, shown.old_content, shown.new_content)
         if problem is not None:
@@ -138,6 +149,8 @@ def execute(parts: Parts, task: Task, proposal: Proposal, call: ToolCall) -> Too
         # The workspace changed: running the tests again or re-reading the file is
         # the check of the change, not a repeat (issue 30; the curriculum does the same).
         task.executed = set()
+        if pinned is not None and pinned.old_content is not None:
+            task.replaced.add((pinned.path, content_key(pinned.old_content)))
     task.executed.add(canonical(call))
     task.history.append(call)
     task.conversation.add_call(call, result)
@@ -196,3 +209,8 @@ def denied_calls(store: Store, task: Task) -> dict[str, ToolCall]:
         if row is not None:
             calls[pid] = ToolCall(tool=row["tool"], arguments=row["arguments"])
     return calls
+
+
+def content_key(text: str) -> str:
+    """A file's content as `Task.replaced` keeps it."""
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -35,6 +35,9 @@ class Task:
         self.denied: list[str] = []  # proposal ids denied in the current turn
         self.executed: set[str] = set()  # canonical JSON of calls already run
         self.history: list[ToolCall] = []  # the calls run, oldest first (sequence guards)
+        # (path, `calls.content_key`) of what each change run in this task replaced: a
+        # call that puts it back is one that cannot run (`calls.preview`).
+        self.replaced: set[tuple[str, str]] = set()
         self.pending: str | None = None
         self.done: str | None = None
         self.failing_test: str | None = None  # the command of the last test run, if it failed

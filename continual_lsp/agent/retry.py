@@ -56,7 +56,8 @@ def choose_retry(parts: Parts, task: Task, denied: Proposal, correction: str) ->
     completions += swaps.completions
     row = parts.store.proposal(denied.id)
     student_prompt = row["prompt_tokens"] if row else prompt_tokens
-    kept, drops = screen(parts, task).all(completions, prompt_tokens)
+    # The correction may ask for a change to be put back: no `replaced` check here.
+    kept, drops = screen(parts, task, undo_allowed=True).all(completions, prompt_tokens)
     ranked = ranked_by_lift(policy, kept, student_prompt)
     summary = {
         "candidates": len(completions),
@@ -126,11 +127,12 @@ def runnable_instead(
     return best
 
 
-def screen(parts: Parts, task: Task) -> Screen:
-    """What a candidate for `task`'s next proposal must pass (`candidates.Screen`)."""
+def screen(parts: Parts, task: Task, undo_allowed: bool = False) -> Screen:
+    """What a candidate for `task`'s next proposal must pass (`candidates.Screen`);
+    `undo_allowed`: a change may put back what one of the task's changes replaced."""
     return Screen(
         parse=parts.policy.renderer.parse_call,
-        preview=partial(calls.preview, parts.tools),
+        preview=partial(calls.preview, parts.tools, replaced=() if undo_allowed else task.replaced),
         check_guards=lambda call, shown: parts.lanes.check_guards(call, shown, task.history),
         denied={canonical(c) for c in calls.denied_calls(parts.store, task).values()},
         executed=task.executed,

@@ -12,6 +12,9 @@ Format (JSON or TOML; every field is validated, and an error names the field):
     name, title, rule, tools (the grammar's tools at this decision), max_tokens,
     check: {tool_in, tool_not_in, argument_matches, argument_not_matches,
             path_under, path_not_under, doc}   (all given conditions must hold)
+    about: a check of the same shape, optional: the calls a reviewer judges by this
+            rule (default: a call with one of `tools`); "commit messages" are about
+            `git commit`, not every bash call
     train / held_out: [{id, workspace (a directory, relative to the file), task,
             history: [{tool, arguments, output?}], correction, demonstration,
             violation, names}]
@@ -139,6 +142,7 @@ class ScenarioFile(_Strict):
     tools: list[str]
     max_tokens: int = Field(gt=0)
     check: Check
+    about: Check | None = None
     train: list[ScenarioCaseSpec] = Field(default_factory=list)
     held_out: list[ScenarioCaseSpec] = Field(min_length=1)
     # Where relative workspaces are resolved: the file's own directory.

@@ -84,12 +84,12 @@ def advance(parts: Parts, task: Task) -> Proposal | None:
         elif call is None:
             calls.finish(parts, task, "stopped: the model only repeated calls already run")
             break
-        preview, error = calls.preview(parts.tools, call)
+        preview, error = calls.preview(parts.tools, call, task.replaced)
         verdict = parts.lanes.check_guards(call, preview, task.history)
         calls.fired(store, verdict.guard_id)
         if verdict.action == "rewrite" and verdict.rewritten_call is not None:
             call, note = verdict.rewritten_call, f"rewritten by a guard: {verdict.message}"
-            preview, error = calls.preview(parts.tools, call)
+            preview, error = calls.preview(parts.tools, call, task.replaced)
         candidate = Candidate(call, completion, prompt_tokens, preview, note, verdict=verdict)
         if error is not None:
             instead = _instead_of_failed(parts, task, candidate, error)

@@ -118,3 +118,50 @@ def test_no_candidate_passes_or_the_setting_is_off(
     assert proposal is not None and proposal.checked == "parses"
     assert off.store.events(kind="change_checked") == []
     off.close()
+
+
+def test_a_change_that_puts_back_what_an_approved_one_replaced_gives_way(
+    tmp_path: Path, workspace: Path, model_and_tokenizer: Any
+) -> None:
+    """After a fix the small model often writes the old line back (3 of 11 unfinished
+    agent-skill tasks): that call cannot run, and a runnable sample is shown instead."""
+    revert = {
+        "tool": "edit_lines",
+        "arguments": {
+            **FIX_MEAN["arguments"],
+            "content": "    return sum(values) // len(values)\n",
+        },
+    }
+    agent = _agent(tmp_path, workspace, model_and_tokenizer, [FIX_MEAN, revert, RUN_TESTS])
+    _, fix = agent.start_task("Fix mean()")
+    assert fix is not None and fix.call.arguments == FIX_MEAN["arguments"]
+    nxt = agent.decide(fix.id, "approve").next_proposal
+    assert nxt is not None and nxt.call.arguments == RUN_TESTS["arguments"]
+    (replaced,) = [e["payload"] for e in agent.store.events(kind="invalid_replaced")]
+    assert replaced["call"]["arguments"] == revert["arguments"]
+    assert "would undo a change to src/calc/ops.py made in this task" in replaced["error"]
+    assert "/ len(values)" in (workspace / "src/calc/ops.py").read_text()
+    assert "//" not in (workspace / "src/calc/ops.py").read_text()
+    agent.close()
+
+
+def test_a_retry_after_a_correction_may_put_a_change_back(
+    tmp_path: Path, workspace: Path, model_and_tokenizer: Any
+) -> None:
+    """The reviewer may ask for exactly that: the retry's candidates are not screened
+    for it."""
+    revert = {
+        "tool": "edit_lines",
+        "arguments": {
+            **FIX_MEAN["arguments"],
+            "content": "    return sum(values) // len(values)\n",
+        },
+    }
+    agent = _agent(tmp_path, workspace, model_and_tokenizer, [FIX_MEAN, RUN_TESTS, revert])
+    _, fix = agent.start_task("Fix mean()")
+    assert fix is not None
+    run = agent.decide(fix.id, "approve").next_proposal
+    assert run is not None and run.call.arguments == RUN_TESTS["arguments"]
+    retry = agent.decide(run.id, "deny", correction="Put mean() back as it was.").next_proposal
+    assert retry is not None and retry.call.arguments == revert["arguments"]
+    agent.close()

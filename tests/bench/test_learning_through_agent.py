@@ -209,9 +209,46 @@ def test_the_reviewer_overrides_a_blocked_call_it_wants_and_never_approves_it() 
             decided.append(decision)
             return SimpleNamespace(next_proposal=None)
 
-    scenario = SimpleNamespace(tools={"bash"}, check=lambda judged: True)
+    scenario = SimpleNamespace(
+        tools={"bash"}, check=lambda judged: True, about=lambda judged: judged.tool == "bash"
+    )
     call = ToolCall(tool="bash", arguments={"cmd": "pnpm test"})
     for pid, blocked in (("blocked", "a guard says no"), ("free", None)):
         proposal = SimpleNamespace(id=pid, call=call, blocked_by=blocked)
         through_agent.review(Agent(), scenario, None, proposal, "deny")
     assert decided == ["override", "approve"]
+
+
+def test_the_reviewer_judges_only_the_calls_the_rule_is_about() -> None:
+    """Under a commit-message rule the reviewer lets the tests run and denies only a
+    commit whose message breaks it (it once denied `pytest` with "Use Conventional
+    Commits")."""
+    from types import SimpleNamespace
+
+    from bench.learning.scenarios import scenario
+    from continual_lsp.tools.base import ToolCall
+
+    commit_message = scenario("commit_message")
+    script = iter(
+        [
+            ToolCall(tool="bash", arguments={"cmd": "python3 -m pytest -q"}),
+            ToolCall(tool="bash", arguments={"cmd": 'git commit -m "fixed it"'}),
+            ToolCall(tool="bash", arguments={"cmd": 'git commit -m "fix(gauge): no zero"'}),
+        ]
+    )
+    decided: list[str] = []
+
+    def proposal() -> Any:
+        return SimpleNamespace(id=str(len(decided)), call=next(script), blocked_by=None)
+
+    class Agent:
+        def decide(self, proposal_id: str, decision: str, *args: Any, **kw: Any) -> Any:
+            decided.append(decision)
+            return SimpleNamespace(
+                next_proposal=proposal() if decision != "approve" or len(decided) < 3 else None
+            )
+
+    situation = commit_message.train[0]
+    counts = through_agent.review(Agent(), commit_message, situation, proposal(), "deny")
+    assert decided == ["approve", "deny", "approve"]
+    assert counts["outside_rule"] == 1 and counts["denied"] == 1 and counts["follows"] == [True]
