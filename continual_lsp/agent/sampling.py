@@ -8,7 +8,7 @@ from continual_lsp.agent.conversation import KEEP_CALLS
 from continual_lsp.agent.errors import AgentError
 from continual_lsp.agent.parts import Parts, Task
 from continual_lsp.policy.base import Completion, DecodeRestrictions, SampleParams
-from continual_lsp.tools.base import READ_ONLY_TOOLS, TOOL_NAMES, ToolCall
+from continual_lsp.tools.base import FILE_CHANGING_TOOLS, READ_ONLY_TOOLS, TOOL_NAMES, ToolCall
 
 
 def fit_prompt(parts: Parts, task: Task) -> list[int]:
@@ -72,8 +72,9 @@ def sample(parts: Parts, task: Task) -> tuple[ToolCall | None, Completion, list[
 
     A repeat is sampled again, warmer. When the first two tries only repeat, the last
     is decoded under a narrowed grammar: with nothing done yet (only looks), it may
-    only act, so a task never ends on its first look with nothing shown; else it may
-    only be `done`, in the model's own words. A model that keeps repeating what it
+    only act, so a task never ends on its first look with nothing shown; after a test
+    run that failed, it may only change a file; else it may only be `done`,
+    in the model's own words. A model that keeps repeating what it
     ran has nothing new to do, which is what `done` says, and the reviewer, not the
     repeat, decides whether the task is finished ("not done: the test still fails" is
     a correction like any other). This is the fallback for weights never trained to
@@ -126,4 +127,13 @@ def _last_try_tools(task: Task, tools: list[str] | None) -> list[str] | None:
     if all(c.read_only for c in task.history):
         acting = [t for t in allowed if t not in READ_ONLY_TOOLS and t != "done"]
         return acting or tools
+    if task.failing_test is not None:
+        # The last test run failed and the model keeps re-running it: finishing would
+        # claim a task done that its own check says is not (on the multi-step draw the
+        # shipped starter ran the tests, repeated them and said `done` in 22 of 24
+        # tasks). It may only change a file, and the changes are then tried against
+        # that test run (`turns._checked_change`).
+        fixing = [t for t in allowed if t in FILE_CHANGING_TOOLS]
+        if fixing:
+            return fixing
     return ["done"] if "done" in allowed else tools

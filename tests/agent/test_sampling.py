@@ -24,3 +24,13 @@ def test_after_acting_the_last_try_may_only_be_done_when_done_is_allowed() -> No
     acted = _task(ToolCall(tool="bash", arguments={"cmd": "pytest -q"}))
     assert _last_try_tools(acted, ["read", "bash", "done"]) == ["done"]
     assert _last_try_tools(acted, ["read", "bash"]) == ["read", "bash"]
+
+
+def test_after_a_failing_test_run_the_last_try_must_change_a_file() -> None:
+    """Not `done`: the task's own check says it is not."""
+    failed = _task(ToolCall(tool="bash", arguments={"cmd": "pytest -q"}))
+    failed.failing_test = "pytest -q"
+    assert _last_try_tools(failed, ["read", "edit", "bash", "done"]) == ["edit"]
+    assert _last_try_tools(failed, None) == ["write", "edit", "edit_lines"]
+    # nothing that changes a file is allowed: done, as after any act
+    assert _last_try_tools(failed, ["read", "bash", "done"]) == ["done"]
