@@ -217,7 +217,7 @@ def _fake_export(directory: Path, model: Any, rank: int, alpha: float) -> None:
 
 def test_export_converts_to_a_peft_adapter_the_local_backend_loads(tmp_path: Path) -> None:
     peft = pytest.importorskip("peft")
-    from continual_lsp.policy.local import adapter_files
+    from continual_lsp.policy.local import adapter_files, kv_cache
     from continual_lsp.policy.tinker.tinker_checkpoints import to_peft_adapter
 
     base = _tiny_llama()
@@ -240,6 +240,7 @@ def test_export_converts_to_a_peft_adapter_the_local_backend_loads(tmp_path: Pat
     # weights loaded in place by adapter_files.load_adapter; B was rescaled so it matches.
     class Holder:
         adapter_version = None
+        train_state = kv_cache.TrainState()
 
     holder = Holder()
     lora = peft.LoraConfig(
