@@ -150,7 +150,11 @@ def execute(parts: Parts, task: Task, proposal: Proposal, call: ToolCall) -> Too
         # the check of the change, not a repeat (issue 30; the curriculum does the same).
         task.executed = set()
         if pinned is not None and pinned.old_content is not None:
-            task.replaced.add((pinned.path, content_key(pinned.old_content)))
+            before = content_key(pinned.old_content)
+            # A change of whitespace only has nothing to undo that a later one could
+            # put back: every later re-indent would count.
+            if before != content_key(pinned.new_content):
+                task.replaced.add((pinned.path, before))
     task.executed.add(canonical(call))
     task.history.append(call)
     task.conversation.add_call(call, result)
@@ -212,5 +216,7 @@ def denied_calls(store: Store, task: Task) -> dict[str, ToolCall]:
 
 
 def content_key(text: str) -> str:
-    """A file's content as `Task.replaced` keeps it."""
-    return hashlib.sha256(text.encode()).hexdigest()
+    """A file's content as `Task.replaced` keeps it: whitespace aside, since the model
+    puts an old line back as often with other indentation as with the same (2 of the 3
+    reverts on the agent-skill draw)."""
+    return hashlib.sha256(" ".join(text.split()).encode()).hexdigest()

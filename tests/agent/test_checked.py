@@ -125,11 +125,12 @@ def test_a_change_that_puts_back_what_an_approved_one_replaced_gives_way(
 ) -> None:
     """After a fix the small model often writes the old line back (3 of 11 unfinished
     agent-skill tasks): that call cannot run, and a runnable sample is shown instead."""
+    # the old line, indented otherwise (as the model often puts it back)
     revert = {
         "tool": "edit_lines",
         "arguments": {
             **FIX_MEAN["arguments"],
-            "content": "    return sum(values) // len(values)\n",
+            "content": "\treturn sum(values)  // len(values)\n",
         },
     }
     agent = _agent(tmp_path, workspace, model_and_tokenizer, [FIX_MEAN, revert, RUN_TESTS])
