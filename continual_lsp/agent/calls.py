@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Collection, Sequence
 
+from continual_lsp.agent import reindent
 from continual_lsp.agent.candidates import Candidate, canonical
 from continual_lsp.agent.errors import Unparsable
 from continual_lsp.agent.lanes_facade import LanesFacade
@@ -50,6 +51,26 @@ def preview(
             message = f"{call.tool} would leave {shown.path} not parsing ({problem})"
             return shown, Unparsable(message, problem)
     return shown, None
+
+
+def reindented(
+    tools: ToolRunner,
+    call: ToolCall,
+    shown: Preview | None,
+    error: ToolError,
+    replaced: Collection[tuple[str, str]] = (),
+) -> tuple[ToolCall, Preview] | None:
+    """The first re-indented variant of a change whose only fault is its indentation
+    (`reindent`) that runs, with its preview; None for any other failure."""
+    if not isinstance(error, Unparsable) or shown is None or shown.old_content is None:
+        return None
+    if not reindent.is_indentation(error.problem):
+        return None
+    for variant in reindent.variants(call, shown.old_content):
+        fixed, problem = preview(tools, variant, replaced)
+        if problem is None and fixed is not None:
+            return variant, fixed
+    return None
 
 
 def load_proposal(parts: Parts, proposal_id: str) -> Proposal | None:

@@ -23,6 +23,8 @@ from continual_lsp.tools.base import Preview, ToolCall, ToolError
 
 # At most this many substituted candidates join a retry (each is one more scored row).
 MAX_SUBSTITUTED = 4
+# The note of a change shown re-indented (`calls.reindented`).
+REINDENTED = "re-indented to fit the file (the model's lines otherwise as written)"
 
 
 @dataclass
@@ -58,6 +60,10 @@ class Screen:
     check_guards: Callable[[ToolCall, Preview | None], GuardVerdict]
     denied: Collection[str]  # canonical keys
     executed: Collection[str]
+    # A call that cannot run, made to (`calls.reindented`): the call and its preview.
+    repair: Callable[[ToolCall, Preview | None, ToolError], tuple[ToolCall, Preview] | None] = (
+        lambda call, shown, error: None
+    )
 
     def one(self, completion: Completion, prompt_tokens: list[int]) -> tuple[str, Candidate] | str:
         """The candidate as (its canonical key, the candidate), or why it is dropped."""
@@ -73,6 +79,12 @@ class Screen:
         if verdict.action == "rewrite" and verdict.rewritten_call is not None:
             call, note = verdict.rewritten_call, f"rewritten by a guard: {verdict.message}"
             preview, error = self.preview(call)
+        if error is not None and (fixed := self.repair(call, preview, error)) is not None:
+            (call, preview), error = fixed, None
+            verdict = self.check_guards(call, preview)
+            if verdict.action == "block":
+                return f"were blocked by a guard ({verdict.message})"
+            note = "; ".join(n for n in (note, REINDENTED) if n)
         key = canonical(call)
         if key in self.denied:
             return "repeated the denied call"

@@ -130,9 +130,11 @@ def runnable_instead(
 def screen(parts: Parts, task: Task, undo_allowed: bool = False) -> Screen:
     """What a candidate for `task`'s next proposal must pass (`candidates.Screen`);
     `undo_allowed`: a change may put back what one of the task's changes replaced."""
+    replaced = () if undo_allowed else task.replaced
     return Screen(
         parse=parts.policy.renderer.parse_call,
-        preview=partial(calls.preview, parts.tools, replaced=() if undo_allowed else task.replaced),
+        preview=partial(calls.preview, parts.tools, replaced=replaced),
+        repair=partial(calls.reindented, parts.tools, replaced=replaced),
         check_guards=lambda call, shown: parts.lanes.check_guards(call, shown, task.history),
         denied={canonical(c) for c in calls.denied_calls(parts.store, task).values()},
         executed=task.executed,

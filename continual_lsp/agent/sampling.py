@@ -73,7 +73,8 @@ def sample(parts: Parts, task: Task) -> tuple[ToolCall | None, Completion, list[
     A repeat is sampled again, warmer. When the first two tries only repeat, the last
     is decoded under a narrowed grammar: with nothing done yet (only looks), it may
     only act, so a task never ends on its first look with nothing shown; after a test
-    run that failed, it may only change a file; else it may only be `done`,
+    run that failed, it may only change a file (and a fourth, when that repeats too,
+    may be `done`); else it may only be `done`,
     in the model's own words. A model that keeps repeating what it
     ran has nothing new to do, which is what `done` says, and the reviewer, not the
     repeat, decides whether the task is finished ("not done: the test still fails" is
@@ -91,11 +92,15 @@ def sample(parts: Parts, task: Task) -> tuple[ToolCall | None, Completion, list[
     prompt_tokens = fit_prompt(parts, task)
     completion = Completion(tokens=[], logprobs=[], text="")
     forbid = decode_limits(parts)
-    repeats = 0
-    for attempt in range(3):
+    repeats = tried = 0
+    last = _last_tries(task, settings.allowed_tools)
+    for attempt in range(2 + len(last)):
         tools = settings.allowed_tools
-        if attempt == 2 and repeats == 2:
-            tools = _last_try_tools(task, tools)
+        if attempt >= 2 and repeats == attempt:
+            tools = last[attempt - 2]
+        elif attempt >= 3:
+            break
+        tried += 1
         params = SampleParams(
             temperature=settings.temperature if attempt == 0 else 0.8,
             max_tokens=settings.max_new_tokens,
@@ -118,22 +123,24 @@ def sample(parts: Parts, task: Task) -> tuple[ToolCall | None, Completion, list[
             repeats += 1
             continue
         return call, completion, prompt_tokens, False
-    return None, completion, prompt_tokens, repeats == 3
+    return None, completion, prompt_tokens, repeats == tried
 
 
-def _last_try_tools(task: Task, tools: list[str] | None) -> list[str] | None:
-    """The tools of a turn's last try after two repeats (`sample`)."""
+def _last_tries(task: Task, tools: list[str] | None) -> list[list[str] | None]:
+    """The tools of a turn's last tries after two repeats (`sample`), in order."""
     allowed = list(tools or TOOL_NAMES)
     if all(c.read_only for c in task.history):
         acting = [t for t in allowed if t not in READ_ONLY_TOOLS and t != "done"]
-        return acting or tools
+        return [acting or tools]
+    finish = ["done"] if "done" in allowed else tools
     if task.failing_test is not None:
         # The last test run failed and the model keeps re-running it: finishing would
         # claim a task done that its own check says is not (on the multi-step draw the
         # shipped starter ran the tests, repeated them and said `done` in 22 of 24
         # tasks). It may only change a file, and the changes are then tried against
         # that test run (`turns._checked_change`).
+        # When that change repeats one already run too, it may still finish.
         fixing = [t for t in allowed if t in FILE_CHANGING_TOOLS]
         if fixing:
-            return fixing
-    return ["done"] if "done" in allowed else tools
+            return [fixing, finish] if finish != tools else [fixing]
+    return [finish]

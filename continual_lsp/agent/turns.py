@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from continual_lsp.agent import calls, decide, retry
-from continual_lsp.agent.candidates import Candidate, canonical, mean_logprob
+from continual_lsp.agent.candidates import REINDENTED, Candidate, canonical, mean_logprob
 from continual_lsp.agent.conversation import Conversation
 from continual_lsp.agent.errors import AgentError, Unparsable
 from continual_lsp.agent.parts import Parts, Task
@@ -90,6 +90,15 @@ def advance(parts: Parts, task: Task) -> Proposal | None:
         if verdict.action == "rewrite" and verdict.rewritten_call is not None:
             call, note = verdict.rewritten_call, f"rewritten by a guard: {verdict.message}"
             preview, error = calls.preview(parts.tools, call, task.replaced)
+        fixed = (
+            None
+            if error is None
+            else calls.reindented(parts.tools, call, preview, error, task.replaced)
+        )
+        if fixed is not None:
+            (call, preview), error = fixed, None
+            verdict = parts.lanes.check_guards(call, preview, task.history)
+            note = "; ".join(n for n in (note, REINDENTED) if n)
         candidate = Candidate(call, completion, prompt_tokens, preview, note, verdict=verdict)
         if error is not None:
             instead = _instead_of_failed(parts, task, candidate, error)

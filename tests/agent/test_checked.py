@@ -189,3 +189,37 @@ def test_after_a_failing_run_the_model_that_only_repeats_it_must_change_a_file(
     assert len(agent.store.events(kind="repeat_of_executed")) == 2
     assert proposal.checked == "the failing test passes with this change"
     agent.close()
+
+
+def test_a_change_at_the_wrong_depth_is_shown_re_indented(
+    tmp_path: Path, workspace: Path, model_and_tokenizer: Any
+) -> None:
+    flat = {
+        "tool": "edit_lines",
+        "arguments": {**FIX_MEAN["arguments"], "content": "return sum(values) / len(values)\n"},
+    }
+    agent = _agent(tmp_path, workspace, model_and_tokenizer, [flat])
+    _, proposal = agent.start_task("Fix mean()")
+    assert proposal is not None and proposal.call.arguments == FIX_MEAN["arguments"]
+    assert proposal.note is not None and proposal.note.startswith("re-indented to fit the file")
+    assert proposal.checked == "parses"
+    assert agent.store.events(kind="invalid_replaced") == []
+    agent.close()
+
+
+def test_a_retry_at_the_wrong_depth_is_a_candidate_re_indented(
+    tmp_path: Path, workspace: Path, model_and_tokenizer: Any
+) -> None:
+    """The retry's candidates are screened the same way: the one that follows the
+    correction is not dropped for its indentation."""
+    flat = {
+        "tool": "edit_lines",
+        "arguments": {**FIX_MEAN["arguments"], "content": "return sum(values) / len(values)\n"},
+    }
+    agent = _agent(tmp_path, workspace, model_and_tokenizer, [NOT_A_FIX, flat])
+    _, first = agent.start_task("Fix mean()")
+    assert first is not None and first.call.arguments == NOT_A_FIX["arguments"]
+    retry = agent.decide(first.id, "deny", correction="Use / for the mean.").next_proposal
+    assert retry is not None and retry.call.arguments == FIX_MEAN["arguments"]
+    assert retry.note is not None and "re-indented" in retry.note
+    agent.close()
