@@ -8,7 +8,7 @@ from continual_lsp.agent.conversation import KEEP_CALLS
 from continual_lsp.agent.errors import AgentError
 from continual_lsp.agent.parts import Parts, Task
 from continual_lsp.policy.base import Completion, DecodeRestrictions, SampleParams
-from continual_lsp.tools.base import FILE_CHANGING_TOOLS, READ_ONLY_TOOLS, TOOL_NAMES, ToolCall
+from continual_lsp.tools.base import READ_ONLY_TOOLS, TOOL_NAMES, ToolCall
 
 
 def fit_prompt(parts: Parts, task: Task) -> list[int]:
@@ -72,10 +72,8 @@ def sample(parts: Parts, task: Task) -> tuple[ToolCall | None, Completion, list[
 
     A repeat is sampled again, warmer. When the first two tries only repeat, the last
     is decoded under a narrowed grammar: with nothing done yet (only looks), it may
-    only act, so a task never ends on its first look with nothing shown; after a test
-    run that failed, it may only change a file (and a fourth, when that repeats too,
-    may be `done`); else it may only be `done`,
-    in the model's own words. A model that keeps repeating what it
+    only act, so a task never ends on its first look with nothing shown; else it may
+    only be `done`, in the model's own words. A model that keeps repeating what it
     ran has nothing new to do, which is what `done` says, and the reviewer, not the
     repeat, decides whether the task is finished ("not done: the test still fails" is
     a correction like any other). This is the fallback for weights never trained to
@@ -92,15 +90,11 @@ def sample(parts: Parts, task: Task) -> tuple[ToolCall | None, Completion, list[
     prompt_tokens = fit_prompt(parts, task)
     completion = Completion(tokens=[], logprobs=[], text="")
     forbid = decode_limits(parts)
-    repeats = tried = 0
-    last = _last_tries(task, settings.allowed_tools)
-    for attempt in range(2 + len(last)):
+    repeats = 0
+    for attempt in range(3):
         tools = settings.allowed_tools
-        if attempt >= 2 and repeats == attempt:
-            tools = last[attempt - 2]
-        elif attempt >= 3:
-            break
-        tried += 1
+        if attempt == 2 and repeats == 2:
+            tools = _last_try_tools(task, tools)
         params = SampleParams(
             temperature=settings.temperature if attempt == 0 else 0.8,
             max_tokens=settings.max_new_tokens,
@@ -123,24 +117,13 @@ def sample(parts: Parts, task: Task) -> tuple[ToolCall | None, Completion, list[
             repeats += 1
             continue
         return call, completion, prompt_tokens, False
-    return None, completion, prompt_tokens, repeats == tried
+    return None, completion, prompt_tokens, repeats == 3
 
 
-def _last_tries(task: Task, tools: list[str] | None) -> list[list[str] | None]:
-    """The tools of a turn's last tries after two repeats (`sample`), in order."""
+def _last_try_tools(task: Task, tools: list[str] | None) -> list[str] | None:
+    """The tools of a turn's last try after two repeats (`sample`)."""
     allowed = list(tools or TOOL_NAMES)
     if all(c.read_only for c in task.history):
         acting = [t for t in allowed if t not in READ_ONLY_TOOLS and t != "done"]
-        return [acting or tools]
-    finish = ["done"] if "done" in allowed else tools
-    if task.failing_test is not None:
-        # The last test run failed and the model keeps re-running it: finishing would
-        # claim a task done that its own check says is not (on the multi-step draw the
-        # shipped starter ran the tests, repeated them and said `done` in 22 of 24
-        # tasks). It may only change a file, and the changes are then tried against
-        # that test run (`turns._checked_change`).
-        # When that change repeats one already run too, it may still finish.
-        fixing = [t for t in allowed if t in FILE_CHANGING_TOOLS]
-        if fixing:
-            return [fixing, finish] if finish != tools else [fixing]
-    return [finish]
+        return acting or tools
+    return ["done"] if "done" in allowed else tools

@@ -168,29 +168,6 @@ def test_a_retry_after_a_correction_may_put_a_change_back(
     agent.close()
 
 
-def test_after_a_failing_run_the_model_that_only_repeats_it_must_change_a_file(
-    tmp_path: Path, workspace: Path, model_and_tokenizer: Any
-) -> None:
-    """Two repeats of the failing test run: the third try may only change a file (not
-    `done`), and the change is tried against that run."""
-    calls = [RUN_TESTS, RUN_TESTS, RUN_TESTS, FIX_MEAN]
-    agent = _agent(tmp_path, workspace, model_and_tokenizer, calls)
-    offered: list[Any] = []
-    scripted = agent.policy.sample
-
-    def sample(prompt_tokens: list[int], params: Any) -> Any:
-        offered.append(params.tools)
-        return scripted(prompt_tokens, params)
-
-    agent.policy.sample = sample  # type: ignore[method-assign]
-    proposal = _after_a_failing_run(agent)
-    assert proposal is not None and proposal.call.arguments == FIX_MEAN["arguments"]
-    assert offered[-1] == ["write", "edit", "edit_lines"]
-    assert len(agent.store.events(kind="repeat_of_executed")) == 2
-    assert proposal.checked == "the failing test passes with this change"
-    agent.close()
-
-
 def test_a_change_at_the_wrong_depth_is_shown_re_indented(
     tmp_path: Path, workspace: Path, model_and_tokenizer: Any
 ) -> None:
