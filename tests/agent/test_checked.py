@@ -40,6 +40,11 @@ NOT_A_FIX = {
 }
 
 
+def _mean_line(content: str) -> dict[str, Any]:
+    """FIX_MEAN's line, written as `content`."""
+    return {"tool": "edit_lines", "arguments": {**FIX_MEAN["arguments"], "content": content}}
+
+
 def _agent(
     tmp_path: Path, workspace: Path, model_and_tokenizer: Any, calls: list[Any], **settings: Any
 ) -> Agent:
@@ -126,13 +131,7 @@ def test_a_change_that_puts_back_what_an_approved_one_replaced_gives_way(
     """After a fix the small model often writes the old line back (3 of 11 unfinished
     agent-skill tasks): that call cannot run, and a runnable sample is shown instead."""
     # the old line, indented otherwise (as the model often puts it back)
-    revert = {
-        "tool": "edit_lines",
-        "arguments": {
-            **FIX_MEAN["arguments"],
-            "content": "\treturn sum(values)  // len(values)\n",
-        },
-    }
+    revert = _mean_line("\treturn sum(values)  // len(values)\n")
     agent = _agent(tmp_path, workspace, model_and_tokenizer, [FIX_MEAN, revert, RUN_TESTS])
     _, fix = agent.start_task("Fix mean()")
     assert fix is not None and fix.call.arguments == FIX_MEAN["arguments"]
@@ -151,13 +150,7 @@ def test_a_retry_after_a_correction_may_put_a_change_back(
 ) -> None:
     """The reviewer may ask for exactly that: the retry's candidates are not screened
     for it."""
-    revert = {
-        "tool": "edit_lines",
-        "arguments": {
-            **FIX_MEAN["arguments"],
-            "content": "    return sum(values) // len(values)\n",
-        },
-    }
+    revert = _mean_line("    return sum(values) // len(values)\n")
     agent = _agent(tmp_path, workspace, model_and_tokenizer, [FIX_MEAN, RUN_TESTS, revert])
     _, fix = agent.start_task("Fix mean()")
     assert fix is not None
@@ -171,10 +164,7 @@ def test_a_retry_after_a_correction_may_put_a_change_back(
 def test_a_change_at_the_wrong_depth_is_shown_re_indented(
     tmp_path: Path, workspace: Path, model_and_tokenizer: Any
 ) -> None:
-    flat = {
-        "tool": "edit_lines",
-        "arguments": {**FIX_MEAN["arguments"], "content": "return sum(values) / len(values)\n"},
-    }
+    flat = _mean_line("return sum(values) / len(values)\n")
     agent = _agent(tmp_path, workspace, model_and_tokenizer, [flat])
     _, proposal = agent.start_task("Fix mean()")
     assert proposal is not None and proposal.call.arguments == FIX_MEAN["arguments"]
@@ -189,10 +179,7 @@ def test_a_retry_at_the_wrong_depth_is_a_candidate_re_indented(
 ) -> None:
     """The retry's candidates are screened the same way: the one that follows the
     correction is not dropped for its indentation."""
-    flat = {
-        "tool": "edit_lines",
-        "arguments": {**FIX_MEAN["arguments"], "content": "return sum(values) / len(values)\n"},
-    }
+    flat = _mean_line("return sum(values) / len(values)\n")
     agent = _agent(tmp_path, workspace, model_and_tokenizer, [NOT_A_FIX, flat])
     _, first = agent.start_task("Fix mean()")
     assert first is not None and first.call.arguments == NOT_A_FIX["arguments"]
