@@ -22,7 +22,9 @@ each training situation a task is started in a copy of the scenario's workspace;
 scripted reviewer denies a proposal that breaks the rule with the situation's correction
 (the worker process takes the SDPO step, the lanes route it, the agent retries from the
 new weights), approves a compliant one (the approved retry becomes the denied turn's
-demonstration) and ignores read-only calls (auto-approved). After every situation the
+demonstration), ignores read-only calls (auto-approved) and approves the calls the rule
+is not about (the scenario's `about`: under a commit-message rule, running the tests).
+After every situation the
 held-out compliance of the agent's own policy is measured exactly as in `run.py` (same
 prompts, greedy, rule not in context), against the base model measured in the same run,
 and again after the lanes' guards: what the reviewer would be shown.
