@@ -38,7 +38,7 @@ def preview(
         return None, exc
     if shown is not None and shown.old_content == shown.new_content:
         return None, ToolError(f"{call.tool} would leave {shown.path} as it is")
-    if shown is not None and (shown.path, content_key(shown.new_content)) in replaced:
+    if shown is not None and replaced and (shown.path, content_key(shown.new_content)) in replaced:
         return None, ToolError(
             f"{call.tool} would undo a change to {shown.path} made in this task; to change "
             "it again, change it to something new"
