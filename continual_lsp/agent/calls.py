@@ -14,7 +14,7 @@ from continual_lsp.agent.parts import Parts, Task
 from continual_lsp.agent.proposal import Proposal
 from continual_lsp.protocol import AllowOffer, TaskDoneNotification
 from continual_lsp.store import Store
-from continual_lsp.tools import checks
+from continual_lsp.tools import checks, failures
 from continual_lsp.tools.base import FILE_CHANGING_TOOLS, Preview, ToolCall, ToolError, ToolResult
 from continual_lsp.tools.runner import ToolRunner
 
@@ -183,8 +183,11 @@ def execute(parts: Parts, task: Task, proposal: Proposal, call: ToolCall) -> Too
     task.denied = []
     task.retries = 0
     task.turn += 1
-    if call.tool == "bash" and checks.runs_tests(str(call.arguments["cmd"])):
-        task.failing_test = None if result.ok else str(call.arguments["cmd"])
+    if call.tool == "bash" and checks.is_check(str(call.arguments["cmd"]), task.text):
+        task.failing_check = None if result.ok else str(call.arguments["cmd"])
+        task.failing_files = (
+            [] if result.ok else failures.named_files(result.output, parts.workspace)
+        )
     if call.tool == "done":
         # Approved (or edited): the task ends with the summary the reviewer accepted.
         finish(parts, task, str(call.arguments["summary"]))

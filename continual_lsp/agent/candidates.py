@@ -65,34 +65,46 @@ class Screen:
         lambda call, shown, error: None
     )
 
-    def one(self, completion: Completion, prompt_tokens: list[int]) -> tuple[str, Candidate] | str:
-        """The candidate as (its canonical key, the candidate), or why it is dropped."""
-        try:
-            call = self.parse(completion.text)
-        except ValueError:
-            return "were not a valid call"
+    def vet(
+        self, call: ToolCall, completion: Completion | None, prompt_tokens: list[int]
+    ) -> tuple[Candidate, ToolError | None]:
+        """`call` as the guards and the workspace leave it, and why it still cannot run
+        (None: it can): a guard's rewrite applied, a change whose only fault is its
+        indentation repaired and the guards asked again. A block (the candidate's
+        `verdict`) ends the vetting there. The turn's own sample and every screened
+        candidate go through this one sequence."""
         note = None
         preview, error = self.preview(call)
         verdict = self.check_guards(call, preview)
         if verdict.action == "block":
-            return f"were blocked by a guard ({verdict.message})"
+            return Candidate(call, completion, prompt_tokens, preview, verdict=verdict), error
         if verdict.action == "rewrite" and verdict.rewritten_call is not None:
             call, note = verdict.rewritten_call, f"rewritten by a guard: {verdict.message}"
             preview, error = self.preview(call)
         if error is not None and (fixed := self.repair(call, preview, error)) is not None:
             (call, preview), error = fixed, None
             verdict = self.check_guards(call, preview)
-            if verdict.action == "block":
-                return f"were blocked by a guard ({verdict.message})"
             note = "; ".join(n for n in (note, REINDENTED) if n)
-        key = canonical(call)
+        return Candidate(call, completion, prompt_tokens, preview, note, verdict=verdict), error
+
+    def one(self, completion: Completion, prompt_tokens: list[int]) -> tuple[str, Candidate] | str:
+        """The candidate as (its canonical key, the candidate), or why it is dropped."""
+        try:
+            call = self.parse(completion.text)
+        except ValueError:
+            return "were not a valid call"
+        candidate, error = self.vet(call, completion, prompt_tokens)
+        assert candidate.verdict is not None
+        if candidate.verdict.action == "block":
+            return f"were blocked by a guard ({candidate.verdict.message})"
+        key = canonical(candidate.call)
         if key in self.denied:
             return "repeated the denied call"
         if key in self.executed:
             return "repeated a call already run"
         if error is not None:
             return f"could not run ({error})"
-        return key, Candidate(call, completion, prompt_tokens, preview, note, verdict=verdict)
+        return key, candidate
 
     def all(
         self, completions: list[Completion], prompt_tokens: list[int]

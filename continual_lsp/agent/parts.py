@@ -40,7 +40,10 @@ class Task:
         self.replaced: set[tuple[str, str]] = set()
         self.pending: str | None = None
         self.done: str | None = None
-        self.failing_test: str | None = None  # the command of the last test run, if it failed
+        # The last run of a command that checks the task (`checks.is_check`), if it failed.
+        self.failing_check: str | None = None
+        # The workspace files that failing run's output points at (`checks.named_files`).
+        self.failing_files: list[str] = []
         # Guards compiled from this task's denials: each must let the calls the reviewer
         # accepts next in the task through (`LanesFacade.let_through`).
         self.new_guards: list[str] = []

@@ -9,13 +9,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from continual_lsp.agent import calls, decide, retry
-from continual_lsp.agent.candidates import REINDENTED, Candidate, canonical, mean_logprob
+from continual_lsp.agent.candidates import Candidate, canonical, mean_logprob
 from continual_lsp.agent.conversation import Conversation
 from continual_lsp.agent.errors import AgentError, Unparsable
 from continual_lsp.agent.parts import Parts, Task
 from continual_lsp.agent.proposal import DecideOutcome, Proposal
 from continual_lsp.agent.sampling import batch_params, sample
-from continual_lsp.agent.trials import first_passing
+from continual_lsp.agent.trials import Trial, first_passing
 from continual_lsp.policy.base import Completion
 from continual_lsp.tools import checks
 from continual_lsp.tools.base import (
@@ -84,22 +84,11 @@ def advance(parts: Parts, task: Task) -> Proposal | None:
         elif call is None:
             calls.finish(parts, task, "stopped: the model only repeated calls already run")
             break
-        preview, error = calls.preview(parts.tools, call, task.replaced)
-        verdict = parts.lanes.check_guards(call, preview, task.history)
-        calls.fired(store, verdict.guard_id)
-        if verdict.action == "rewrite" and verdict.rewritten_call is not None:
-            call, note = verdict.rewritten_call, f"rewritten by a guard: {verdict.message}"
-            preview, error = calls.preview(parts.tools, call, task.replaced)
-        fixed = (
-            None
-            if error is None
-            else calls.reindented(parts.tools, call, preview, error, task.replaced)
-        )
-        if fixed is not None:
-            (call, preview), error = fixed, None
-            verdict = parts.lanes.check_guards(call, preview, task.history)
-            note = "; ".join(n for n in (note, REINDENTED) if n)
-        candidate = Candidate(call, completion, prompt_tokens, preview, note, verdict=verdict)
+        candidate, error = retry.screen(parts, task).vet(call, completion, prompt_tokens)
+        if note is not None:
+            candidate.note = "; ".join(n for n in (note, candidate.note) if n)
+        assert candidate.verdict is not None
+        calls.fired(store, candidate.verdict.guard_id)
         if error is not None:
             instead = _instead_of_failed(parts, task, candidate, error)
             if instead is None:
@@ -176,51 +165,109 @@ def _record_invalid(parts: Parts, task: Task, failed: Candidate, error: str) -> 
 
 
 def _checked_change(parts: Parts, task: Task, candidate: Candidate) -> Candidate:
-    """A file change as checked before it is shown: `checked` says what was verified.
+    """A file change, or a `done`, as checked before it is shown: `checked` says what was
+    verified.
 
-    It parses (`calls.preview` saw to that, or `checked` already says it does not). When
-    the task's last test run failed, `file_candidates` changes (this one and warmer
-    samples of a file change from its prompt, screened like a retry, likeliest first)
-    are tried on a copy of the workspace with that test command (`trials`), and the
-    first that turns it green is shown. Alternatives are drawn only then: without a
-    check to tell them apart, the model's own call is the likeliest that parses.
+    A change parses (`calls.preview` saw to that, or `checked` already says it does not).
+    When the task's check (a test run, the command the task names) last failed, changes
+    are tried against it (`_tried`) and the first that turns it green is shown: for a
+    file change, this one or a warmer sample of one; for `done`, which the check says
+    is premature, a change sampled in its place. A `done` with no such change is shown as
+    the model's own, marked. Alternatives are drawn only then: without a check to tell
+    them apart, the model's own call is the likeliest that parses, and a change nothing
+    verified is never put in place of a `done`.
     """
-    settings = parts.settings
+    cmd = task.failing_check
+    if candidate.call.tool == "done":
+        if cmd is None:
+            return candidate
+        look = _look_at_failure(parts, task, cmd, candidate.prompt_tokens)
+        if look is not None:
+            return look
+        fix = _tried(parts, task, cmd, candidate.prompt_tokens, None).passed
+        if fix is None:
+            return replace(candidate, checked=f"`{cmd}` failed on its last run")
+        note = f"in place of `done`: `{cmd}` failed on its last run"
+        return replace(fix, note="; ".join(n for n in (fix.note, note) if n))
     if candidate.call.tool not in FILE_CHANGING_TOOLS or candidate.preview is None:
         return candidate
     if candidate.checked is not None:  # does not parse: nothing to try it with
         return candidate
     parses = "parses" if checks.checker(candidate.preview.path) is not None else None
-    cmd = task.failing_test
-    if cmd is None or settings.file_candidates <= 1:
+    if cmd is None:
         return replace(candidate, checked=parses)
+    trial = _tried(parts, task, cmd, candidate.prompt_tokens, candidate)
+    if trial.passed is not None:
+        return trial.passed
+    still = f"`{cmd}` still fails with it" if trial.ran and trial.stopped is None else None
+    return replace(candidate, checked="; ".join(n for n in (parses, still) if n) or None)
+
+
+def _look_at_failure(
+    parts: Parts, task: Task, cmd: str, prompt_tokens: list[int]
+) -> Candidate | None:
+    """In place of a `done` that the failing check contradicts: a read of the first
+    file its output points at (`failures.named_files`) that may be read, unless the
+    model has read it since the last change (None then: one look per failure, and a
+    `done` after it gives way to a change only). The small model often ends right after
+    the failure instead of looking where it points (12 of the 24 multi-step tasks on
+    the agent-skill draw); a fix needs the file in view."""
+    screen = retry.screen(parts, task)
+    for path in task.failing_files:
+        call = ToolCall(tool="read", arguments={"path": path})
+        if canonical(call) in task.executed:
+            return None
+        tokens = parts.policy.renderer.render_call(call)
+        completion = Completion(
+            tokens=tokens, logprobs=parts.policy.logprobs(prompt_tokens, tokens), text=""
+        )
+        candidate, error = screen.vet(call, completion, prompt_tokens)
+        assert candidate.verdict is not None
+        if error is None and candidate.verdict.action != "block":
+            note = f"in place of `done`: `{cmd}` failed, and its output points at {path}"
+            return replace(candidate, note=note)
+    return None
+
+
+def _tried(
+    parts: Parts, task: Task, cmd: str, prompt_tokens: list[int], own: Candidate | None
+) -> Trial:
+    """What trying changes against the failing check `cmd` on a copy of the workspace
+    found (`trials`); the change that turns it green is marked so. Tried: the model's
+    `own` change, then changes sampled warmer from the prompt (`file_candidates` in all;
+    1 turns this off), screened like a retry, likeliest first. A change to a test file is
+    not tried: it would not fix what the test checks."""
+    settings = parts.settings
+    if settings.file_candidates <= 1:
+        return Trial(None, 0, "file_candidates is 1")
+    drawn = settings.file_candidates - (own is not None)
     started = time.perf_counter()
     tools = [t for t in settings.allowed_tools or TOOL_NAMES if t in FILE_CHANGING_TOOLS]
     params = batch_params(parts, task, greedy_rows=0, salt=29)
     params = params.model_copy(update={"tools": tools})
-    samples = parts.policy.sample_batch(
-        candidate.prompt_tokens, params, settings.file_candidates - 1
-    )
-    kept, _drops = retry.screen(parts, task).all(samples, candidate.prompt_tokens)
+    samples = parts.policy.sample_batch(prompt_tokens, params, drawn)
+    kept, _drops = retry.screen(parts, task).all(samples, prompt_tokens)
+    mine = [] if own is None else [own]
     others = sorted(
-        (c for c in kept if canonical(c.call) != canonical(candidate.call)),
+        (c for c in kept if own is None or canonical(c.call) != canonical(own.call)),
         key=mean_logprob,
         reverse=True,
     )
-    trial = first_passing(
-        parts.workspace,
-        cmd,
-        [candidate, *others],
-        settings,
-        env=parts.tools.env,
-        home=parts.tools.home,
+    tried = [c for c in mine + others if c.preview and not checks.is_test_file(c.preview.path)]
+    trial = (
+        first_passing(
+            parts.workspace, cmd, tried, settings, env=parts.tools.env, home=parts.tools.home
+        )
+        if tried
+        else Trial(None, 0)
     )
     winner = trial.passed
     parts.store.append_event(
         "change_checked",
         {
             "command": cmd,
-            "candidates": 1 + len(others),
+            "candidates": len(tried),
+            "instead_of_done": own is None,
             "ran": trial.ran,
             "stopped": trial.stopped,
             "winner": winner.call.model_dump() if winner else None,
@@ -229,9 +276,8 @@ def _checked_change(parts: Parts, task: Task, candidate: Candidate) -> Candidate
         task.id,
     )
     if winner is None:
-        still = f"`{cmd}` still fails with it" if trial.stopped is None else None
-        return replace(candidate, checked="; ".join(n for n in (parses, still) if n) or None)
-    return replace(winner, checked="the failing test passes with this change")
+        return trial
+    return replace(trial, passed=replace(winner, checked=f"`{cmd}` passes with this change"))
 
 
 def _runs_unasked(parts: Parts, call: ToolCall, preview: Preview | None) -> str | None:

@@ -22,8 +22,8 @@ from pathlib import Path, PurePosixPath
 
 NODE_CHECK_TIMEOUT_S = 10.0
 
-# The commands whose failure says a test fails: a task's failing test run is re-run on
-# a copy of the workspace to try a change (the agent's `turns._checked_change`).
+# The commands whose failure says a test fails: a task's failing check is re-run on a
+# copy of the workspace to try a change (the agent's `turns._checked_change`).
 _TEST_COMMAND = re.compile(
     r"(?:^|[\s;&|(])(?:"
     r"(?:python3?\s+-m\s+)?(?:pytest|py\.test|unittest)"
@@ -34,10 +34,38 @@ _TEST_COMMAND = re.compile(
     r")(?:$|[\s;&|)])"
 )
 
+_TEST_DIRS = frozenset({"tests", "test", "__tests__", "spec"})
+_TEST_FILE = re.compile(r"^test_.*\.py$|_test\.(?:py|go)$|\.(?:test|spec)\.[cm]?[jt]sx?$")
+
 
 def runs_tests(cmd: str) -> bool:
     """Whether a shell command runs a test suite (pytest, node --test, npm test, ...)."""
     return _TEST_COMMAND.search(cmd) is not None
+
+
+def is_check(cmd: str, task: str) -> bool:
+    """Whether a shell command checks the task: it runs a test suite, or the task's text
+    names it whole, a program and its arguments ("python3 -m app.report exits with an
+    error"), so its exit status says whether the task is done. One word is not enough:
+    "make the bound inclusive" does not name `make`."""
+    if runs_tests(cmd):
+        return True
+    words = cmd.split()
+    if len(words) < 2:
+        return False
+    named = (
+        r"(?<![^\s`'\"(])"
+        + r"\s+".join(map(re.escape, words))
+        + r"(?=$|[\s`'\")]|[.,;:!?](?:\s|$))"
+    )
+    return re.search(named, task) is not None
+
+
+def is_test_file(path: str) -> bool:
+    """Whether a workspace path is a test (a change to one does not fix what it tests)."""
+    parts = PurePosixPath(path).parts
+    name = parts[-1] if parts else ""
+    return any(d in _TEST_DIRS for d in parts[:-1]) or _TEST_FILE.search(name) is not None
 
 
 def _python(text: str, name: str) -> str | None:

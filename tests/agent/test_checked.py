@@ -14,7 +14,7 @@ import pytest
 
 from continual_lsp.agent.agent import Agent
 from continual_lsp.config import Settings
-from tests.server.scripted import FIX_MEAN, ForcedCallPolicy
+from tests.server.scripted import DONE, FIX_MEAN, WRONG_TEST, ForcedCallPolicy
 
 pytestmark = pytest.mark.model
 
@@ -100,7 +100,7 @@ def test_with_a_failing_test_the_change_that_turns_it_green_is_shown(
     proposal = _after_a_failing_run(agent)
     # the model's call keeps `//`; the candidate tried after it passes and is shown
     assert proposal is not None and proposal.call.arguments == FIX_MEAN["arguments"]
-    assert proposal.checked == "the failing test passes with this change"
+    assert proposal.checked == f"`{TESTS}` passes with this change"
     (checked,) = [e["payload"] for e in agent.store.events(kind="change_checked")]
     assert checked["command"] == TESTS and checked["ran"] == 2 and checked["candidates"] == 2
     # tried on a copy: the workspace still has the bug until the reviewer approves
@@ -123,6 +123,44 @@ def test_no_candidate_passes_or_the_setting_is_off(
     assert proposal is not None and proposal.checked == "parses"
     assert off.store.events(kind="change_checked") == []
     off.close()
+
+
+def test_a_done_the_failing_test_contradicts_gives_way_to_a_change_that_passes(
+    tmp_path: Path, workspace: Path, model_and_tokenizer: Any
+) -> None:
+    """The multi-step draw's commonest end: the tests fail, and the model says `done`.
+    First the code the failing test imports is read in its place (the output names only
+    the test; a read runs unasked); at the next `done`, changes sampled in its place
+    are tried, and one that turns the test green is shown."""
+    calls = [RUN_TESTS, DONE, DONE, FIX_MEAN]
+    agent = _agent(tmp_path, workspace, model_and_tokenizer, calls, file_candidates=3)
+    proposal = _after_a_failing_run(agent)
+    (look,) = agent.store.events(kind="auto_approved")
+    read = agent.store.proposal(look["proposal_id"])
+    assert read is not None and read["tool"] == "read"
+    assert read["arguments"] == {"path": "src/calc/ops.py"}
+    assert proposal is not None and proposal.call.arguments == FIX_MEAN["arguments"]
+    assert proposal.checked == f"`{TESTS}` passes with this change"
+    assert proposal.note == f"in place of `done`: `{TESTS}` failed on its last run"
+    (checked,) = [e["payload"] for e in agent.store.events(kind="change_checked")]
+    assert checked["instead_of_done"] and checked["ran"] == 1
+    agent.close()
+
+
+@pytest.mark.parametrize("sampled", [NOT_A_FIX, WRONG_TEST], ids=["no-fix", "test-file"])
+def test_a_done_is_shown_marked_when_no_change_passes(
+    tmp_path: Path, workspace: Path, model_and_tokenizer: Any, sampled: dict[str, Any]
+) -> None:
+    """Nothing unverified takes a `done`'s place; a change to the test itself (which
+    would pass) is not tried."""
+    calls = [RUN_TESTS, DONE, DONE, sampled]
+    agent = _agent(tmp_path, workspace, model_and_tokenizer, calls, file_candidates=3)
+    proposal = _after_a_failing_run(agent)  # the code under test read (unasked) first
+    assert proposal is not None and proposal.call.tool == "done"
+    assert proposal.checked == f"`{TESTS}` failed on its last run"
+    (checked,) = [e["payload"] for e in agent.store.events(kind="change_checked")]
+    assert checked["candidates"] == (sampled is NOT_A_FIX)
+    agent.close()
 
 
 def test_a_change_that_puts_back_what_an_approved_one_replaced_gives_way(

@@ -6,7 +6,14 @@ import shutil
 
 import pytest
 
-from continual_lsp.tools.checks import breaks, checker, parse_error, runs_tests
+from continual_lsp.tools.checks import (
+    breaks,
+    checker,
+    is_check,
+    is_test_file,
+    parse_error,
+    runs_tests,
+)
 
 needs_node = pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
 
@@ -76,3 +83,37 @@ def test_javascript_goes_through_node_check(path: str) -> None:
 )
 def test_what_counts_as_a_test_run(cmd: str, tests: bool) -> None:
     assert runs_tests(cmd) is tests
+
+
+@pytest.mark.parametrize(
+    ("cmd", "task", "check"),
+    [
+        ("python3 -m pytest -q", "Fix the bug.", True),  # a test run always checks
+        ("python3 -m app.report", "python3 -m app.report exits with an error.", True),
+        ("node  src/run.js", "Our script invoked as `node src/run.js` is broken", True),
+        # named in part, or only its program, or one word: not the task's check
+        ("python3 -m app", "python3 -m app.report exits with an error.", False),
+        ("python3 other.py", "python3 -m app.report exits with an error.", False),
+        ("make", "make the bound inclusive", False),
+        ("ls -la", "tools -la", False),
+    ],
+)
+def test_what_checks_a_task(cmd: str, task: str, check: bool) -> None:
+    assert is_check(cmd, task) is check
+
+
+@pytest.mark.parametrize(
+    ("path", "test"),
+    [
+        ("tests/test_ops.py", True),
+        ("src/test_ops.py", True),
+        ("pkg/ops_test.go", True),
+        ("web/app.test.js", True),
+        ("src/__tests__/x.js", True),
+        ("src/ops.py", False),
+        ("testing.py", False),
+        ("lib/contest.py", False),
+    ],
+)
+def test_what_a_test_file_is(path: str, test: bool) -> None:
+    assert is_test_file(path) is test
