@@ -271,18 +271,35 @@ def done_call(s: Exercise, vocab: dict[str, Any], rng: random.Random) -> ToolCal
     return ToolCall(tool="done", arguments={"summary": summary_of(s, vocab, rng)})
 
 
+def kind_at(i: int, multi_share: float | None = None) -> str:
+    """The kind of the `i`-th exercise: every kind in turn, or with `multi_share` the
+    multi-step kinds in turn whenever their running share would fall behind it, and the
+    one-step kinds in turn otherwise."""
+    if multi_share is None:
+        every = Builder.KINDS + Builder.MULTI_STEP_KINDS
+        return every[i % len(every)]
+    multi_before = int(i * multi_share)
+    if int((i + 1) * multi_share) > multi_before:
+        return Builder.MULTI_STEP_KINDS[multi_before % len(Builder.MULTI_STEP_KINDS)]
+    return Builder.KINDS[(i - multi_before) % len(Builder.KINDS)]
+
+
 def generate(
-    renderer: ChatMLRenderer, count: int, seed: int, vocab: dict[str, Any]
+    renderer: ChatMLRenderer,
+    count: int,
+    seed: int,
+    vocab: dict[str, Any],
+    multi_share: float | None = None,
 ) -> tuple[list[Sequence], int]:
-    """`count` exercises from `seed`: (their sequences, how many were dropped)."""
+    """`count` exercises from `seed`: (their sequences, how many were dropped). Every
+    kind in turn; with `multi_share`, that fraction of the exercises are multi-step
+    kinds (in turn) and the rest one-step kinds (in turn)."""
     rng = random.Random(seed)
     builder = Builder(vocab, rng)
     sequences: list[Sequence] = []
     dropped = 0
-    kinds = Builder.KINDS + Builder.MULTI_STEP_KINDS
     for i in range(count):
-        kind = kinds[i % len(kinds)]
-        s = builder.exercise(kind)
+        s = builder.exercise(kind_at(i, multi_share))
         got = walk(s, renderer, vocab, rng)
         if not got:
             dropped += 1

@@ -68,7 +68,9 @@ def load_tokenizer(model: str) -> object:
 
 def cmd_generate(args: argparse.Namespace) -> None:
     renderer = ChatMLRenderer(load_tokenizer(EMBEDDED_MODEL))
-    sequences, dropped = generate(renderer, args.situations, args.seed, load_vocab())
+    sequences, dropped = generate(
+        renderer, args.situations, args.seed, load_vocab(), multi_share=args.multi_share
+    )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".partial")
@@ -305,6 +307,9 @@ def main(argv: list[str] | None = None) -> None:
     gen = sub.add_parser("generate", help="write the curriculum (JSON lines)")
     gen.add_argument("--situations", type=int, default=500, help="how many exercises")
     gen.add_argument("--seed", type=int, default=1)
+    gen.add_argument(
+        "--multi-share", type=float, help="the fraction of multi-step exercises (default: 4/17)"
+    )
     gen.add_argument("--out", required=True)
     tr = sub.add_parser("train", help="train the adapter (resumes from a checkpoint)")
     tr.add_argument("--data", nargs="+", default=[])

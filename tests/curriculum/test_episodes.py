@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from continual_lsp.agent.conversation import Conversation
-from continual_lsp.curriculum.episodes import Sequence, generate, walk
+from continual_lsp.curriculum.episodes import Sequence, generate, kind_at, walk
 from continual_lsp.curriculum.exercises import Builder, load_vocab
 from continual_lsp.policy.local.grammar import ToolCallGrammar
 from continual_lsp.policy.render import ChatMLRenderer
@@ -137,3 +137,13 @@ def test_a_check_that_passes_before_the_change_drops_the_exercise(
     lines[n - 1] = s.facts["new"]
     s.files[s.target] = "\n".join(lines)
     assert walk(s, renderer, vocab, random.Random(0)) == []
+
+
+def test_the_multi_step_share_is_kept_and_every_kind_comes_in_turn() -> None:
+    kinds = [kind_at(i, 0.5) for i in range(52)]
+    multi = [k for k in kinds if k in Builder.MULTI_STEP_KINDS]
+    assert len(multi) == 26
+    assert multi[:4] == list(Builder.MULTI_STEP_KINDS)
+    assert [k for k in kinds if k in Builder.KINDS] == list(Builder.KINDS) * 2
+    every = Builder.KINDS + Builder.MULTI_STEP_KINDS
+    assert [kind_at(i) for i in range(len(every))] == list(every)
