@@ -50,6 +50,8 @@ def _mentioned(output: str, workspace: Path) -> list[str]:
         )
         for tail in tails:
             rel = str(tail)
+            if ".." in tail.parts:
+                break  # outside the workspace: not a file to look at
             if (workspace / rel).is_file():
                 if not _INSTALLED.intersection(tail.parts) and rel not in found:
                     found.append(rel)

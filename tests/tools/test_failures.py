@@ -23,6 +23,8 @@ def test_a_traceback_names_the_source_not_the_test_nor_what_is_installed(tmp_pat
         "E   NameError: name 'totl' is not defined\n"
     )
     assert named_files(output, ws) == ["svc/report.py"]
+    # a path that climbs out of the workspace is not followed, even where it exists
+    assert named_files(f"../{ws.name}/svc/report.py:3", ws) == []
 
 
 def test_an_absolute_path_under_another_root_is_matched_by_its_tail(tmp_path: Path) -> None:
