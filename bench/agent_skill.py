@@ -259,6 +259,13 @@ def run_task(policy: Any, s: Exercise, work: Path, turns: int = 8) -> dict[str, 
             approved.append(proposal.call)
             proposal = agent.decide(proposal.id, "approve").next_proposal
         events = [e for e in agent.store.events(kind="proposal") if e["task_id"] == task_id]
+        # A `done` the failing check contradicted: a look where it points, a change tried.
+        looks = len(agent.store.events(kind="looked_at_failure"))
+        tried = [
+            e["payload"]
+            for e in agent.store.events(kind="change_checked")
+            if e["payload"].get("instead_of_done")
+        ]
         ends = [e for e in agent.store.events(kind="task_status") if e["task_id"] == task_id]
         summary = ends[-1]["payload"].get("summary", "") if ends else None
         agent.close()
@@ -275,6 +282,9 @@ def run_task(policy: Any, s: Exercise, work: Path, turns: int = 8) -> dict[str, 
         "summary": summary,
         "unparsable": unparsable(s.files, ws),
         "calls": [c.model_dump() for c in approved],
+        "looks_at_failure": looks,
+        "done_replaced_by_a_passing_change": sum(1 for t in tried if t["winner"]),
+        "done_tries": len(tried),
         "proposals": len(statuses),
         "valid": sum(1 for x in statuses if x != "invalid"),
         "seconds": round(time.perf_counter() - start, 1),
@@ -432,7 +442,14 @@ def summarise(one: list[dict[str, Any]], multi: list[dict[str, Any]]) -> dict[st
             "finished": fraction(one, "finished"),
             "on_target": fraction(one, "on_target"),
         },
-        "multi_step": {"finished": fraction(multi, "finished")},
+        "multi_step": {
+            "finished": fraction(multi, "finished"),
+            # how often the agent, not the model, kept a task going past a premature done
+            "tasks_with_a_look_at_failure": sum(r["looks_at_failure"] > 0 for r in multi),
+            "done_replaced_by_a_passing_change": sum(
+                r["done_replaced_by_a_passing_change"] for r in multi
+            ),
+        },
         "ended_by_done": fraction(done, "ended_by", "done"),
         "ended_by_repeat": sum(r["ended_by"] == "repeat" for r in one + multi),
         "unparsable_after_approve": sum(len(r["unparsable"]) for r in one + multi),

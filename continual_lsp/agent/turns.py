@@ -224,6 +224,7 @@ def _look_at_failure(
         candidate, error = screen.vet(call, completion, prompt_tokens)
         assert candidate.verdict is not None
         if error is None and candidate.verdict.action != "block":
+            parts.store.append_event("looked_at_failure", {"command": cmd, "path": path}, task.id)
             note = f"in place of `done`: `{cmd}` failed, and its output points at {path}"
             return replace(candidate, note=note)
     return None

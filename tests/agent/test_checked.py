@@ -136,6 +136,8 @@ def test_a_done_the_failing_test_contradicts_gives_way_to_a_change_that_passes(
     agent = _agent(tmp_path, workspace, model_and_tokenizer, calls, file_candidates=3)
     proposal = _after_a_failing_run(agent)
     (look,) = agent.store.events(kind="auto_approved")
+    (why,) = [e["payload"] for e in agent.store.events(kind="looked_at_failure")]
+    assert why == {"command": TESTS, "path": "src/calc/ops.py"}
     read = agent.store.proposal(look["proposal_id"])
     assert read is not None and read["tool"] == "read"
     assert read["arguments"] == {"path": "src/calc/ops.py"}

@@ -78,16 +78,24 @@ def test_how_a_task_ended_and_the_evidence_keys() -> None:
     assert ended_by(None, [read]) == "open"
     row = {"finished": True, "on_target": True, "ended_by": "done", "unparsable": []}
     bad = {"finished": False, "on_target": False, "ended_by": "repeat", "unparsable": ["x.py"]}
-    got = summarise([row, bad], [dict(row, ended_by="turn_limit")])
+    kept_going = {"looks_at_failure": 1, "done_replaced_by_a_passing_change": 1}
+    got = summarise([row, bad], [dict(row, ended_by="turn_limit", **kept_going)])
     assert got == {
         "one_step": {"finished": 0.5, "on_target": 0.5},
-        "multi_step": {"finished": 1.0},
+        "multi_step": {
+            "finished": 1.0,
+            "tasks_with_a_look_at_failure": 1,
+            "done_replaced_by_a_passing_change": 1,
+        },
         "ended_by_done": 0.5,
         "ended_by_repeat": 1,
         "unparsable_after_approve": 1,
     }
     # A part not run is not a 0.
-    assert summarise([], [row])["one_step"] == {"finished": None, "on_target": None}
+    assert summarise([], [dict(row, **kept_going)])["one_step"] == {
+        "finished": None,
+        "on_target": None,
+    }
 
 
 def test_the_multi_step_tasks_share_no_name_or_path_with_the_curriculum() -> None:
