@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Collection, Sequence
 
-from continual_lsp.agent import reindent
+from continual_lsp.agent import narrowing, reindent
 from continual_lsp.agent.candidates import Candidate, canonical
 from continual_lsp.agent.errors import Unparsable
 from continual_lsp.agent.lanes_facade import LanesFacade
@@ -15,7 +15,14 @@ from continual_lsp.agent.proposal import Proposal
 from continual_lsp.protocol import AllowOffer, TaskDoneNotification
 from continual_lsp.store import Store
 from continual_lsp.tools import checks, failures
-from continual_lsp.tools.base import FILE_CHANGING_TOOLS, Preview, ToolCall, ToolError, ToolResult
+from continual_lsp.tools.base import (
+    FILE_CHANGING_TOOLS,
+    OldTextNotFound,
+    Preview,
+    ToolCall,
+    ToolError,
+    ToolResult,
+)
 from continual_lsp.tools.runner import ToolRunner
 
 
@@ -53,23 +60,33 @@ def preview(
     return shown, None
 
 
-def reindented(
+def repaired(
     tools: ToolRunner,
     call: ToolCall,
     shown: Preview | None,
     error: ToolError,
     replaced: Collection[tuple[str, str]] = (),
-) -> tuple[ToolCall, Preview] | None:
-    """The first re-indented variant of a change whose only fault is its indentation
-    (`reindent`) that runs, with its preview; None for any other failure."""
-    if not isinstance(error, Unparsable) or shown is None or shown.old_content is None:
+) -> tuple[ToolCall, Preview, str] | None:
+    """A change that cannot run, made to, keeping what the model wrote where it can: one
+    whose only fault is its indentation re-indented (`reindent`), an edit whose `old`
+    is not in the file narrowed to the part that differs (`narrowing`). The first
+    variant that runs, its preview and the note that says what was done; None for any
+    other failure."""
+    if (
+        isinstance(error, Unparsable)
+        and shown is not None
+        and shown.old_content is not None
+        and reindent.is_indentation(error.problem)
+    ):
+        tries, note = reindent.variants(call, shown.old_content), reindent.NOTE
+    elif isinstance(error, OldTextNotFound):
+        tries, note = narrowing.variants(call), narrowing.NOTE
+    else:
         return None
-    if not reindent.is_indentation(error.problem):
-        return None
-    for variant in reindent.variants(call, shown.old_content):
+    for variant in tries:
         fixed, problem = preview(tools, variant, replaced)
         if problem is None and fixed is not None:
-            return variant, fixed
+            return variant, fixed, note
     return None
 
 

@@ -23,8 +23,6 @@ from continual_lsp.tools.base import Preview, ToolCall, ToolError
 
 # At most this many substituted candidates join a retry (each is one more scored row).
 MAX_SUBSTITUTED = 4
-# The note of a change shown re-indented (`calls.reindented`).
-REINDENTED = "re-indented to fit the file (the model's lines otherwise as written)"
 
 
 @dataclass
@@ -60,17 +58,18 @@ class Screen:
     check_guards: Callable[[ToolCall, Preview | None], GuardVerdict]
     denied: Collection[str]  # canonical keys
     executed: Collection[str]
-    # A call that cannot run, made to (`calls.reindented`): the call and its preview.
-    repair: Callable[[ToolCall, Preview | None, ToolError], tuple[ToolCall, Preview] | None] = (
-        lambda call, shown, error: None
-    )
+    # A call that cannot run, made to (`calls.repaired`): the call, its preview and the
+    # note that says what was done.
+    repair: Callable[
+        [ToolCall, Preview | None, ToolError], tuple[ToolCall, Preview, str] | None
+    ] = lambda call, shown, error: None
 
     def vet(
         self, call: ToolCall, completion: Completion | None, prompt_tokens: list[int]
     ) -> tuple[Candidate, ToolError | None]:
         """`call` as the guards and the workspace leave it, and why it still cannot run
-        (None: it can): a guard's rewrite applied, a change whose only fault is its
-        indentation repaired and the guards asked again. A block (the candidate's
+        (None: it can): a guard's rewrite applied, a change that cannot run repaired
+        (re-indented, narrowed) and the guards asked again. A block (the candidate's
         `verdict`) ends the vetting there. The turn's own sample and every screened
         candidate go through this one sequence."""
         note = None
@@ -82,9 +81,9 @@ class Screen:
             call, note = verdict.rewritten_call, f"rewritten by a guard: {verdict.message}"
             preview, error = self.preview(call)
         if error is not None and (fixed := self.repair(call, preview, error)) is not None:
-            (call, preview), error = fixed, None
+            (call, preview, made), error = fixed, None
             verdict = self.check_guards(call, preview)
-            note = "; ".join(n for n in (note, REINDENTED) if n)
+            note = "; ".join(n for n in (note, made) if n)
         return Candidate(call, completion, prompt_tokens, preview, note, verdict=verdict), error
 
     def one(self, completion: Completion, prompt_tokens: list[int]) -> tuple[str, Candidate] | str:

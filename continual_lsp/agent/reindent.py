@@ -6,7 +6,7 @@ parsing (unexpected indent / expected an indented block)", among them the only o
 followed the correction. A re-indented variant keeps every character the model wrote but
 the leading whitespace, shifted as one block (relative indentation kept) to a depth read
 from the file: the line replaced or inserted before, the line above, one level under the
-line above when it opens a block. `calls.reindented` tries them, in that order, and keeps
+line above when it opens a block. `calls.repaired` tries them, in that order, and keeps
 the first that parses.
 """
 
@@ -25,6 +25,8 @@ INDENT_PROBLEMS = re.compile(
     re.I,
 )
 LEVEL = "    "
+# The note of a change shown re-indented (`calls.repaired`).
+NOTE = "re-indented to fit the file (the model's lines otherwise as written)"
 
 
 def is_indentation(problem: str) -> bool:

@@ -134,7 +134,7 @@ def screen(parts: Parts, task: Task, undo_allowed: bool = False) -> Screen:
     return Screen(
         parse=parts.policy.renderer.parse_call,
         preview=partial(calls.preview, parts.tools, replaced=replaced),
-        repair=partial(calls.reindented, parts.tools, replaced=replaced),
+        repair=partial(calls.repaired, parts.tools, replaced=replaced),
         check_guards=lambda call, shown: parts.lanes.check_guards(call, shown, task.history),
         denied={canonical(c) for c in calls.denied_calls(parts.store, task).values()},
         executed=task.executed,

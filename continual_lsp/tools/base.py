@@ -195,6 +195,10 @@ class ToolError(ReviewerError):
     """A call that cannot run; the message is shown to the reviewer and the model."""
 
 
+class OldTextNotFound(ToolError):
+    """An edit's `old` text does not occur in the file."""
+
+
 class PathEscapeError(ToolError):
     """A path resolves outside the workspace root."""
 

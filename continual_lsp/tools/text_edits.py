@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 
 from continual_lsp.text import shown_path, split_lines, unified_diff
-from continual_lsp.tools.base import ToolError
+from continual_lsp.tools.base import OldTextNotFound, ToolError
 
 __all__ = [
     "apply_edit",
@@ -47,7 +47,7 @@ def apply_edit(text: str, old: str, new: str, replace_all: bool, rel: str) -> tu
         stripped = old.strip()
         if stripped and stripped != old and stripped in text:
             hint = " (it does occur without its leading/trailing whitespace)"
-        raise ToolError(
+        raise OldTextNotFound(
             f"edit {rel}: `old` was not found (0 matches){hint}; read the file and copy "
             "the text exactly, including indentation"
         )
