@@ -69,8 +69,29 @@ def cache_dir() -> Path:
 
 
 def _cached_copy(gguf: Path) -> Path:
+    """The safetensors copy of `gguf`, named by its content: two installs of the same
+    file (a clone's venv, a reinstall) share one copy instead of writing another, and
+    one never replaces a copy another process is reading."""
     stat = gguf.stat()
-    return cache_dir() / f"{gguf.stem}-{stat.st_size}-{int(stat.st_mtime)}"
+    fingerprint = _fingerprint(gguf, stat.st_size, stat.st_mtime)
+    return cache_dir() / f"{gguf.stem}-{stat.st_size}-{fingerprint}"
+
+
+# Bytes read from each end of a file to tell its versions apart (`_fingerprint`).
+_FINGERPRINT_BYTES = 1 << 20
+
+
+@functools.cache
+def _fingerprint(path: Path, size: int, mtime: float) -> str:
+    """sha256 of the first and last MiB of a file and its size (whole-file hashing of the
+    GGUF would add a fraction of a second to every start), 12 hex digits; `mtime` only
+    keys the memo."""
+    digest = hashlib.sha256(str(size).encode())
+    with path.open("rb") as fh:
+        digest.update(fh.read(_FINGERPRINT_BYTES))
+        fh.seek(max(0, size - _FINGERPRINT_BYTES))
+        digest.update(fh.read(_FINGERPRINT_BYTES))
+    return digest.hexdigest()[:12]
 
 
 def resolve_model(model: str) -> tuple[Path, str | None]:
@@ -355,12 +376,18 @@ def _write_cache(lm: Any, tokenizer: Any, target: Path) -> None:
         lm.to(torch.float32)
 
 
+def merged_copy() -> Path:
+    """Where the embedded base with the shipped starter merged is cached: beside the
+    base's copy, named by the starter's sha256."""
+    base_copy = _cached_copy(embedded_gguf_path())
+    return base_copy.with_name(f"{base_copy.name}-starter-{starter_sha256()[:16]}")
+
+
 def _load_with_starter(device: str, dtype: str) -> tuple[Any, Any]:
     """The embedded base with the starter merged; cached as bf16 safetensors by its sha."""
     from transformers import AutoTokenizer
 
-    base_copy = _cached_copy(embedded_gguf_path())
-    target = base_copy.with_name(f"{base_copy.name}-starter-{starter_sha256()[:16]}")
+    target = merged_copy()
     if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
         tokenizer = AutoTokenizer.from_pretrained(target, local_files_only=True)
         lm = _load_lm(target, dtype, local_files_only=True)

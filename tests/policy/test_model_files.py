@@ -81,3 +81,40 @@ def test_a_cache_another_process_wrote_first_is_kept_quietly(
     assert "could not cache the model" in caplog.text
     assert sorted(p.name for p in tmp_path.iterdir()) == [target.name]
     assert lm.dtypes[-1] == torch.float32
+
+
+def test_the_model_cache_is_named_by_content_not_by_when_the_file_was_installed(
+    tmp_path: Path,
+) -> None:
+    """Two installs of the same GGUF (a clone's venv, a reinstall) share one cached copy;
+    a different file gets its own."""
+    import os
+
+    from continual_lsp.policy import model_files
+
+    first, second, other = (tmp_path / n for n in ("a/m.gguf", "b/m.gguf", "c/m.gguf"))
+    for path, body in ((first, b"weights"), (second, b"weights"), (other, b"others!")):
+        path.parent.mkdir()
+        path.write_bytes(body * 400_000)
+    os.utime(second, (1, 1))
+    assert model_files._cached_copy(first) == model_files._cached_copy(second)
+    assert model_files._cached_copy(first) != model_files._cached_copy(other)
+
+
+def test_the_minilm_copy_is_stamped_by_content(tmp_path: Path) -> None:
+    """Two installs of the MiniLM package agree on the stamp, so neither re-extracts over
+    the copy the other is reading (it did, once per test run of another checkout)."""
+    import os
+    import zipfile
+
+    from continual_lsp.lanes.routing import embed
+
+    zips = [tmp_path / "a.zip", tmp_path / "b.zip"]
+    for i, path in enumerate(zips):
+        with zipfile.ZipFile(path, "w") as zf:
+            zf.writestr("config.json", "{}")
+        os.utime(path, (i, i))
+    target = embed.extract_model(zips[0], tmp_path / "copy")
+    marker = (target / ".complete").stat().st_mtime_ns
+    assert embed.extract_model(zips[1], tmp_path / "copy") == target
+    assert (target / ".complete").stat().st_mtime_ns == marker  # not extracted again

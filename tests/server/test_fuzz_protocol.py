@@ -241,6 +241,45 @@ def cache_root() -> Path:
     return Path(platformdirs.user_cache_dir("continual-lsp"))
 
 
+def warm_caches() -> None:
+    """Write the caches the server reads, as a first run would, before the snapshot: the
+    test then does not depend on an earlier test having loaded the model."""
+    from continual_lsp.config import EMBEDDED_MODEL, Settings
+    from continual_lsp.lanes.routing import embed
+    from continual_lsp.policy import model_files
+
+    model_files.resolve_dtype(Settings().sample_dtype, "cpu")
+    model_files.load_model_and_tokenizer(EMBEDDED_MODEL, starter=True)
+    if (zipped := embed.model_zip_path()) is not None:
+        embed.extract_model(zipped)
+
+
+def cache_state() -> dict[str, str]:
+    """The state of the cache entries the server reads (the embedded model's copies, the
+    dtype choice, the MiniLM copy), and which entries the cache holds beside them. Other
+    entries' contents are not compared: other processes on the machine (another
+    checkout's tests, a bench loading a candidate starter) may add their own while the
+    fuzzer runs, and that is no write of this server's."""
+    from continual_lsp.policy import model_files
+
+    root = cache_root()
+    models = model_files.cache_dir()
+    mine = [
+        model_files._cached_copy(model_files.embedded_gguf_path()),
+        model_files.merged_copy(),
+        models / model_files.DTYPE_FILE,
+        root / "all-MiniLM-L6-v2",
+    ]
+    out = {"entries": ",".join(sorted(p.name for p in root.iterdir() if p.name != "models"))}
+    for path in mine:
+        rel = path.relative_to(root).as_posix()
+        if path.is_file():
+            out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+        else:
+            out |= {f"{rel}/{k}": v for k, v in tree_state(path).items()}
+    return out
+
+
 def server_env(root: Path) -> dict[str, str]:
     """HOME, XDG dirs and TMPDIR inside the test tree, so a write there is seen; the model
     caches stay where they are (read only) so the embedded model loads in seconds."""
@@ -297,7 +336,7 @@ class Fuzzed:
         self.server = server
         self.ws = root / "ws"
         self.before = {name: tree_state(root / name) for name in ("outside", "home", "tmp")} | {
-            "cache": tree_state(cache_root())
+            "cache": cache_state()
         }
 
 
@@ -305,6 +344,7 @@ class Fuzzed:
 def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fuzzed]:
     root = tmp_path_factory.mktemp("fuzz")
     make_tree(root)
+    warm_caches()
     fz = Fuzzed(root, None)  # type: ignore[arg-type]
     server = RawServer(serve_argv(root), root / "ws", server_env(root), root / "logs" / "stderr")
     fz.server = server
@@ -735,11 +775,11 @@ def test_nothing_written_outside_and_clean_exit(fuzzed: Fuzzed) -> None:
     after = {name: tree_state(fuzzed.root / name) for name in ("outside", "home", "tmp")}
     # torch creates its (empty) compile-cache folder in TMPDIR on import; nothing in it.
     after["tmp"] = {k: v for k, v in after["tmp"].items() if k != TORCH_TMP}
-    after["cache"] = tree_state(cache_root())
+    after["cache"] = cache_state()
     for name, state in after.items():
-        assert state == fuzzed.before[name], (
-            f"{name} changed: {set(state) ^ set(fuzzed.before[name])}"
-        )
+        before = fuzzed.before[name]
+        changed = sorted(k for k in state.keys() | before.keys() if state.get(k) != before.get(k))
+        assert not changed, f"{name} changed: {changed}"
     assert sorted(p.name for p in fuzzed.root.iterdir()) == sorted(
         ["ws", "state", "home", "tmp", "logs", "outside"]
     )

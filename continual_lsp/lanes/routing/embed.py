@@ -65,10 +65,20 @@ def cache_dir() -> Path:
     return base / MODEL_DIRNAME
 
 
+def _stamp(zip_path: Path) -> str:
+    """What the zip holds, from its directory (names, sizes, CRCs), not its file's
+    mtime: two installs of the same package (a clone's venv, a reinstall) agree, so
+    neither re-extracts over the copy the other is reading."""
+    with zipfile.ZipFile(zip_path) as zf:
+        entries = sorted(f"{i.filename}:{i.file_size}:{i.CRC}" for i in zf.infolist())
+    return hashlib.sha256("\n".join(entries).encode()).hexdigest()[:16]
+
+
 def extract_model(zip_path: Path, target: Path | None = None) -> Path:
-    """Extract once; a marker file holding the zip's size+mtime says the copy is complete."""
+    """Extract once; a marker file holding the zip's content stamp says the copy is
+    complete."""
     target = target or cache_dir()
-    stamp = f"{zip_path.stat().st_size}:{int(zip_path.stat().st_mtime)}"
+    stamp = _stamp(zip_path)
     marker = target / ".complete"
     if marker.is_file() and marker.read_text() == stamp:
         return target
