@@ -331,11 +331,14 @@ def undo(parts: Parts, proposal_id: str | None, reason: str | None) -> UndoResul
     store.append_event(
         "undo", {"reason": reason or None, "paths": sorted(files)}, row["task_id"], target
     )
+    # The lesson is queued before the files change: a client that sees them restored
+    # may shut the server down at once (the Neovim review e2e did, under load, and the
+    # undo's job was never written).
+    parts.training.enqueue(target, "deny", correction, None)
     restored = parts.checkpoints.restore(target, files)
     store.set_proposal_status(target, "undone")
     proposal = calls.load_proposal(parts, target)
     assert proposal is not None
-    parts.training.enqueue(target, "deny", correction, None)
     if reason:
         routed = parts.lanes.route_correction(reason, proposal, is_denial=True)
         if routed is not None:
