@@ -129,9 +129,14 @@ def _due_step(
         "finishes" if call is None else "commits"
     )
     instead = ToolCall(tool="bash", arguments={"cmd": step})
-    tokens = parts.policy.renderer.render_call(instead)
-    logprobs = parts.policy.logprobs(prompt_tokens, tokens)
-    return instead, Completion(tokens=tokens, logprobs=logprobs, text=""), note
+    return instead, _forced(parts, instead, prompt_tokens), note
+
+
+def _forced(parts: Parts, call: ToolCall, prompt_tokens: list[int]) -> Completion:
+    """`call` as a completion the agent chose, not the model: its tokens and the model's
+    log-probs of them (the proposal's record and any training step need both)."""
+    tokens = parts.policy.renderer.render_call(call)
+    return Completion(tokens=tokens, logprobs=parts.policy.logprobs(prompt_tokens, tokens), text="")
 
 
 def _instead_of_failed(
@@ -217,16 +222,14 @@ def _look_at_failure(
         call = ToolCall(tool="read", arguments={"path": path})
         if canonical(call) in task.executed:
             return None
-        tokens = parts.policy.renderer.render_call(call)
-        completion = Completion(
-            tokens=tokens, logprobs=parts.policy.logprobs(prompt_tokens, tokens), text=""
-        )
-        candidate, error = screen.vet(call, completion, prompt_tokens)
+        candidate, error = screen.vet(call, None, prompt_tokens)
         assert candidate.verdict is not None
         if error is None and candidate.verdict.action != "block":
             parts.store.append_event("looked_at_failure", {"command": cmd, "path": path}, task.id)
             note = f"in place of `done`: `{cmd}` failed, and its output points at {path}"
-            return replace(candidate, note=note)
+            # scored only once it is the one shown: a log-prob pass per read vetted
+            completion = _forced(parts, candidate.call, prompt_tokens)
+            return replace(candidate, completion=completion, note=note)
     return None
 
 
