@@ -229,17 +229,24 @@ async function shot(page, name) {
  * tab), so a palette that went away is opened again, up to three times.
  */
 async function runCommand(page, title) {
+  await tryThrice(page, `the palette closed before "${title}" ran`, async () => {
+    await page.keyboard.press("F1");
+    await typeInQuickInput(page, `>${title}`, 10000);
+    const row = page.locator(".quick-input-list .monaco-list-row", { hasText: title }).first();
+    await row.waitFor({ state: "visible", timeout: 10000 });
+    await submitQuickInput(page);
+  });
+}
+
+/** `step` up to three times; after a failure, Escape (whatever took the focus) and log why.
+ * A `Fatal` is not retried. */
+async function tryThrice(page, what, step) {
   for (let attempt = 1; ; attempt++) {
     try {
-      await page.keyboard.press("F1");
-      await typeInQuickInput(page, `>${title}`, 10000);
-      const row = page.locator(".quick-input-list .monaco-list-row", { hasText: title }).first();
-      await row.waitFor({ state: "visible", timeout: 10000 });
-      await submitQuickInput(page);
-      return;
+      return await step();
     } catch (error) {
-      if (attempt >= 3) throw error;
-      log(`the palette closed before "${title}" ran (${String(error.message).split("\n")[0]}); again`);
+      if (error instanceof Fatal || attempt >= 3) throw error;
+      log(`${what} (${String(error.message).split("\n")[0]}); again`);
       await page.keyboard.press("Escape");
     }
   }
@@ -334,17 +341,13 @@ async function openLedger(page) {
   // A proposal's editor can open while the palette is up and take the Enter (a loaded
   // clean-clone run ended on it), so the command counts only once the view shows.
   const title = page.locator(".part.sidebar .title-label", { hasText: "Ledger" }).first();
-  for (let attempt = 1; ; attempt++) {
-    await runCommand(page, "Continual: Open Ledger");
-    try {
-      await title.waitFor({ timeout: 15000 });
-      break;
-    } catch (error) {
-      if (attempt >= 3) throw error;
-      log("the Ledger did not show after its command; again");
-      await page.keyboard.press("Escape");
-    }
-  }
+  await tryThrice(page, "the Ledger did not show after its command", async () => {
+    // the palette has retries of its own: a command that never ran is not tried again here
+    await runCommand(page, "Continual: Open Ledger").catch((error) => {
+      throw new Fatal(error.message);
+    });
+    await title.waitFor({ timeout: 15000 });
+  });
   // Widen the side bar so the reasons are readable in the screenshot.
   const sash = page.locator(".part.sidebar + .monaco-sash, .monaco-sash.vertical").first();
   const sidebar = await page.locator(".part.sidebar").boundingBox();
@@ -660,18 +663,11 @@ async function notificationButton(page, text, label) {
 
 /** Start a task; a task box that a new proposal closed before it held the text is opened again. */
 async function startTask(page, text) {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      await runCommand(page, "Continual: Start Task…");
-      await typeInQuickInput(page, text, 15000);
-      await submitQuickInput(page);
-      return;
-    } catch (error) {
-      if (attempt >= 3) throw error;
-      log(`the task box went away before "${text}" was entered (${String(error.message).split("\n")[0]}); again`);
-      await page.keyboard.press("Escape");
-    }
-  }
+  await tryThrice(page, `the task box went away before "${text}" was entered`, async () => {
+    await runCommand(page, "Continual: Start Task…");
+    await typeInQuickInput(page, text, 15000);
+    await submitQuickInput(page);
+  });
 }
 
 /** Issue 19 on the scripted server (tests/server/scripted.py, "review"). */
