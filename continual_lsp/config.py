@@ -36,12 +36,12 @@ class Settings(BaseModel):
     # Merge the shipped starter adapter (tool use, reading a correction; issue 13) into
     # the embedded model at load. Other models are loaded as they are.
     starter: bool = True
-    # The precision the agent samples and scores in. "auto": bfloat16 where the hardware
-    # computes it natively (a CPU with AVX512-BF16 or AMX, a CUDA GPU that supports it),
-    # else float32. The embedded weights are bf16 on disk, so only the arithmetic
-    # changes: measured on 2 cores, decode steps x1.65 and prefill x3 faster, mean
-    # |Δ log-prob| 0.01 per token. Training always runs in float32. A TCP team server
-    # samples in float32 unless configured (server.main.shared_server_settings).
+    # The precision the agent samples and scores in. "auto": on a CPU with native bf16
+    # arithmetic (AVX512-BF16 or AMX), whichever of the two decodes faster, timed once
+    # per CPU model and cached beside the model cache (bf16 was slower on one Xeon with
+    # AMX, faster on an AMD EPYC); float32 on a CPU without it; bf16 on a CUDA GPU that
+    # supports it. Mean |Δ log-prob| 0.01 per token. Training always runs in float32. A
+    # TCP team server samples in float32 unless configured (shared_server_settings).
     sample_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     # backend = "vllm": where the server is and what it serves the base model as
     # (`--served-model-name`; None: `model`). `model` stays the local copy of the same
@@ -88,6 +88,15 @@ class Settings(BaseModel):
     # earlier corrections of the same cluster replayed with each new step.
     steps_per_correction: int = Field(default=1, ge=1, le=8)
     replay_same_cluster: int = Field(default=0, ge=0, le=8)  # (see steps_per_correction)
+    # Calls of the starter's curriculum rehearsed in each step (learning/anchors.py), so a
+    # run of lessons on one convention does not unlearn the agent's job; 0: none.
+    anchors_per_step: int = Field(default=2, ge=0, le=8)
+    # Each anchor token's advantage: 1 raises the starter's call as a demonstration would;
+    # 0 leaves only the KL to the reference at its positions.
+    anchor_advantage: float = Field(default=1.0, ge=0.0, le=4.0)
+    # A step that raises the held-out anchors' loss by more than this (nats per token, over
+    # the starter's) is undone; None: no gate.
+    anchor_gate_nats: float | None = Field(default=0.1, gt=0.0)
 
     # agent
     # What runs without asking (cumulative): "manual" asks for everything, "read_only"
@@ -114,8 +123,8 @@ class Settings(BaseModel):
     # (the model's call and warmer samples from its prompt, one batch) are tried on a
     # copy of the workspace, and one that turns the failing test green is shown. 1: off.
     # Chosen with bench/propose.py (bench/results/propose_candidates.json): the N - 1
-    # extra candidates decode in one batch, so N = 4 cost what N = 2 did (cpu p50 4.0 vs
-    # 3.9 s a file-change turn, N = 1: 1.9 s, on 2 loaded cores), for three tries, not one.
+    # extra candidates decode in one batch, so N = 4 costs little more than N = 2 (p50
+    # 3.8 vs 3.4 s a file-change turn, N = 1: 1.6 s, on 2 quiet cores), for three tries.
     file_candidates: int = Field(default=4, ge=1, le=32)
     # The time box of those test runs, all candidates of one turn together.
     check_timeout_s: float = Field(default=30.0, gt=0.0)

@@ -350,7 +350,8 @@ def run_forgetting(first: Scenario, second: Scenario, args: argparse.Namespace) 
     from continual_lsp.policy.local.adapter_files import list_adapters
 
     versions = list_adapters(settings.adapters_dir, with_sha256=False)
-    kept_dir = REPO / "bench/learning/results" / f"forgetting-{first.name}-{second.name}-adapter"
+    tag = f"-{args.tag}" if args.tag else ""
+    kept_dir = REPO / f"bench/learning/results/forgetting-{first.name}-{second.name}{tag}-adapter"
     shutil.rmtree(kept_dir, ignore_errors=True)
     if versions:
         shutil.copytree(versions[-1].path, kept_dir)
@@ -523,7 +524,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.forgetting:
         first, second = select(args.forgetting)
         result = run_forgetting(first, second, args)
-        out = REPO / f"bench/learning/results/forgetting-{first.name}-{second.name}.json"
+        tag = f"-{args.tag}" if args.tag else ""
+        out = REPO / f"bench/learning/results/forgetting-{first.name}-{second.name}{tag}.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=1))
         numbers = {k: result[k] for k in ("kept_fraction", "agent_skill_drop")}

@@ -29,6 +29,7 @@ from pydantic import BaseModel, Field
 from continual_lsp.config import EMBEDDED_MODEL
 from continual_lsp.curriculum.episodes import Sequence, generate
 from continual_lsp.curriculum.exercises import load_vocab
+from continual_lsp.learning.anchors import ANCHORS_FILE, Anchor
 from continual_lsp.policy import model_files
 from continual_lsp.policy.render import ChatMLRenderer
 
@@ -79,6 +80,31 @@ def cmd_generate(args: argparse.Namespace) -> None:
             fh.write(seq.model_dump_json() + "\n")
     tmp.replace(out)
     print(json.dumps({"sequences": len(sequences), "dropped": dropped, "out": str(out)}))
+
+
+def cmd_anchors(args: argparse.Namespace) -> None:
+    """The starter's anchors (`learning/anchors.py`): one call per generated sequence, a
+    random one of its spans, with the prompt before it; prompts over `--max-prompt`
+    tokens are left out (each anchor's prompt is run at every step that rehearses it)."""
+    renderer = ChatMLRenderer(load_tokenizer(EMBEDDED_MODEL))
+    sequences, _ = generate(renderer, args.situations, args.seed, load_vocab(), multi_share=0.5)
+    rng = random.Random(args.seed)
+    anchors = []
+    for seq in sequences:
+        a, b = rng.choice(seq.spans)
+        if a <= args.max_prompt:
+            anchors.append(
+                Anchor(
+                    prompt_tokens=seq.tokens[:a], completion_tokens=seq.tokens[a:b], kind=seq.kind
+                )
+            )
+    rng.shuffle(anchors)  # so the pool's turn order mixes the kinds
+    anchors = anchors[: args.count]
+    out = Path(args.out)
+    tmp = out.with_suffix(".partial")
+    tmp.write_text("".join(a.model_dump_json() + "\n" for a in anchors), encoding="utf-8")
+    tmp.replace(out)
+    print(json.dumps({"anchors": len(anchors), "out": str(out)}))
 
 
 def read_sequences(paths: list[str]) -> list[Sequence]:
@@ -317,11 +343,24 @@ def main(argv: list[str] | None = None) -> None:
     tr.add_argument("--config", help="a TrainConfig JSON file instead of --data/--out")
     tr.add_argument("--max-minutes", type=float, help="the time budget (default: the recipe's)")
     tr.add_argument("--init-adapter", help="start from this adapter directory")
+    an = sub.add_parser("anchors", help="write the starter's anchors (learning/anchors.py)")
+    # A seed no training shard uses: the anchors rehearse the skills, not the shards.
+    an.add_argument("--seed", type=int, default=11)
+    an.add_argument("--situations", type=int, default=48, help="exercises generated")
+    an.add_argument("--count", type=int, default=32, help="anchors kept")
+    an.add_argument("--max-prompt", type=int, default=1200, help="longest prompt kept (tokens)")
+    an.add_argument("--out", default=str(model_files.STARTER_DIR / ANCHORS_FILE))
     ex = sub.add_parser("export", help="write the adapter of a run's last checkpoint")
     ex.add_argument("--run", required=True)
     ex.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    {"generate": cmd_generate, "train": cmd_train, "export": cmd_export}[args.command](args)
+    commands = {
+        "generate": cmd_generate,
+        "anchors": cmd_anchors,
+        "train": cmd_train,
+        "export": cmd_export,
+    }
+    commands[args.command](args)
 
 
 if __name__ == "__main__":

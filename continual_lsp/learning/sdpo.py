@@ -247,13 +247,16 @@ def sdpo_step(
     job_payload: SdpoJob | dict[str, Any],
     settings: Settings,
     replay: Sequence[SdpoJob] = (),
+    anchors: Sequence[Datum] = (),
     **options: Any,
 ) -> TrainMetrics:
     """SDPO for one reviewer signal: one step, or up to `steps_per_correction` on the same
     datums; returns the last step's metrics (`seconds` and `tokens` summed).
 
     `replay`: earlier jobs of the same cluster, newest first; the first
-    `replay_same_cluster` that still carry a signal join the batch. `options` override
+    `replay_same_cluster` that still carry a signal join the batch. `anchors`: calls
+    the step keeps likely (`learning/anchors.py`), added to the batch as they are.
+    `options` override
     `SdpoConfig.from_settings(settings)` field by field (`lr`, `trust_region_rate`,
     `grammar_mask`, `max_grad_norm`, …); an unknown one is a ValidationError. Raises
     `NothingToLearn` when the job has neither a correction nor a demonstration.
@@ -270,6 +273,7 @@ def sdpo_step(
             replayed += 1
         except NothingToLearn:
             continue
+    datums += anchors
     # Off-box, build_datums has already refused the ema teacher (`teacher_scores`).
     ema = policy.logit_scorer() if settings.teacher == "ema" else None
     metrics = None
@@ -287,11 +291,13 @@ def sdpo_step(
     assert metrics is not None  # steps_per_correction ≥ 1
     metrics = metrics.model_copy(update={"seconds": seconds, "tokens": tokens})
     log.info(
-        "sdpo on %s (%s): %d step(s), %d replayed; loss %.4f kl %.4f adv %.3f ratio %.3f in %.2fs",
+        "sdpo on %s (%s): %d step(s), %d replayed, %d anchors; "
+        "loss %.4f kl %.4f adv %.3f ratio %.3f in %.2fs",
         job.proposal_id,
         job.signal,
         steps,
         replayed,
+        len(anchors),
         metrics.loss,
         metrics.kl,
         metrics.mean_advantage,

@@ -60,6 +60,7 @@ from typing import Any
 
 from continual_lsp.config import Settings
 from continual_lsp.learning import sdpo
+from continual_lsp.learning.anchors import anchor_datums, skill_cost
 from continual_lsp.learning.consolidate import run_consolidation_job
 from continual_lsp.policy.adapter_registry import AdapterRegistry, adapters_dir, version_name
 from continual_lsp.policy.base import BackendUnavailable, Policy, TrainMetrics
@@ -289,11 +290,19 @@ def run_job(
             sdpo.JOB_KIND, payload.cluster, job["id"], 2 * settings.replay_same_cluster
         )
         replay = [sdpo.SdpoJob.model_validate(p) for p in earlier]
+    # By the step counter, so a worker restart goes on with the next anchors in turn.
+    anchors = anchor_datums(settings, int(store.counter(STEP_COUNTER)))
     try:
-        metrics = sdpo.sdpo_step(policy, payload, settings, replay)
+        metrics = sdpo.sdpo_step(policy, payload, settings, replay, anchors)
     except sdpo.NothingToLearn as exc:
         steps = store.counter(STEP_COUNTER)
         return _result(store.current_adapter(), steps, 0.0, 0.0, 0.0, skipped=str(exc))
+    undone = _undo_if_costly(policy, store, settings)
+    if undone is not None:
+        steps = store.counter(STEP_COUNTER)
+        return _result(
+            store.current_adapter(), steps, metrics.loss, metrics.kl, 0.0, skipped=undone
+        )
     # A store counter, not the process's own count: step numbers survive worker restarts.
     store.bump(STEP_COUNTER)
     steps = int(store.counter(STEP_COUNTER))
@@ -302,6 +311,30 @@ def run_job(
     return _result(
         store.current_adapter(), steps, metrics.loss, metrics.kl, metrics.seconds, saved=False
     )
+
+
+def _undo_if_costly(policy: Policy, store: Store, settings: Settings) -> str | None:
+    """Undo the step just taken when it cost the starter's skills (`anchors.skill_cost`
+    over `anchor_gate_nats`): the weights go back to the newest saved version (with
+    `save_every` > 1, the steps since it too). Returns why, or None when it stays."""
+    limit = settings.anchor_gate_nats
+    if limit is None:
+        return None
+    started = time.perf_counter()
+    cost = skill_cost(policy, settings)
+    if cost is None:
+        return None
+    log.info("anchor gate: %+.3f nats per token in %.2fs", cost, time.perf_counter() - started)
+    if cost <= limit:
+        return None
+    registry = AdapterRegistry(store)
+    registry.serve(policy, registry.newest_intact(policy, _passed_over))
+    why = (
+        f"undone: the step raised the starter's held-out anchors' loss by {cost:.3f} nats "
+        f"per token (anchor_gate_nats {limit})"
+    )
+    log.warning(why)
+    return why
 
 
 def handle_job(

@@ -169,7 +169,13 @@ def test_forgetting_teaches_first_then_eight_of_second_then_measures_first_again
     monkeypatch.setattr(through_agent, "measure", fake_measure)
     monkeypatch.setattr(adapter_files, "list_adapters", lambda *a, **k: [])
     args = argparse.Namespace(
-        corrections=5, held_out=4, reviewer="deny", no_starter=False, settings=[], skill_tasks=36
+        corrections=5,
+        held_out=4,
+        reviewer="deny",
+        no_starter=False,
+        settings=[],
+        skill_tasks=36,
+        tag="",
     )
     result = through_agent.run_forgetting(scenario("logging"), scenario("scope"), args)
     assert calls == [

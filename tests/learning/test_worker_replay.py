@@ -17,7 +17,9 @@ def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings: Settings) ->
     store = Store(tmp_path / "s.db")
     seen: list[str] = []
 
-    def fake_step(policy: Any, payload: Any, settings: Any, replay: Any = ()) -> TrainMetrics:
+    def fake_step(
+        policy: Any, payload: Any, settings: Any, replay: Any = (), anchors: Any = ()
+    ) -> TrainMetrics:
         seen.extend(job.proposal_id for job in replay)
         return TrainMetrics(loss=0.0)
 
@@ -30,7 +32,8 @@ def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings: Settings) ->
         )
         job = store.claim_job(("sdpo",))
         assert job is not None
-        settings_now = settings.model_copy(update={"save_every": 1000})
+        # The anchor gate scores with the model, which this fake policy does not have.
+        settings_now = settings.model_copy(update={"save_every": 1000, "anchor_gate_nats": None})
         result = worker.run_job(object(), store, tmp_path / "adapters", settings_now, job)  # type: ignore[arg-type]
         store.finish_job(job["id"], result)
     store.close()

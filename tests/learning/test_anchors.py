@@ -1,0 +1,48 @@
+"""The starter's anchors: what each SDPO step rehearses so a lesson does not unlearn the job."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from continual_lsp.agent.conversation import Conversation
+from continual_lsp.config import Settings
+from continual_lsp.learning.anchors import anchor_datums, load_anchors, rehearsed_anchors
+from continual_lsp.policy.render import ChatMLRenderer
+
+
+def test_the_shipped_starter_has_anchors_for_the_embedded_model_only() -> None:
+    assert len(load_anchors(Settings())) >= 16
+    assert load_anchors(Settings(starter=False)) == ()
+    assert load_anchors(Settings(model="/models/another")) == ()
+    assert load_anchors(Settings(backend="tinker")) == ()
+
+
+def test_each_step_takes_the_next_anchors_in_turn() -> None:
+    pool = rehearsed_anchors(load_anchors(Settings()))
+    settings = Settings(anchors_per_step=2, anchor_advantage=0.5)
+    first, second = anchor_datums(settings, 0), anchor_datums(settings, 1)
+    assert [d.completion_tokens for d in first] == [a.completion_tokens for a in pool[:2]]
+    assert [d.completion_tokens for d in second] == [a.completion_tokens for a in pool[2:4]]
+    # On-policy (no behaviour logprobs: ratio 1), the advantage on every call token.
+    assert all(d.old_logprobs == [] for d in first)
+    assert all(set(d.advantages) == {0.5} for d in first + second)
+    wrapped = anchor_datums(settings, len(pool))  # the pool, then round again
+    assert len(wrapped) == 2
+    assert anchor_datums(Settings(anchors_per_step=0), 3) == []
+
+
+@pytest.fixture(scope="module")
+def renderer(chatml_renderer: Any) -> ChatMLRenderer:
+    return chatml_renderer
+
+
+def test_the_anchors_are_the_agents_current_prompt_and_a_call(renderer: ChatMLRenderer) -> None:
+    """A change to the system prompt or the tool schema leaves stale anchors behind:
+    regenerate them (`python -m continual_lsp.curriculum.train anchors`)."""
+    system = renderer.render_prompt(Conversation("x").messages())
+    n = len(system) - 20  # the task's own words start past here
+    for anchor in load_anchors(Settings()):
+        assert anchor.prompt_tokens[:n] == system[:n]
+        renderer.parse_call(renderer.decode(anchor.completion_tokens))
