@@ -10,6 +10,12 @@ seconds (all threads), the peak RSS during that mode's steps (sampled every 10 m
     python bench/sdpo_step.py [--sizes 512 1024 2048 4096] [--reps 5] [--threads N]
                               [--interleave]
 
+Each step carries the starter's anchors as the training worker's do (`anchors_per_step`,
+the next ones in turn), and after it, timed apart, the worker's anchor gate
+(`anchors.skill_cost`): the `gate` column, and `p50_gate_s_2k` in the JSON. Mode
+`bare` is `warmed` without either (what a step cost before them; `--modes warmed bare`
+prints the ratio).
+
 Mode `warmed` is `cached` plus what the training worker does between jobs: after each
 step, untimed, it recomputes the prompt's K/V under the new weights
 (`worker.warm_for_next_job`), as happens while the reviewer reads the retry. Compare it
@@ -123,6 +129,7 @@ def _run(
     import torch
 
     from continual_lsp.config import Settings
+    from continual_lsp.learning.anchors import anchor_datums, skill_cost
     from continual_lsp.learning.sdpo import SdpoJob, sdpo_step
     from continual_lsp.learning.worker import warm_for_next_job
     from continual_lsp.policy.local.local_policy import LocalPolicy
@@ -140,25 +147,31 @@ def _run(
         signal="deny",
     )
     results: dict[str, dict[str, Any]] = {
-        m: {"totals": [], "trains": [], "cpu": [], "rss": 0} for m in modes
+        m: {"totals": [], "trains": [], "cpu": [], "gates": [], "rss": 0} for m in modes
     }
     # One untimed step first: the first backward of a process pays one-off kernel and
     # allocator set-up (~2x a steady step), which would land on whichever mode runs first.
-    sdpo_step(policy, job, settings)
+    sdpo_step(policy, job, settings, anchors=anchor_datums(settings, 0))
+    skill_cost(policy, settings)  # its reference side is computed once per process
     if interleave:
         order = [m for _ in range(reps) for m in modes]
     else:
         order = [m for m in modes for _ in range(reps)]
-    for mode in order:
+    for step, mode in enumerate(order, start=1):
         r = results[mode]
+        anchors = anchor_datums(settings, step) if mode != "bare" else []
         with _PeakRss() as rss:
             start, cpu = time.perf_counter(), time.process_time()
-            metrics = sdpo_step(policy, job, settings, prefix_cache=mode != "full")
+            metrics = sdpo_step(policy, job, settings, anchors=anchors, prefix_cache=mode != "full")
             r["totals"].append(time.perf_counter() - start)
             r["cpu"].append(time.process_time() - cpu)
+            start = time.perf_counter()
+            if mode != "bare":
+                skill_cost(policy, settings)
+            r["gates"].append(time.perf_counter() - start)
         r["trains"].append(metrics.seconds)
         r["rss"] = max(r["rss"], rss.peak / 2**20)
-        if mode == "warmed":
+        if mode in ("warmed", "bare"):
             # Untimed, as in the worker: done while the reviewer reads the retry.
             warm_for_next_job(policy, {"payload": job.model_dump()})
     out.send({"prompt": len(prompt), "call": len(call), "modes": results})
@@ -175,7 +188,10 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument(
-        "--modes", nargs="+", default=["cached", "full"], choices=["cached", "warmed", "full"]
+        "--modes",
+        nargs="+",
+        default=["cached", "full"],
+        choices=["cached", "warmed", "full", "bare"],
     )
     parser.add_argument("--interleave", action="store_true", help="alternate the modes per rep")
     parser.add_argument(
@@ -195,7 +211,7 @@ def main() -> None:
     )
     print(
         f"{'context':>8} {'call':>5} {'mode':>7} {'p50 step':>9} {'p90 step':>9}"
-        f" {'p50 train':>10} {'p50 CPU s':>10} {'peak RSS':>9}"
+        f" {'p50 train':>10} {'p50 CPU s':>10} {'p50 gate':>9} {'peak RSS':>9}"
     )
     rows: dict[int, dict[str, Any]] = {}
     for size in args.sizes:
@@ -212,6 +228,7 @@ def main() -> None:
                 f"{result['prompt']:>8} {result['call']:>5} {mode:>7}"
                 f" {statistics.median(r['totals']):>8.2f}s {_pct(r['totals'], 0.9):>8.2f}s"
                 f" {statistics.median(r['trains']):>9.2f}s {statistics.median(r['cpu']):>9.2f}s"
+                f" {statistics.median(r['gates']):>8.2f}s"
                 f" {r['rss']:>7.0f}MB",
                 flush=True,
             )
@@ -235,10 +252,24 @@ def main() -> None:
                 f"{size:>8}: step x{statistics.median(c['totals']) / statistics.median(w['totals']):.2f},"
                 f" CPU x{statistics.median(c['cpu']) / statistics.median(w['cpu']):.2f}"
             )
+    if {"warmed", "bare"} <= set(args.modes):
+        print("\nwarmed / bare (p50 step wall; + the gate):")
+        for size, modes in rows.items():
+            w, b = modes["warmed"], modes["bare"]
+            step = statistics.median(w["totals"]) / statistics.median(b["totals"])
+            job = statistics.median([t + g for t, g in zip(w["totals"], w["gates"], strict=True)])
+            print(
+                f"{size:>8}: step x{step:.2f}, step + gate x{job / statistics.median(b['totals']):.2f}"
+            )
     print(f"load avg after: {os.getloadavg()}", file=sys.stderr)
     if args.json:
         at_2k = rows[2048]
-        out = {f"p50_s_2k_{m}": round(statistics.median(at_2k[m]["totals"]), 3) for m in at_2k}
+        out: dict[str, Any] = {
+            f"p50_s_2k_{m}": round(statistics.median(at_2k[m]["totals"]), 3) for m in at_2k
+        }
+        gates = [g for name, m in at_2k.items() if name != "bare" for g in m["gates"]]
+        out["p50_gate_s_2k"] = round(statistics.median(gates), 3)
+        out["cpu"] = cpu_model()
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
 
 

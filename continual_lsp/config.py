@@ -90,6 +90,9 @@ class Settings(BaseModel):
     replay_same_cluster: int = Field(default=0, ge=0, le=8)  # (see steps_per_correction)
     # Calls of the starter's curriculum rehearsed in each step (learning/anchors.py), so a
     # run of lessons on one convention does not unlearn the agent's job; 0: none.
+    # through_agent.py --forgetting (docs/evidence.md, one run each): 13 lessons cost 30
+    # one-step agent-skill tasks of 36 with none, 8 with 2, 4 with 4; each costs a
+    # prefill of its prompt in every step (bench/sdpo_step.py), so 2.
     anchors_per_step: int = Field(default=2, ge=0, le=8)
     # Each anchor token's advantage: 1 raises the starter's call as a demonstration would;
     # 0 leaves only the KL to the reference at its positions.

@@ -85,21 +85,30 @@ def cmd_generate(args: argparse.Namespace) -> None:
 def cmd_anchors(args: argparse.Namespace) -> None:
     """The starter's anchors (`learning/anchors.py`): one call per generated sequence, a
     random one of its spans, with the prompt before it; prompts over `--max-prompt`
-    tokens are left out (each anchor's prompt is run at every step that rehearses it)."""
+    tokens are left out (each anchor's prompt is run at every step that rehearses it).
+    The calls are drawn from each tool in turn, so the few edits and `done`s of short
+    prompts are not outnumbered by first reads."""
     renderer = ChatMLRenderer(load_tokenizer(EMBEDDED_MODEL))
     sequences, _ = generate(renderer, args.situations, args.seed, load_vocab(), multi_share=0.5)
     rng = random.Random(args.seed)
-    anchors = []
+    by_tool: dict[str, list[Anchor]] = {}
     for seq in sequences:
         a, b = rng.choice(seq.spans)
         if a <= args.max_prompt:
-            anchors.append(
-                Anchor(
-                    prompt_tokens=seq.tokens[:a], completion_tokens=seq.tokens[a:b], kind=seq.kind
-                )
+            tool = renderer.parse_call(renderer.decode(seq.tokens[a:b])).tool
+            anchor = Anchor(
+                prompt_tokens=seq.tokens[:a],
+                completion_tokens=seq.tokens[a:b],
+                kind=seq.kind,
+                tool=tool,
             )
-    rng.shuffle(anchors)  # so the pool's turn order mixes the kinds
-    anchors = anchors[: args.count]
+            by_tool.setdefault(tool, []).append(anchor)
+    anchors: list[Anchor] = []
+    while len(anchors) < args.count and any(by_tool.values()):
+        for tool in sorted(by_tool):
+            if by_tool[tool] and len(anchors) < args.count:
+                anchors.append(by_tool[tool].pop(0))
+    rng.shuffle(anchors)  # so the pool's turn order mixes the tools
     out = Path(args.out)
     tmp = out.with_suffix(".partial")
     tmp.write_text("".join(a.model_dump_json() + "\n" for a in anchors), encoding="utf-8")
@@ -346,9 +355,9 @@ def main(argv: list[str] | None = None) -> None:
     an = sub.add_parser("anchors", help="write the starter's anchors (learning/anchors.py)")
     # A seed no training shard uses: the anchors rehearse the skills, not the shards.
     an.add_argument("--seed", type=int, default=11)
-    an.add_argument("--situations", type=int, default=48, help="exercises generated")
+    an.add_argument("--situations", type=int, default=160, help="exercises generated")
     an.add_argument("--count", type=int, default=32, help="anchors kept")
-    an.add_argument("--max-prompt", type=int, default=1200, help="longest prompt kept (tokens)")
+    an.add_argument("--max-prompt", type=int, default=600, help="longest prompt kept (tokens)")
     an.add_argument("--out", default=str(model_files.STARTER_DIR / ANCHORS_FILE))
     ex = sub.add_parser("export", help="write the adapter of a run's last checkpoint")
     ex.add_argument("--run", required=True)

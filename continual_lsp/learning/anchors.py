@@ -10,18 +10,20 @@ the natural thing to rehearse: `anchors.jsonl` beside the starter adapter holds 
 from it (prompt and call tokens, written by `curriculum.train anchors` from a seed the
 training shards do not use), and each step carries `anchors_per_step` of them, in turn.
 
-A step can still undo the starter where no anchor rehearses it, so the anchors with the
-shortest prompts (`GATE_SIZE`, first calls of a task, where that collapse showed first)
-are held out of the rehearsal and gate every step: `skill_cost` is their mean
+A step can still undo the starter where no anchor rehearses it, so some anchors
+(`GATE_SIZE`, every tool in turn, the shortest prompts first) are held out of the
+rehearsal and gate every step: `skill_cost` is their mean
 per-token loss under the new weights minus that under the starter (the reference), and
 the worker undoes a step that raises it past `anchor_gate_nats` (`learning/worker.py`).
-Measured on the collapsed adapter above: 0.03 nats per token under the starter, 0.41
-under it; an adapter that had learned a rule without collapsing stayed within 0.02.
+Measured on the collapsed adapter above (eight first calls): 0.03 nats per token under the
+starter, 0.41 under it; an adapter that had learned a rule without collapsing stayed
+within 0.02.
 
 An anchor's datum is on-policy (ratio 1) with advantage `anchor_advantage` on every
 call token: the step raises the log-probability of the starter's call as much as it
-has fallen (the gradient of `−log π` vanishes where π is already near 1), and the
-KL to the reference (the starter) applies at its positions like at any other.
+has fallen (the gradient of `−log π` vanishes where π is already near 1). It gets no KL
+term and its prompt's K/V is not kept (`Datum.rehearsal`): with them, four anchors made
+a 2k-context step 3.9x slower (`bench/sdpo_step.py`).
 
 They are the embedded model's tokens, with the starter merged locally: another model,
 another backend or `starter = false` gets none.
@@ -51,7 +53,8 @@ class Anchor(BaseModel):
 
     prompt_tokens: list[int] = Field(min_length=1)
     completion_tokens: list[int] = Field(min_length=1)
-    kind: str  # the exercise kind it came from (read, edit, bash, done …)
+    kind: str  # the exercise kind it came from (typo, failing_test …)
+    tool: str  # the call's tool
 
 
 @functools.cache
@@ -89,10 +92,19 @@ GATE_SIZE = 8
 
 
 def gate_anchors(pool: tuple[Anchor, ...]) -> tuple[Anchor, ...]:
-    """The gate's anchors: the `GATE_SIZE` shortest prompts (ties by order in the file)."""
+    """The gate's anchors: `GATE_SIZE` of them, the tools in turn (edits and `done` as
+    well as first reads), the shortest prompts of each tool first."""
     if len(pool) <= GATE_SIZE:
         return pool
-    return tuple(sorted(pool, key=lambda a: len(a.prompt_tokens))[:GATE_SIZE])
+    by_tool: dict[str, list[Anchor]] = {}
+    for a in sorted(pool, key=lambda a: len(a.prompt_tokens)):
+        by_tool.setdefault(a.tool, []).append(a)
+    picked: list[Anchor] = []
+    while len(picked) < GATE_SIZE:
+        for tool in sorted(by_tool):
+            if by_tool[tool] and len(picked) < GATE_SIZE:
+                picked.append(by_tool[tool].pop(0))
+    return tuple(picked)
 
 
 def rehearsed_anchors(pool: tuple[Anchor, ...]) -> tuple[Anchor, ...]:
@@ -139,6 +151,7 @@ def anchor_datums(settings: Settings, step: int) -> list[Datum]:
             prompt_tokens=a.prompt_tokens,
             completion_tokens=a.completion_tokens,
             advantages=[settings.anchor_advantage] * len(a.completion_tokens),
+            rehearsal=True,
         )
         for a in picked
     ]

@@ -247,6 +247,7 @@ def sdpo_step(
     job_payload: SdpoJob | dict[str, Any],
     settings: Settings,
     replay: Sequence[SdpoJob] = (),
+    *,
     anchors: Sequence[Datum] = (),
     **options: Any,
 ) -> TrainMetrics:

@@ -293,7 +293,7 @@ def run_job(
     # By the step counter, so a worker restart goes on with the next anchors in turn.
     anchors = anchor_datums(settings, int(store.counter(STEP_COUNTER)))
     try:
-        metrics = sdpo.sdpo_step(policy, payload, settings, replay, anchors)
+        metrics = sdpo.sdpo_step(policy, payload, settings, replay, anchors=anchors)
     except sdpo.NothingToLearn as exc:
         steps = store.counter(STEP_COUNTER)
         return _result(store.current_adapter(), steps, 0.0, 0.0, 0.0, skipped=str(exc))

@@ -83,6 +83,11 @@ class Datum(BaseModel):
     `loss_weights` (local-only) scale each position's loss term, not its KL term: SDPO's
     full-logit mode sets 0 where the grammar forced the token, so distilling the teacher's
     raw distribution does not retrain the JSON framing the sampler never chooses.
+    `rehearsal` (local-only): a call the step keeps likely (a starter anchor,
+    `learning/anchors.py`), not one the reviewer judged: its prompt's K/V is not kept in
+    the step's few prefix-cache entries (no later step shares it) and it gets no KL term
+    (its own loss already pulls towards the starter's call; the reference pass would
+    double its cost).
     """
 
     prompt_tokens: list[int]
@@ -92,6 +97,7 @@ class Datum(BaseModel):
     teacher_topk_ids: list[list[int]] | None = None
     teacher_topk_logprobs: list[list[float]] | None = None
     loss_weights: list[float] | None = None
+    rehearsal: bool = False
 
 
 LossName = Literal["importance_sampling", "cross_entropy", "topk_distill"]

@@ -224,14 +224,18 @@ def use_weights(model: Any, weights: str) -> Iterator[None]:
             model.set_adapter(TRAINED_ADAPTER)
 
 
-def prefix_cache(policy: LoraHolder, tokens: list[int], weights: str = TRAINED_ADAPTER) -> Any:
+def prefix_cache(
+    policy: LoraHolder, tokens: list[int], weights: str = TRAINED_ADAPTER, *, keep: bool = True
+) -> Any:
     """A KV cache holding `tokens` under `weights`, computed without gradients.
 
     Reuses the longest cached common prefix computed under the same weights (and, for the
     trained adapter, the same weight generation): the student and a `current` teacher
     share the conversation up to the feedback turn; the denied call and the demonstration
     share the whole prompt; the reference shares across steps. Returns a new cache object
-    each call (safe to extend), or None when `tokens` is empty.
+    each call (safe to extend), or None when `tokens` is empty. `keep=False`: a prompt no
+    later step shares (a rehearsed anchor) is computed but not kept, so it does not evict
+    the job's prompt from the few entries kept.
     """
     if not tokens:
         return None
@@ -255,8 +259,8 @@ def prefix_cache(policy: LoraHolder, tokens: list[int], weights: str = TRAINED_A
     with torch.no_grad(), use_weights(model, weights):
         _, cache = forward(model, list(key[best_len:]), cache, keep=1)
     layers = cache_layers(cache)
-    if layers is None:
-        return cache  # not sliceable: no reuse, but still correct
+    if layers is None or not keep:
+        return cache  # not kept (not sliceable, or not asked): still correct
     state.prefix.append(
         _PrefixEntry(
             weights,

@@ -63,11 +63,13 @@ def completion_logits(
     *,
     grad: bool = False,
     use_prefix_cache: bool = True,
+    keep_prefix: bool = True,
 ) -> torch.Tensor:
     """Logits `(T, V)` predicting each completion token, under `weights`.
 
     With the prefix cache, only `[prompt[-1]] + completion[:-1]` runs through the model
     (with gradients when `grad`); without it, the whole sequence runs (full backprop).
+    `keep_prefix=False`: the prompt's K/V is not kept for later (`kv_cache.prefix_cache`).
     """
     if not prompt_tokens:
         raise ValueError("scoring needs a non-empty prompt")
@@ -78,7 +80,7 @@ def completion_logits(
         with grad_ctx, use_weights(model, weights):
             logits, _ = forward(model, prompt_tokens + completion_tokens, None, keep=n + 1)
         return logits[:-1]
-    cache = prefix_cache(policy, prompt_tokens[:-1], weights)
+    cache = prefix_cache(policy, prompt_tokens[:-1], weights, keep=keep_prefix)
     with grad_ctx, use_weights(model, weights):
         logits, _ = forward(model, [prompt_tokens[-1], *completion_tokens[:-1]], cache, keep=n)
     return logits
@@ -161,9 +163,9 @@ def train_step(
       `old_logprobs` are given (TRL's `distillation_is_clip`).
 
     plus `kl_coef · KL(π ‖ π_ref)` over the full vocabulary (reference = adapter disabled;
-    skipped when `kl_coef == 0`). Gradients are clipped to `max_grad_norm`. Metrics are
-    measured under the pre-step weights: `kl` is the mean per-token KL that entered the
-    loss, `mean_ratio`/`clipped_fraction` describe π/π_old.
+    skipped when `kl_coef == 0`, and for a `rehearsal` datum). Gradients are clipped to
+    `max_grad_norm`. Metrics are measured under the pre-step weights: `kl` is the mean
+    per-token KL that entered the loss, `mean_ratio`/`clipped_fraction` describe π/π_old.
     `prefix_cache=False` backpropagates through the whole context (exact, slow).
     """
     start = time.perf_counter()
@@ -227,6 +229,7 @@ def _backward(
         datum.completion_tokens,
         grad=True,
         use_prefix_cache=prefix_cache,
+        keep_prefix=not datum.rehearsal,
     )
     device = logits.device
     ids = torch.tensor(datum.completion_tokens, dtype=torch.long, device=device)
@@ -254,7 +257,7 @@ def _backward(
         per_token = per_token * torch.tensor(
             datum.loss_weights, dtype=per_token.dtype, device=device
         )
-    if kl_coef > 0:
+    if kl_coef > 0 and not datum.rehearsal:
         prompt, completion = datum.prompt_tokens, datum.completion_tokens
         reference = completion_logits(
             policy, prompt, completion, REFERENCE, use_prefix_cache=prefix_cache

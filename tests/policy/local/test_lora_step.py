@@ -255,3 +255,17 @@ def test_a_save_that_dies_leaves_no_version(
     assert adapter_files.list_adapters(directory) == []
     (directory / ".partial-left-by-kill").mkdir()
     assert adapter_files.clean_partial(directory) == 1
+
+
+def test_a_rehearsal_datum_keeps_no_prefix_and_takes_no_kl(policy: LocalPolicy) -> None:
+    """A starter anchor rides in the step for its own loss only: its prompt's K/V would
+    evict the job's from the few entries kept, and a reference pass would double it."""
+    prompt, call = situation(policy)
+    rehearsal = datum(policy, prompt, call).model_copy(update={"rehearsal": True})
+    metrics = policy.train_step([rehearsal], "importance_sampling", 1e-3, kl_coef=0.25)
+    assert metrics.kl == 0.0
+    assert policy.train_state.prefix == []
+    judged = datum(policy, prompt, call)
+    metrics = policy.train_step([judged], "importance_sampling", 1e-3, kl_coef=0.25)
+    assert metrics.kl > 0.0
+    assert {e.weights for e in policy.train_state.prefix} == {kv_cache.REFERENCE}
