@@ -31,6 +31,9 @@ wait
 "$PY" -m continual_lsp.curriculum.train train \
   --data "${shards[@]}" --out "$WORK/run" \
   ${MAX_MINUTES:+--max-minutes "$MAX_MINUTES"} ${INIT_ADAPTER:+--init-adapter "$INIT_ADAPTER"}
+# The calls every SDPO step rehearses and is gated on (learning/anchors.py), beside the
+# adapter they belong with; seed 11, which the shards above must not use.
+"$PY" -m continual_lsp.curriculum.train anchors --out "$WORK/run/adapter/anchors.jsonl"
 # The learning check (issue 33): a candidate that learns less from a deny-only reviewer
 # than the shipped starter stops the recipe here (set -e), before anyone copies it.
 [ -n "${SKIP_LEARNING_CHECK:-}" ] || bash scripts/check_starter_learns.sh "$WORK/run/adapter" "$WORK/learning-check"
