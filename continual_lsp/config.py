@@ -94,8 +94,9 @@ class Settings(BaseModel):
     # one-step agent-skill tasks of 36 with none, 8 with 2, 4 with 4; each costs a
     # prefill of its prompt in every step (bench/sdpo_step.py), so 2.
     anchors_per_step: int = Field(default=2, ge=0, le=8)
-    # Each anchor token's advantage: 1 raises the starter's call as a demonstration would;
-    # 0 leaves only the KL to the reference at its positions.
+    # Each anchor token's advantage: 1 raises the starter's call as a demonstration would.
+    # An anchor gets no KL term (Datum.rehearsal), so at 0 it does nothing but cost time:
+    # anchors_per_step = 0 is the way to turn them off.
     anchor_advantage: float = Field(default=1.0, ge=0.0, le=4.0)
     # A step that raises the held-out anchors' loss by more than this (nats per token, over
     # the starter's) is undone; None: no gate.

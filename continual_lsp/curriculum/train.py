@@ -29,7 +29,7 @@ from pydantic import BaseModel, Field
 from continual_lsp.config import EMBEDDED_MODEL
 from continual_lsp.curriculum.episodes import Sequence, generate
 from continual_lsp.curriculum.exercises import load_vocab
-from continual_lsp.learning.anchors import ANCHORS_FILE, Anchor
+from continual_lsp.learning.anchors import ANCHORS_FILE, Anchor, tools_in_turn
 from continual_lsp.policy import model_files
 from continual_lsp.policy.render import ChatMLRenderer
 
@@ -91,23 +91,19 @@ def cmd_anchors(args: argparse.Namespace) -> None:
     renderer = ChatMLRenderer(load_tokenizer(EMBEDDED_MODEL))
     sequences, _ = generate(renderer, args.situations, args.seed, load_vocab(), multi_share=0.5)
     rng = random.Random(args.seed)
-    by_tool: dict[str, list[Anchor]] = {}
+    drawn = []
     for seq in sequences:
         a, b = rng.choice(seq.spans)
         if a <= args.max_prompt:
-            tool = renderer.parse_call(renderer.decode(seq.tokens[a:b])).tool
-            anchor = Anchor(
-                prompt_tokens=seq.tokens[:a],
-                completion_tokens=seq.tokens[a:b],
-                kind=seq.kind,
-                tool=tool,
+            drawn.append(
+                Anchor(
+                    prompt_tokens=seq.tokens[:a],
+                    completion_tokens=seq.tokens[a:b],
+                    kind=seq.kind,
+                    tool=renderer.parse_call(renderer.decode(seq.tokens[a:b])).tool,
+                )
             )
-            by_tool.setdefault(tool, []).append(anchor)
-    anchors: list[Anchor] = []
-    while len(anchors) < args.count and any(by_tool.values()):
-        for tool in sorted(by_tool):
-            if by_tool[tool] and len(anchors) < args.count:
-                anchors.append(by_tool[tool].pop(0))
+    anchors = tools_in_turn(drawn, args.count)
     rng.shuffle(anchors)  # so the pool's turn order mixes the tools
     out = Path(args.out)
     tmp = out.with_suffix(".partial")

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -91,20 +92,25 @@ def _warn_missing(path: Path) -> None:
 GATE_SIZE = 8
 
 
+def tools_in_turn(anchors: Iterable[Anchor], count: int) -> list[Anchor]:
+    """Up to `count` of `anchors`, one of each tool in turn (tools by name), each tool's
+    in the order given: so edits and `done`s are not outnumbered by first reads."""
+    by_tool: dict[str, list[Anchor]] = {}
+    for a in anchors:
+        by_tool.setdefault(a.tool, []).append(a)
+    queues = [by_tool[tool] for tool in sorted(by_tool)]
+    picked: list[Anchor] = []
+    while len(picked) < count and any(queues):
+        picked += [q.pop(0) for q in queues if q][: count - len(picked)]
+    return picked
+
+
 def gate_anchors(pool: tuple[Anchor, ...]) -> tuple[Anchor, ...]:
-    """The gate's anchors: `GATE_SIZE` of them, the tools in turn (edits and `done` as
-    well as first reads), the shortest prompts of each tool first."""
+    """The gate's anchors: `GATE_SIZE` of them, the tools in turn, the shortest prompts
+    of each tool first."""
     if len(pool) <= GATE_SIZE:
         return pool
-    by_tool: dict[str, list[Anchor]] = {}
-    for a in sorted(pool, key=lambda a: len(a.prompt_tokens)):
-        by_tool.setdefault(a.tool, []).append(a)
-    picked: list[Anchor] = []
-    while len(picked) < GATE_SIZE:
-        for tool in sorted(by_tool):
-            if by_tool[tool] and len(picked) < GATE_SIZE:
-                picked.append(by_tool[tool].pop(0))
-    return tuple(picked)
+    return tuple(tools_in_turn(sorted(pool, key=lambda a: len(a.prompt_tokens)), GATE_SIZE))
 
 
 def rehearsed_anchors(pool: tuple[Anchor, ...]) -> tuple[Anchor, ...]:
@@ -119,9 +125,9 @@ def skill_cost(policy: Sampler, settings: Settings) -> float | None:
     under the reference (the starter): how much of what the starter knew a step cost.
     None where no anchors apply."""
     found = _anchors_file(settings)
-    gate = () if found is None else gate_anchors(_read(*found))
-    if found is None or not gate:
+    if found is None:
         return None
+    gate = gate_anchors(_read(*found))
     before = _reference_losses(policy, *found)
     now = [_loss(policy.logprobs(a.prompt_tokens, a.completion_tokens)) for a in gate]
     return sum(n - b for n, b in zip(now, before, strict=True)) / len(gate)

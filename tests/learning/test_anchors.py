@@ -46,3 +46,17 @@ def test_the_anchors_are_the_agents_current_prompt_and_a_call(renderer: ChatMLRe
     for anchor in load_anchors(Settings()):
         assert anchor.prompt_tokens[:n] == system[:n]
         renderer.parse_call(renderer.decode(anchor.completion_tokens))
+
+
+def test_tools_take_turns_and_keep_their_own_order() -> None:
+    from continual_lsp.learning.anchors import Anchor, tools_in_turn
+
+    def a(tool: str, n: int) -> Anchor:
+        return Anchor(prompt_tokens=[n], completion_tokens=[1], kind="k", tool=tool)
+
+    drawn = [a("read", 1), a("read", 2), a("read", 3), a("edit", 4), a("done", 5)]
+    picked = tools_in_turn(drawn, 4)
+    assert [(x.tool, x.prompt_tokens[0]) for x in picked] == [
+        ("done", 5), ("edit", 4), ("read", 1), ("read", 2)
+    ]  # fmt: skip
+    assert len(tools_in_turn(drawn, 10)) == 5
