@@ -130,6 +130,10 @@ class Settings(BaseModel):
     # extra candidates decode in one batch, so N = 4 costs little more than N = 2 (p50
     # 3.8 vs 3.4 s a file-change turn, N = 1: 1.6 s, on 2 quiet cores), for three tries.
     file_candidates: int = Field(default=4, ge=1, le=32)
+    # Local decoding: up to this many tokens copied from the prompt (a path, an edit's old
+    # text) ride along with each decode step and are kept where the sampler agrees
+    # (policy/local/speculate.py; the calls come out as without). 0: off.
+    draft_tokens: int = Field(default=8, ge=0, le=32)
     # The time box of those test runs, all candidates of one turn together.
     check_timeout_s: float = Field(default=30.0, gt=0.0)
     max_turns: int = 30  # a task ends at this many turns

@@ -37,21 +37,20 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-import llguidance
 import torch
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from continual_lsp.policy.base import Completion, SampleParams
 from continual_lsp.policy.local.decode import (
+    CallState,
     Decoder,
     completion_text,
-    next_chunk,
     opening_logprobs,
-    sample_generator,
-    take_tokens,
 )
 from continual_lsp.policy.local.grammar import ToolCallGrammar
 from continual_lsp.policy.local.kv_cache import PromptCache
+from continual_lsp.policy.local.sampler import sample_generator, take_tokens
+from continual_lsp.policy.local.speculate import Lookup
 
 # An adapter as a policy's slot holds it: LoRA parameter name -> tensor; None = zero.
 Adapter = dict[str, torch.Tensor] | None
@@ -108,6 +107,11 @@ class RowCache:
     def advance(self, fed: int) -> None:
         self.length += fed
 
+    def drop(self, count: int) -> None:
+        """Forget the last `count` positions (a draft's rejected tail): the next step
+        writes over them."""
+        self.length -= count
+
     def dynamic(self) -> Any:
         """A `DynamicCache` over this K/V (views), as a prompt cache stores one."""
         from transformers import DynamicCache
@@ -119,40 +123,16 @@ class RowCache:
         return DynamicCache(ddp_cache_data=data)
 
 
-@dataclass
-class Row:
-    """One call in flight: what it decodes under, and what it has decoded so far."""
+@dataclass(kw_only=True)
+class Row(CallState):
+    """One call in flight: its decoding state, and what it decodes under."""
 
     adapter: Callable[[], Adapter]  # the row's LoRA tensors, looked up at each step
-    matcher: llguidance.LLMatcher
     cache: RowCache  # the row's own K/V (prompt, opening, fed chunks)
-    next_logits: torch.Tensor  # predicts the first token of `pending`
-    pending: list[int]  # the chunk to feed at the next step
-    tokens: list[int]
-    logprobs: list[float]
-    forced: int
-    limit: int
-    eos: set[int]
-    params: SampleParams
-    generator: torch.Generator | None
     grammar: ToolCallGrammar
     decoder: Decoder  # the prefill's; keeps the prompt's K/V once the row is done
     started: float
     future: Future[Completion] = field(default_factory=Future)
-
-    def advance(self) -> None:
-        """Choose the next chunk from `next_logits` (`grammar.next_chunk`); [] = done."""
-        self.pending, more = next_chunk(
-            self.matcher,
-            self.next_logits,
-            self.tokens,
-            self.logprobs,
-            self.limit,
-            self.eos,
-            self.params.temperature,
-            self.generator,
-        )
-        self.forced += more
 
     def finish(self) -> Completion:
         """The call as `constrained_decode` returns it; its prompt's K/V kept in the
@@ -176,6 +156,8 @@ def open_row(
     adapter: Callable[[], Adapter],
     prompt_cache: PromptCache | None = None,
     weights_key: Any = None,
+    *,
+    draft: int = 0,
 ) -> Row:
     """Prefill one call (prompt and the grammar's forced opening, past what the prompt
     cache holds) with the caller's adapter live, and choose its first chunk: the start of
@@ -192,23 +174,23 @@ def open_row(
         decoder = Decoder(model, prompt_tokens, opening, prompt_cache, weights_key)
         logprobs = opening_logprobs(decoder, opening) if opening else []
     row = Row(
-        adapter=adapter,
         matcher=matcher,
-        cache=RowCache(decoder.cache),
-        next_logits=decoder.next_logits,
-        pending=[],
+        limit=limit,
+        eos=set(grammar.eos_tokens),
+        temperature=params.temperature,
+        generator=sample_generator(params),
         tokens=list(opening),
         logprobs=logprobs,
         forced=len(opening),
-        limit=limit,
-        eos=set(grammar.eos_tokens),
-        params=params,
-        generator=sample_generator(params),
+        lookup=Lookup(prompt_tokens) if draft > 0 else None,
+        draft=draft,
+        adapter=adapter,
+        cache=RowCache(decoder.cache),
         grammar=grammar,
         decoder=decoder,
         started=started,
     )
-    row.advance()
+    row.start(decoder.next_logits)
     return row
 
 
@@ -359,22 +341,14 @@ def _attention(
 
 
 def step_rows(model: Any, rows: list[Row]) -> list[Row]:
-    """Feed every row's pending chunk in one pass, record its log-probs, and choose its
-    next chunk; returns the rows that have finished (their pending chunk is empty)."""
+    """Feed every row's pending chunk and its draft in one pass, record what each keeps,
+    and choose its next chunk; returns the rows that have finished (nothing pending)."""
     with torch.inference_mode():
         logits = batched_forward(
-            model, [r.pending for r in rows], [r.cache for r in rows], [r.adapter() for r in rows]
+            model, [r.fed() for r in rows], [r.cache for r in rows], [r.adapter() for r in rows]
         )
-        for row, rows_logits in zip(rows, logits, strict=True):
-            chunk = row.pending
-            first = float(torch.log_softmax(row.next_logits, dim=-1)[chunk[0]])
-            scored = torch.log_softmax(rows_logits[:-1], dim=-1)
-            rest = torch.tensor(chunk[1:], dtype=torch.long, device=scored.device)
-            row.tokens.extend(chunk)
-            row.logprobs.append(first)
-            row.logprobs.extend(scored.gather(1, rest[:, None])[:, 0].tolist())
-            row.next_logits = rows_logits[-1]
-            row.advance()
+        for row, fed in zip(rows, logits, strict=True):
+            row.cache.drop(row.take(fed))
     return [r for r in rows if not r.pending]
 
 

@@ -16,16 +16,15 @@ import torch
 from continual_lsp.policy.base import Completion, SampleParams
 from continual_lsp.policy.hf_compat import returned_cache
 from continual_lsp.policy.local.decode import (
+    CallState,
     Decoder,
     completion_text,
-    next_chunk,
     opening_logprobs,
-    sample_generator,
-    take_tokens,
-    token_logprob,
 )
 from continual_lsp.policy.local.grammar import ToolCallGrammar
 from continual_lsp.policy.local.kv_cache import PromptCache
+from continual_lsp.policy.local.sampler import sample_generator, take_tokens
+from continual_lsp.policy.local.speculate import Lookup
 
 
 def constrained_decode_batch(
@@ -36,6 +35,8 @@ def constrained_decode_batch(
     n: int,
     prompt_cache: PromptCache | None = None,
     weights_key: Any = None,
+    *,
+    draft: int = 0,
 ) -> list[Completion]:
     """`n` tool calls from one prompt, decoded together: one forward pass per step for all.
 
@@ -49,59 +50,77 @@ def constrained_decode_batch(
     alone. Logprobs are recorded as in `constrained_decode` (unmasked, temperature 1).
     Rows share one seeded generator, so a seed gives the same `n` calls every time; the
     first `params.greedy_rows` rows (and all of them at temperature 0) are the greedy call.
+    `draft`: prompt-lookup tokens fed after each candidate's chunk, as one call's
+    (speculate.py); a candidate's rejected ones stay in the cache, hidden (`forget`).
     """
     start = time.perf_counter()
     if not prompt_tokens:
         raise ValueError("constrained_decode_batch needs a non-empty prompt")
     if n < 1:
         raise ValueError(f"need at least one candidate, asked for {n}")
-    generator = sample_generator(params)
-    eos = set(grammar.eos_tokens)
     limit = max(0, params.max_tokens)
     matchers, opening = _opened_matchers(grammar, n, limit)
-    tokens: list[list[int]] = [list(opening) for _ in range(n)]
-    logprobs: list[list[float]] = [[] for _ in range(n)]
-    forced = [len(opening)] * n
+    generator = sample_generator(params)  # one for every row: a seed fixes all `n`
 
     with torch.inference_mode():
         decoder = Decoder(model, prompt_tokens, opening, prompt_cache, weights_key)
         # Kept now, not after the steps as one call's is: by then the cache also holds
         # `n` candidates' K/V, which a stored entry would keep alive.
         decoder.keep_prompt()
-        if opening:
-            opening_lps = opening_logprobs(decoder, opening)
-            for row in logprobs:
-                row.extend(opening_lps)
-        tree = CandidateTree(len(prompt_tokens) + len(opening), n)
-        # Row r: the logits after candidate r's last fed token.
-        next_logits = decoder.next_logits.unsqueeze(0).repeat(n, 1)
-        alive = list(range(n))
-        while True:
-            chunks = _next_chunks(
-                matchers,
-                alive,
-                next_logits,
-                tokens,
-                logprobs,
-                forced,
-                limit,
-                eos,
-                params,
-                generator,
+        opening_lps = opening_logprobs(decoder, opening) if opening else []
+        lookup = Lookup(prompt_tokens) if draft > 0 else None
+        calls = [
+            CallState(
+                matcher=matcher,
+                limit=limit,
+                eos=set(grammar.eos_tokens),
+                temperature=0.0 if r < params.greedy_rows else params.temperature,
+                generator=generator,
+                tokens=list(opening),
+                logprobs=list(opening_lps),
+                forced=len(opening),
+                lookup=lookup.fork() if lookup else None,
+                draft=draft,
             )
-            # A finished candidate leaves the step: its tokens stay in the cache, unseen.
-            live = [(r, chunk) for r, chunk in zip(alive, chunks, strict=True) if chunk]
-            live = without_stragglers(live, [len(row) for row in tokens], params.greedy_rows)
-            if not live:
-                break
-            alive = [r for r, _ in live]
-            ids, mask, position_ids = tree.step(live)
-            logits, decoder.cache = tree_forward(
-                decoder.model, decoder.cache, decoder.cache_keyword, ids, mask, position_ids
-            )
-            _record_step(live, logits, next_logits, tokens, logprobs)
+            for r, matcher in enumerate(matchers)
+        ]
+        for call in calls:
+            call.start(decoder.next_logits)
+        _decode_tree(decoder, calls, len(prompt_tokens) + len(opening), params.greedy_rows)
 
-    return _completions(grammar, tokens, logprobs, forced, eos, time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    return [
+        Completion(
+            tokens=c.tokens,
+            logprobs=c.logprobs,
+            text=completion_text(grammar, c.tokens, c.eos),
+            forced=c.forced,
+            seconds=seconds,
+        )
+        for c in calls
+    ]
+
+
+def _decode_tree(decoder: Decoder, calls: list[CallState], prefix: int, greedy_rows: int) -> None:
+    """Step every candidate's call to its end, packed after the `prefix` shared tokens."""
+    n = len(calls)
+    tree = CandidateTree(prefix, n)
+    while True:
+        # A finished candidate leaves the step: its tokens stay in the cache, unseen.
+        live = [(r, c.pending) for r, c in enumerate(calls) if c.pending]
+        live = without_stragglers(live, [len(c.tokens) for c in calls], greedy_rows)
+        if not live:
+            return
+        for r in set(range(n)) - {r for r, _ in live}:
+            calls[r].pending = []  # cut as a straggler
+        fed = [(r, calls[r].fed()) for r, _ in live]
+        ids, mask, position_ids = tree.step(fed)
+        logits, decoder.cache = tree_forward(
+            decoder.model, decoder.cache, decoder.cache_keyword, ids, mask, position_ids
+        )
+        sizes = [len(tokens) for _, tokens in fed]
+        for (r, _), rows in zip(fed, logits.split(sizes), strict=True):
+            tree.forget(r, calls[r].take(rows))
 
 
 def without_stragglers(
@@ -133,37 +152,6 @@ def _opened_matchers(
         if opening:
             matcher.consume_tokens(opening)
     return matchers, opening
-
-
-def _next_chunks(
-    matchers: list[llguidance.LLMatcher],
-    alive: list[int],
-    next_logits: torch.Tensor,
-    tokens: list[list[int]],
-    logprobs: list[list[float]],
-    forced: list[int],
-    limit: int,
-    eos: set[int],
-    params: SampleParams,
-    generator: torch.Generator | None,
-) -> list[list[int]]:
-    """`next_chunk` for every live candidate, in the order of `alive`."""
-    chunks: list[list[int]] = []
-    for r in alive:
-        temperature = 0.0 if r < params.greedy_rows else params.temperature
-        chunk, more = next_chunk(
-            matchers[r],
-            next_logits[r],
-            tokens[r],
-            logprobs[r],
-            limit,
-            eos,
-            temperature,
-            generator,
-        )
-        chunks.append(chunk)
-        forced[r] += more
-    return chunks
 
 
 class CandidateTree:
@@ -201,6 +189,14 @@ class CandidateTree:
         prompt = torch.ones(len(ids), self.prefix, dtype=torch.bool)
         return ids, torch.cat([prompt, own], dim=1)[None, None], positions
 
+    def forget(self, r: int, count: int) -> None:
+        """Hide candidate r's last `count` slots (a draft's rejected tail) from every
+        later token; r's next tokens take their positions."""
+        if count > 0:
+            mine = (self.owners == r).nonzero()[-count:, 0]
+            self.owners[mine] = -1
+            self.positions[r] -= count
+
 
 def tree_forward(
     model: Any,
@@ -222,45 +218,3 @@ def tree_forward(
         **{keyword: cache},
     )
     return out.logits[0].float(), returned_cache(out)
-
-
-def _record_step(
-    live: list[tuple[int, list[int]]],
-    logits: torch.Tensor,
-    next_logits: torch.Tensor,
-    tokens: list[list[int]],
-    logprobs: list[list[float]],
-) -> None:
-    """Append each candidate's chunk and its logprobs (its rows of the packed `logits`,
-    in `live` order); `next_logits[r]` becomes the logits after candidate r's chunk."""
-    offset = 0
-    for r, chunk in live:
-        rows = logits[offset : offset + len(chunk)]
-        offset += len(chunk)
-        first = token_logprob(next_logits[r], chunk[0])
-        scored = torch.log_softmax(rows[:-1], dim=-1)
-        rest = torch.tensor(chunk[1:], dtype=torch.long, device=scored.device)
-        tokens[r].extend(chunk)
-        logprobs[r].append(first)
-        logprobs[r].extend(scored.gather(1, rest[:, None])[:, 0].tolist())
-        next_logits[r] = rows[-1]
-
-
-def _completions(
-    grammar: ToolCallGrammar,
-    tokens: list[list[int]],
-    logprobs: list[list[float]],
-    forced: list[int],
-    eos: set[int],
-    seconds: float,
-) -> list[Completion]:
-    return [
-        Completion(
-            tokens=row,
-            logprobs=lps,
-            text=completion_text(grammar, row, eos),
-            forced=f,
-            seconds=seconds,
-        )
-        for row, lps, f in zip(tokens, logprobs, forced, strict=True)
-    ]

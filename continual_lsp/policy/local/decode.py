@@ -8,7 +8,8 @@ forward pass over the KV cache; the forced opening `{"tool":"` rides along with 
 prompt's prefill. A step where the mask allows a single token (the end-of-turn token
 after the closing brace) needs no sampling either. `PromptCache` keeps the last prompt's
 KV so the next prompt only prefills what it does not share (the system prompt and
-earlier turns are shared between turns).
+earlier turns are shared between turns). Tokens the call copies from its prompt ride
+along with a chunk as a draft and are kept where the sampler agrees (speculate.py).
 
 Logprobs: for every completion token, forced ones included, we record the *unmasked*
 model log-softmax of that token at its position (temperature 1, no grammar mask). That is
@@ -21,6 +22,7 @@ sampling distribution itself (mask, temperature) is deliberately not what is rec
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import llguidance
@@ -28,8 +30,15 @@ import torch
 
 from continual_lsp.policy.base import Completion, SampleParams
 from continual_lsp.policy.hf_compat import cache_keyword
-from continual_lsp.policy.local.grammar import ToolCallGrammar, allowed_mask
-from continual_lsp.policy.local.kv_cache import PromptCache, forward
+from continual_lsp.policy.local.grammar import ToolCallGrammar
+from continual_lsp.policy.local.kv_cache import PromptCache, cache_layers, forward
+from continual_lsp.policy.local.sampler import (
+    next_chunk,
+    record_chunk,
+    sample_generator,
+    take_tokens,
+)
+from continual_lsp.policy.local.speculate import Lookup, grammar_draft, verify
 
 
 class Decoder:
@@ -81,44 +90,81 @@ class Decoder:
 
     def feed(self, tokens: list[int]) -> torch.Tensor:
         """Append `tokens`; return logits predicting tokens[1:] and the next token."""
-        logits = self._forward(tokens, keep=len(tokens))
-        self.next_logits = logits[-1]
-        return logits
+        return self._forward(tokens, keep=len(tokens))
+
+    def can_drop(self) -> bool:
+        """The cache can lose its last positions (`drop`): not one with a sliding window."""
+        return cache_layers(self.cache) is not None
+
+    def drop(self, count: int) -> None:
+        """Forget the last `count` fed tokens (a draft's rejected tail)."""
+        if count > 0:
+            self.cache.crop(-count)
 
 
-def sample_generator(params: SampleParams) -> torch.Generator | None:
-    """The sampling generator: None at temperature 0, unseeded when no seed is given."""
-    if params.temperature <= 0:
-        return None
-    generator = torch.Generator()
-    if params.seed is None:
-        generator.seed()  # non-deterministic, as asked
-    else:
-        generator.manual_seed(params.seed)
-    return generator
+@dataclass(kw_only=True)
+class CallState:
+    """One call being decoded: its grammar state, what it has decoded, the chunk to feed
+    next and the draft after it. Every decode path (one call, a batch of users, a tree of
+    candidates) steps it the same way, so a call is the same whichever path decoded it.
+    """
+
+    matcher: llguidance.LLMatcher
+    limit: int
+    eos: set[int]
+    temperature: float
+    generator: torch.Generator | None
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    forced: int = 0
+    lookup: Lookup | None = None  # prompt-lookup drafts (speculate.py); None: none
+    draft: int = 0  # the most draft tokens fed after a chunk
+    next_logits: torch.Tensor = field(default_factory=lambda: torch.empty(0))
+    pending: list[int] = field(default_factory=list)  # the chunk to feed; [] = done
+    guess: list[int] = field(default_factory=list)  # the draft fed after it
+
+    def start(self, next_logits: torch.Tensor) -> None:
+        """Choose the first chunk from the prefill's last logits."""
+        self.next_logits = next_logits
+        self.pending, more = next_chunk(
+            self.matcher, next_logits, self.tokens, self.logprobs, self.limit, self.eos,
+            self.temperature, self.generator,
+        )  # fmt: skip
+        self.forced += more
+        self.guess = self._drafted()
+
+    def fed(self) -> list[int]:
+        """What the next pass feeds for this call: the chunk, then the draft."""
+        return self.pending + self.guess
+
+    def take(self, logits: torch.Tensor) -> int:
+        """After `fed()` went through the model (`logits`: a row per fed token): record
+        the chunk and what the sampler keeps of the draft, and choose the next chunk.
+        Returns how many fed tokens the K/V must forget (the draft's rejected tail)."""
+        chunk, guess = self.pending, self.guess
+        record_chunk(chunk, self.next_logits, logits, self.tokens, self.logprobs)
+        rows = logits[len(chunk) - 1 :]
+        verdict = verify(
+            self.matcher, rows, guess, self.tokens, self.logprobs, self.limit, self.eos,
+            self.temperature, self.generator,
+        )  # fmt: skip
+        self.next_logits = rows[verdict.kept]
+        self.forced += verdict.forced
+        self.pending = verdict.pending
+        self.guess = self._drafted()
+        return len(guess) - verdict.kept
+
+    def _drafted(self) -> list[int]:
+        if self.lookup is None or not self.pending:
+            return []
+        room = min(self.draft, self.limit - len(self.tokens) - len(self.pending))
+        return grammar_draft(self.lookup, self.matcher, self.tokens + self.pending, room)
 
 
 def opening_logprobs(decoder: Decoder, opening: list[int]) -> list[float]:
     rows = torch.log_softmax(decoder.opening_logits, dim=-1)
     picked = torch.tensor(opening, dtype=torch.long, device=rows.device)
     return rows.gather(1, picked[:, None])[:, 0].tolist()
-
-
-def feed_chunk(
-    decoder: Decoder, pending: list[int], tokens: list[int], logprobs: list[float]
-) -> None:
-    """One forward pass for the sampled token and the tokens forced after it.
-
-    Row i of `decoder.feed`'s logits predicts pending[i + 1]; the first pending token was
-    predicted by the logits we already held.
-    """
-    first_lp = token_logprob(decoder.next_logits, pending[0])
-    logits = decoder.feed(pending)
-    log_probs = torch.log_softmax(logits[:-1], dim=-1)
-    rest = torch.tensor(pending[1:], dtype=torch.long, device=logits.device)
-    tokens.extend(pending)
-    logprobs.append(first_lp)
-    logprobs.extend(log_probs.gather(1, rest[:, None])[:, 0].tolist())
 
 
 def completion_text(grammar: ToolCallGrammar, tokens: list[int], eos: set[int]) -> str:
@@ -135,8 +181,11 @@ def constrained_decode(
     params: SampleParams,
     prompt_cache: PromptCache | None = None,
     weights_key: Any = None,
+    *,
+    draft: int = 0,
 ) -> Completion:
     """Sample one tool call under the grammar; see the module docstring for logprobs.
+    `draft`: up to this many prompt-lookup tokens ride along with each chunk (speculate.py).
 
     Stops at the end-of-turn token (recorded as the last completion token, as in
     `Renderer.render_call`), at `params.max_tokens`, or when the matcher errors. An
@@ -147,118 +196,36 @@ def constrained_decode(
     start = time.perf_counter()
     if not prompt_tokens:
         raise ValueError("constrained_decode needs a non-empty prompt")
-    generator = sample_generator(params)
-
     matcher = grammar.matcher()
-    eos = set(grammar.eos_tokens)
-    tokens: list[int] = []
-    logprobs: list[float] = []
-    forced = 0
     limit = max(0, params.max_tokens)
-
     # The grammar's opening (`{"tool":"`) is forced before anything is sampled: it goes
     # through the model in the same pass as the prompt.
     opening = take_tokens(matcher.compute_ff_tokens(), limit)
     if opening:
         matcher.consume_tokens(opening)
-        forced += len(opening)
-    pending: list[int] = []
-
     with torch.inference_mode():
         decoder = Decoder(model, prompt_tokens, opening, prompt_cache, weights_key)
-        if opening:
-            tokens.extend(opening)
-            logprobs.extend(opening_logprobs(decoder, opening))
-        while True:
-            if pending:
-                feed_chunk(decoder, pending, tokens, logprobs)
-            pending, more = next_chunk(
-                matcher,
-                decoder.next_logits,
-                tokens,
-                logprobs,
-                limit,
-                eos,
-                params.temperature,
-                generator,
-            )
-            forced += more
-            if not pending:
-                break
+        call = CallState(
+            matcher=matcher,
+            limit=limit,
+            eos=set(grammar.eos_tokens),
+            temperature=params.temperature,
+            generator=sample_generator(params),
+            tokens=list(opening),
+            logprobs=opening_logprobs(decoder, opening) if opening else [],
+            forced=len(opening),
+            lookup=Lookup(prompt_tokens) if draft > 0 and decoder.can_drop() else None,
+            draft=draft,
+        )
+        call.start(decoder.next_logits)
+        while call.pending:
+            decoder.drop(call.take(decoder.feed(call.fed())))
         decoder.keep_prompt()
 
     return Completion(
-        tokens=tokens,
-        logprobs=logprobs,
-        text=completion_text(grammar, tokens, eos),
-        forced=forced,
+        tokens=call.tokens,
+        logprobs=call.logprobs,
+        text=completion_text(grammar, call.tokens, call.eos),
+        forced=call.forced,
         seconds=time.perf_counter() - start,
     )
-
-
-def next_chunk(
-    matcher: llguidance.LLMatcher,
-    logits: torch.Tensor,
-    tokens: list[int],
-    logprobs: list[float],
-    limit: int,
-    eos: set[int],
-    temperature: float,
-    generator: torch.Generator | None,
-) -> tuple[list[int], int]:
-    """The next token and the tokens the grammar forces after it (to feed in one pass),
-    and how many of them the grammar forced; [] when the call has ended.
-
-    An end-of-turn token is appended to `tokens` / `logprobs` here, since nothing is fed
-    after it; an unfinished call (the limit, a grammar error) simply ends.
-    """
-    if len(tokens) >= limit or matcher.is_error():
-        return [], 0
-    mask = allowed_mask(matcher, logits.shape[-1]).to(logits.device)
-    count = int(mask.sum())
-    if count == 0:
-        return [], 0  # the grammar is in an error state; the call ends as it is
-    forced = 0
-    if count == 1:
-        token = int(mask.nonzero()[0, 0])
-        forced = 1
-    else:
-        token = choose_token(logits, mask, temperature, generator)
-    if token in eos:
-        tokens.append(token)
-        logprobs.append(token_logprob(logits, token))
-        matcher.consume_token(token)
-        return [], forced
-    if not matcher.consume_token(token):
-        return [], forced
-    chunk = [token]
-    room = limit - len(tokens) - 1
-    if room > 0 and not matcher.is_stopped():
-        ff = take_tokens(matcher.compute_ff_tokens(), room)
-        if ff:
-            matcher.consume_tokens(ff)
-            forced += len(ff)
-            chunk.extend(ff)
-    return chunk, forced
-
-
-def take_tokens(tokens: list[int], room: int) -> list[int]:
-    return list(tokens[: max(0, room)])
-
-
-def token_logprob(logits: torch.Tensor, token: int) -> float:
-    return float(torch.log_softmax(logits, dim=-1)[token])
-
-
-def choose_token(
-    logits: torch.Tensor,
-    mask: torch.Tensor,
-    temperature: float,
-    generator: torch.Generator | None,
-) -> int:
-    masked = logits.masked_fill(~mask, float("-inf"))
-    if temperature <= 0 or generator is None:
-        return int(torch.argmax(masked))
-    probs = torch.softmax(masked / temperature, dim=-1)
-    # The generator lives on the CPU so a seed gives the same call on any device.
-    return int(torch.multinomial(probs.cpu(), 1, generator=generator)[0])

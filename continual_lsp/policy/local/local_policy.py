@@ -15,6 +15,7 @@ training in `lora_step.py` and adapter files in `adapter_files.py` — the `trai
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -193,7 +194,8 @@ class LocalPolicy:
         """
         scheduler = self.host.scheduler
         if scheduler is None or self.host.holds_lock():
-            return self._decode(constrained_decode, prompt_tokens, params)
+            alone = functools.partial(constrained_decode, draft=self.settings.draft_tokens)
+            return self._decode(alone, prompt_tokens, params)
         tools = params.tools if params.tools is not None else self.settings.allowed_tools
         grammar = self.grammar_for(tools, params.forbid)
         with self.exclusive():
@@ -206,8 +208,9 @@ class LocalPolicy:
 
             with self.model.disable_adapter() if zero else contextlib.nullcontext():
                 row = open_row(
-                    self.model, grammar, prompt_tokens, params, adapter, self.prompt_cache, key
-                )
+                    self.model, grammar, prompt_tokens, params, adapter, self.prompt_cache, key,
+                    draft=self.settings.draft_tokens,
+                )  # fmt: skip
             if not row.pending:  # nothing to decode (a limit of 0, a grammar error)
                 out = row.finish()
                 self.host.note_cache(self.prompt_cache)
@@ -222,7 +225,8 @@ class LocalPolicy:
         self, prompt_tokens: list[int], params: SampleParams, n: int
     ) -> list[Completion]:
         """`n` calls from one prompt in one batched decode (`constrained_decode_batch`)."""
-        return self._decode(constrained_decode_batch, prompt_tokens, params, n)
+        together = functools.partial(constrained_decode_batch, draft=self.settings.draft_tokens)
+        return self._decode(together, prompt_tokens, params, n)
 
     def _decode(
         self, decode: Callable[..., Any], prompt_tokens: list[int], params: SampleParams, *n: int
