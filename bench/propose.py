@@ -15,8 +15,9 @@ With --file-candidates N...: a file-change turn (the task, src/calc/ops.py read 
 timed as the agent runs it with `Settings.file_candidates` = N: the model's call, then
 N - 1 warmer file changes in one batch, each previewed and parse-checked (tools.checks);
 N = 1 is the call alone. p50 per N goes to --out with the CPU model (goal: p50 <= 1 s on
-2 cores), and one run of the sample's failing test on a copy of the workspace (what each
-tried candidate adds when a test failed) beside it.
+2 cores), beside the same turns without prompt-lookup drafts (`draft_tokens` 0), and one
+run of the sample's failing test on a copy of the workspace (what each tried candidate
+adds when a test failed) beside it.
 """
 
 from __future__ import annotations
@@ -192,20 +193,29 @@ def file_change_turns(policy: Any, args: argparse.Namespace) -> None:
             checked(text)
         return time.perf_counter() - t0, time.process_time() - c0
 
-    results: dict[str, Any] = {}
-    print(f"\nfile-change turns, ops.py in view ({len(SAMPLE_TASKS)} tasks each)")
-    for n in args.file_candidates:
+    def timed(n: int, draft: int) -> dict[str, float]:
+        policy.settings = policy.settings.model_copy(update={"draft_tokens": draft})
         rows = [turn(task, n, seed=i) for i, task in enumerate(SAMPLE_TASKS)]
         walls, cpus = [r[0] for r in rows], [r[1] for r in rows]
-        results[str(n)] = {
+        print(
+            f"N = {n}, drafts {draft}: wall p50 {percentile(walls, 50):.2f} s  "
+            f"p90 {percentile(walls, 90):.2f} s  cpu p50 {percentile(cpus, 50):.2f} s"
+        )
+        return {
             "p50_s": round(percentile(walls, 50), 3),
             "p90_s": round(percentile(walls, 90), 3),
             "cpu_p50_s": round(percentile(cpus, 50), 3),
         }
-        print(
-            f"N = {n}: wall p50 {percentile(walls, 50):.2f} s  p90 {percentile(walls, 90):.2f} s"
-            f"  cpu p50 {percentile(cpus, 50):.2f} s"
-        )
+
+    drafts = policy.settings.draft_tokens
+    print(f"\nfile-change turns, ops.py in view ({len(SAMPLE_TASKS)} tasks each)")
+    # The baseline of the same run: the same turns decoded without prompt-lookup drafts.
+    results = {str(n): timed(n, drafts) for n in args.file_candidates}
+    baseline = {str(n): timed(n, 0) for n in args.file_candidates}
+    for n in args.file_candidates:
+        ratio = results[str(n)]["p50_s"] / max(1e-9, baseline[str(n)]["p50_s"])
+        results[str(n)]["ratio_to_no_drafts"] = round(ratio, 3)
+        print(f"N = {n}: drafts {drafts} / no drafts = {ratio:.2f}")
     fix = ToolCall(
         tool="edit_lines",
         arguments={"path": "src/calc/ops.py", "start": 7, "end": 7,
@@ -226,7 +236,9 @@ def file_change_turns(policy: Any, args: argparse.Namespace) -> None:
         "load_average": round(os.getloadavg()[0], 2),
         "tasks": len(SAMPLE_TASKS),
         "goal_p50_s": 1.0,
+        "draft_tokens": drafts,
         "file_candidates": results,
+        "file_candidates_no_drafts": baseline,
         "trial_run_s": round(trial_s, 3),
         "trial_passed": trial.passed is not None,
     }

@@ -36,7 +36,7 @@ import logging
 from collections.abc import Iterable
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from continual_lsp.config import Settings
 from continual_lsp.policy import model_files
@@ -60,8 +60,30 @@ class Anchor(BaseModel):
 
 @functools.cache
 def _read(path: Path, mtime: float) -> tuple[Anchor, ...]:
-    with path.open(encoding="utf-8") as fh:
-        return tuple(Anchor.model_validate_json(line) for line in fh if line.strip())
+    """The file's anchors; () and one warning (per version of the file) when a line is
+    not an anchor: a damaged file must not fail every training job, and rehearsing part
+    of it would tilt the steps toward the tools that survived."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        log.warning("anchors unreadable at %s (%s): SDPO steps rehearse nothing", path, exc)
+        return ()
+    anchors = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            anchors.append(Anchor.model_validate_json(line))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            log.warning(
+                "anchors at %s line %d are not anchors (%s: %s): SDPO steps rehearse nothing "
+                "and no gate runs; rebuild them with `python -m continual_lsp.curriculum.train "
+                "anchors`",
+                path, number, first["loc"], first["msg"],
+            )  # fmt: skip
+            return ()
+    return tuple(anchors)
 
 
 def _anchors_file(settings: Settings) -> tuple[Path, float] | None:
@@ -125,7 +147,7 @@ def skill_cost(policy: Sampler, settings: Settings) -> float | None:
     under the reference (the starter): how much of what the starter knew a step cost.
     None where no anchors apply."""
     found = _anchors_file(settings)
-    if found is None:
+    if found is None or not _read(*found):
         return None
     gate = gate_anchors(_read(*found))
     before = _reference_losses(policy, *found)

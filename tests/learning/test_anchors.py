@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -60,3 +63,28 @@ def test_tools_take_turns_and_keep_their_own_order() -> None:
         ("done", 5), ("edit", 4), ("read", 1), ("read", 2)
     ]  # fmt: skip
     assert len(tools_in_turn(drawn, 10)) == 5
+
+
+def test_a_damaged_anchors_file_rehearses_and_gates_nothing_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A truncated line (a copy cut short) must not fail every training job: no
+    anchors, no gate, one warning that names the file, the line and the fix."""
+    from continual_lsp.learning import anchors
+
+    shipped = anchors.model_files.STARTER_DIR / anchors.ANCHORS_FILE
+    lines = shipped.read_text(encoding="utf-8").splitlines()
+    monkeypatch.setattr(anchors.model_files, "STARTER_DIR", tmp_path)
+    damaged = tmp_path / anchors.ANCHORS_FILE
+    damaged.write_text("\n".join([lines[0], lines[1][:40]]) + "\n", encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger=anchors.__name__):
+        assert load_anchors(Settings()) == ()
+        assert anchor_datums(Settings(), 0) == []
+        assert anchors.skill_cost(object(), Settings()) is None  # type: ignore[arg-type]
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 1 and "line 2" in warned[0] and "curriculum.train anchors" in warned[0]
+    damaged.write_bytes(b"\xff\xfe not text\n")
+    os.utime(damaged, (1, 1))  # another version of the file: read again, not the cached ()
+    with caplog.at_level(logging.WARNING, logger=anchors.__name__):
+        assert load_anchors(Settings()) == ()
+    assert "unreadable" in caplog.records[-1].getMessage()
