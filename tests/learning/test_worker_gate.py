@@ -30,6 +30,9 @@ class Drifted:
     def logprobs(self, prompt: list[int], completion: list[int]) -> list[float]:
         return [-0.1 - self.drop] * len(completion)
 
+    def logprobs_batch(self, prompt: list[int], completions: list[list[int]]) -> list[list[float]]:
+        return [self.logprobs(prompt, c) for c in completions]
+
     def load_adapter(self, name: str) -> None:
         self.loaded.append(name)
 

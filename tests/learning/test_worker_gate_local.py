@@ -44,3 +44,15 @@ def test_the_gate_undoes_a_breaking_step_and_keeps_a_normal_one(
     cost = skill_cost(policy, Settings())
     assert cost is not None and cost < 0.1
     store.close()
+
+
+def test_the_gate_scores_its_anchors_together_as_it_would_one_by_one(
+    policy: LocalPolicy,
+) -> None:
+    """Packed after the system prompt they share, in one batch: the same losses."""
+    from continual_lsp.learning.anchors import _loss, _packed_losses
+
+    gate = gate_anchors(load_anchors(Settings()))
+    assert len(gate) >= 6
+    alone = [_loss(policy.logprobs(a.prompt_tokens, a.completion_tokens)) for a in gate]
+    assert _packed_losses(policy, gate) == pytest.approx(alone, abs=1e-4)
