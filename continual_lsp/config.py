@@ -128,7 +128,8 @@ class Settings(BaseModel):
     # copy of the workspace, and one that turns the failing test green is shown. 1: off.
     # Chosen with bench/propose.py (bench/results/propose_candidates.json): the N - 1
     # extra candidates decode in one batch, so N = 4 costs little more than N = 2 (p50
-    # 3.8 vs 3.4 s a file-change turn, N = 1: 1.6 s, on 2 quiet cores), for three tries.
+    # 3.9 vs 3.6 s a file-change turn, N = 1: 1.7 s, with drafts, on 2 quiet cores), for
+    # three tries.
     file_candidates: int = Field(default=4, ge=1, le=32)
     # Local decoding: up to this many tokens copied from the prompt (a path, an edit's old
     # text) ride along with each decode step and are kept where the sampler agrees

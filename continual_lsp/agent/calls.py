@@ -3,6 +3,7 @@ proposal (and loaded back from the store), run with a checkpoint, and the task i
 
 from __future__ import annotations
 
+import collections
 import hashlib
 from collections.abc import Collection, Sequence
 
@@ -27,9 +28,20 @@ from continual_lsp.tools.runner import ToolRunner
 
 
 def preview(
-    tools: ToolRunner, call: ToolCall, replaced: Collection[tuple[str, str]] = ()
+    tools: ToolRunner,
+    call: ToolCall,
+    replaced: Collection[tuple[str, str]] = (),
+    seen: Collection[str] | None = None,
 ) -> tuple[Preview | None, ToolError | None]:
     """The call's preview (computed once per proposal), or why it cannot run.
+
+    With `seen` (the paths the task has read or changed, `seen_paths`; None for a call
+    the reviewer wrote): a `write` that drops most of a file the task never looked at
+    cannot run (`clobbers`). On the agent-skill draw a rename became a two-line stub
+    written over the whole module. Claude Code's Write refuses any write to a file not
+    read first; a write that keeps most of the file's lines shows the model knew them
+    (from the task, or an earlier session), so only the loss is refused here. The screen
+    then shows a candidate that can run, or the model is told why and reads the file.
 
     A change that leaves the file as it is counts as one that cannot run: approving it
     would do nothing, and a small model's favourite retry is the old line copied back.
@@ -43,6 +55,17 @@ def preview(
         shown = tools.preview(call)
     except ToolError as exc:
         return None, exc
+    if (
+        shown is not None
+        and seen is not None
+        and call.tool == "write"
+        and shown.path not in seen
+        and clobbers(shown)
+    ):
+        return None, ToolError(
+            f"write would drop most of {shown.path}, which this task has not read: read it "
+            "first, or change it with edit"
+        )
     if shown is not None and shown.old_content == shown.new_content:
         return None, ToolError(f"{call.tool} would leave {shown.path} as it is")
     if shown is not None and replaced and (shown.path, content_key(shown.new_content)) in replaced:
@@ -58,6 +81,28 @@ def preview(
             message = f"{call.tool} would leave {shown.path} not parsing ({problem})"
             return shown, Unparsable(message, problem)
     return shown, None
+
+
+def clobbers(shown: Preview) -> bool:
+    """The change keeps fewer than half of the old file's non-blank lines (of three or
+    more): a rewrite of what was there would keep most of them."""
+    if shown.old_content is None:
+        return False
+    old = [line.strip() for line in shown.old_content.splitlines() if line.strip()]
+    if len(old) < 3:
+        return False
+    left = collections.Counter(line.strip() for line in shown.new_content.splitlines())
+    kept = 0
+    for line in old:
+        if left[line] > 0:
+            left[line] -= 1
+            kept += 1
+    return 2 * kept < len(old)
+
+
+def seen_paths(tools: ToolRunner, task: Task) -> set[str]:
+    """The workspace paths `task` has read or changed so far."""
+    return {path for call in task.history if (path := tools.target_path(call)) is not None}
 
 
 def repaired(

@@ -133,7 +133,9 @@ def screen(parts: Parts, task: Task, undo_allowed: bool = False) -> Screen:
     replaced = () if undo_allowed else task.replaced
     return Screen(
         parse=parts.policy.renderer.parse_call,
-        preview=partial(calls.preview, parts.tools, replaced=replaced),
+        preview=partial(
+            calls.preview, parts.tools, replaced=replaced, seen=calls.seen_paths(parts.tools, task)
+        ),
         repair=partial(calls.repaired, parts.tools, replaced=replaced),
         check_guards=lambda call, shown: parts.lanes.check_guards(call, shown, task.history),
         denied={canonical(c) for c in calls.denied_calls(parts.store, task).values()},

@@ -28,3 +28,27 @@ def test_a_change_that_breaks_the_parse_keeps_its_preview(workspace: Path) -> No
     shown, error = preview(tools, ToolCall(tool="edit_lines", arguments=broken))
     assert isinstance(error, Unparsable) and shown is not None
     assert "not parsing" in str(error) and error.problem
+
+
+def test_a_model_write_that_drops_a_file_the_task_never_read_cannot_run(workspace: Path) -> None:
+    """It would replace text the model has not seen (a rename became a two-line stub
+    over the whole module); read first, it runs. A rewrite that keeps most lines, a new
+    file, or a write the reviewer made (no `seen`) always can."""
+    tools = ToolRunner(workspace, Settings(enable_training=False))
+    ops = (workspace / "src/calc/ops.py").read_text()
+    stub = ToolCall(
+        tool="write", arguments={"path": "src/calc/ops.py", "content": "def f():\n    return\n"}
+    )
+    shown, error = preview(tools, stub, seen=set())
+    assert shown is None and error is not None and "has not read: read it first" in str(error)
+    shown, error = preview(tools, stub, seen={"src/calc/ops.py"})
+    assert error is None and shown is not None
+    shown, error = preview(tools, stub)
+    assert error is None and shown is not None
+    fixed = ops.replace("//", "/") + "\n\ndef twice(x):\n    return 2 * x\n"
+    rewrite = ToolCall(tool="write", arguments={"path": "src/calc/ops.py", "content": fixed})
+    shown, error = preview(tools, rewrite, seen=set())
+    assert error is None and shown is not None
+    new = ToolCall(tool="write", arguments={"path": "src/calc/new.py", "content": "x = 1\n"})
+    shown, error = preview(tools, new, seen=set())
+    assert error is None and shown is not None and shown.old_content is None
