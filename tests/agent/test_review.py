@@ -22,6 +22,9 @@ pytestmark = pytest.mark.model
 GIT_STATUS = {"tool": "bash", "arguments": {"cmd": "git status"}}
 RM = {"tool": "bash", "arguments": {"cmd": "rm -rf build"}}
 NOTES = "a\nb\nc\nd\ne\n"
+# Read first (it runs unasked): a model's write that drops most of a file the task never
+# read cannot run (`calls.clobbers`).
+READ_NOTES = {"tool": "read", "arguments": {"path": "notes.txt"}}
 
 
 def write(path: str, content: str) -> dict[str, Any]:
@@ -98,7 +101,7 @@ def test_undo_restores_the_file_and_is_a_late_denial(
         workspace,
         model_and_tokenizer,
         queued,
-        [write("notes.txt", "replaced\n"), write("new.txt", "fresh\n"), GIT_STATUS],
+        [READ_NOTES, write("notes.txt", "replaced\n"), write("new.txt", "fresh\n"), GIT_STATUS],
     )
     _, first = agent.start_task("rewrite notes.txt")
     assert first is not None
@@ -125,7 +128,11 @@ def test_undo_after_the_file_changed_is_refused_and_nothing_is_lost(
 ) -> None:
     (workspace / "notes.txt").write_text(NOTES)
     agent = scripted(
-        tmp_path, workspace, model_and_tokenizer, queued, [write("notes.txt", "replaced\n")]
+        tmp_path,
+        workspace,
+        model_and_tokenizer,
+        queued,
+        [READ_NOTES, write("notes.txt", "replaced\n")],
     )
     _, first = agent.start_task("rewrite notes.txt")
     assert first is not None
