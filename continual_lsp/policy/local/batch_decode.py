@@ -41,16 +41,9 @@ import torch
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from continual_lsp.policy.base import Completion, SampleParams
-from continual_lsp.policy.local.decode import (
-    CallState,
-    Decoder,
-    completion_text,
-    opening_logprobs,
-)
+from continual_lsp.policy.local.decode import CallState, Decoder, completion_text, opened
 from continual_lsp.policy.local.grammar import ToolCallGrammar
 from continual_lsp.policy.local.kv_cache import PromptCache
-from continual_lsp.policy.local.sampler import sample_generator, take_tokens
-from continual_lsp.policy.local.speculate import Lookup
 
 # An adapter as a policy's slot holds it: LoRA parameter name -> tensor; None = zero.
 Adapter = dict[str, torch.Tensor] | None
@@ -163,27 +156,12 @@ def open_row(
     cache holds) with the caller's adapter live, and choose its first chunk: the start of
     `constrained_decode`, whose loop the scheduler then runs with other rows."""
     started = time.perf_counter()
-    if not prompt_tokens:
-        raise ValueError("constrained_decode needs a non-empty prompt")
-    matcher = grammar.matcher()
-    limit = max(0, params.max_tokens)
-    opening = take_tokens(matcher.compute_ff_tokens(), limit)
-    if opening:
-        matcher.consume_tokens(opening)
     with torch.inference_mode():
-        decoder = Decoder(model, prompt_tokens, opening, prompt_cache, weights_key)
-        logprobs = opening_logprobs(decoder, opening) if opening else []
+        decoder, fields = opened(
+            model, grammar, prompt_tokens, params, prompt_cache, weights_key, draft
+        )
     row = Row(
-        matcher=matcher,
-        limit=limit,
-        eos=set(grammar.eos_tokens),
-        temperature=params.temperature,
-        generator=sample_generator(params),
-        tokens=list(opening),
-        logprobs=logprobs,
-        forced=len(opening),
-        lookup=Lookup(prompt_tokens) if draft > 0 else None,
-        draft=draft,
+        **fields,
         adapter=adapter,
         cache=RowCache(decoder.cache),
         grammar=grammar,

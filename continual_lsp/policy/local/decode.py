@@ -37,8 +37,9 @@ from continual_lsp.policy.local.sampler import (
     record_chunk,
     sample_generator,
     take_tokens,
+    token_logprob,
 )
-from continual_lsp.policy.local.speculate import Lookup, grammar_draft, verify
+from continual_lsp.policy.local.speculate import Lookup, grammar_draft
 
 
 class Decoder:
@@ -126,11 +127,7 @@ class CallState:
     def start(self, next_logits: torch.Tensor) -> None:
         """Choose the first chunk from the prefill's last logits."""
         self.next_logits = next_logits
-        self.pending, more = next_chunk(
-            self.matcher, next_logits, self.tokens, self.logprobs, self.limit, self.eos,
-            self.temperature, self.generator,
-        )  # fmt: skip
-        self.forced += more
+        self.pending = self._chunk(next_logits)
         self.guess = self._drafted()
 
     def fed(self) -> list[int]:
@@ -143,22 +140,84 @@ class CallState:
         Returns how many fed tokens the K/V must forget (the draft's rejected tail)."""
         chunk, guess = self.pending, self.guess
         record_chunk(chunk, self.next_logits, logits, self.tokens, self.logprobs)
-        rows = logits[len(chunk) - 1 :]
-        verdict = verify(
-            self.matcher, rows, guess, self.tokens, self.logprobs, self.limit, self.eos,
-            self.temperature, self.generator,
-        )  # fmt: skip
-        self.next_logits = rows[verdict.kept]
-        self.forced += verdict.forced
-        self.pending = verdict.pending
+        rows = logits[len(chunk) - 1 :]  # rows[j] predicts guess[j]; the last, what follows
+        kept = self._walk(rows, guess)
+        self.next_logits = rows[kept]
         self.guess = self._drafted()
-        return len(guess) - verdict.kept
+        return len(guess) - kept
+
+    def _walk(self, rows: torch.Tensor, guess: list[int]) -> int:
+        """Keep the fed draft's tokens while the sampler would have chosen them (each one
+        kept goes to `tokens` / `logprobs` as a fed chunk's do); the first it does not
+        keep starts `pending`. Returns how many were kept."""
+        kept = 0
+        while kept < len(guess):
+            chunk = self._chunk(rows[kept], guess[kept])
+            if chunk[:1] != guess[kept : kept + 1]:
+                self.pending = chunk  # another token, or the call has ended
+                return kept
+            self.tokens.append(chunk[0])
+            self.logprobs.append(token_logprob(rows[kept], chunk[0]))
+            kept += 1
+            rest = chunk[1:]  # what the grammar forces after it, consumed by the matcher
+            while rest and kept < len(guess) and rest[0] == guess[kept]:
+                self.tokens.append(rest[0])
+                self.logprobs.append(token_logprob(rows[kept], rest.pop(0)))
+                kept += 1
+            if rest:
+                self.pending = rest
+                return kept
+        self.pending = self._chunk(rows[kept])
+        return kept
+
+    def _chunk(self, logits: torch.Tensor, draft: int | None = None) -> list[int]:
+        """`next_chunk` from `logits` (a fed `draft` token there: see `choose_token`)."""
+        chunk, forced = next_chunk(
+            self.matcher, logits, self.tokens, self.logprobs, self.limit, self.eos,
+            self.temperature, self.generator, draft,
+        )  # fmt: skip
+        self.forced += forced
+        return chunk
 
     def _drafted(self) -> list[int]:
         if self.lookup is None or not self.pending:
             return []
         room = min(self.draft, self.limit - len(self.tokens) - len(self.pending))
         return grammar_draft(self.lookup, self.matcher, self.tokens + self.pending, room)
+
+
+def opened(
+    model: Any,
+    grammar: ToolCallGrammar,
+    prompt_tokens: list[int],
+    params: SampleParams,
+    prompt_cache: PromptCache | None,
+    weights_key: Any,
+    draft: int,
+) -> tuple[Decoder, dict[str, Any]]:
+    """Prefill the prompt and the grammar's forced opening (`{"tool":"`, before anything
+    is sampled) in one pass, past what the prompt cache holds: the `Decoder`, and the
+    `CallState` fields of a call that starts there."""
+    if not prompt_tokens:
+        raise ValueError("constrained_decode needs a non-empty prompt")
+    matcher = grammar.matcher()
+    limit = max(0, params.max_tokens)
+    opening = take_tokens(matcher.compute_ff_tokens(), limit)
+    if opening:
+        matcher.consume_tokens(opening)
+    decoder = Decoder(model, prompt_tokens, opening, prompt_cache, weights_key)
+    return decoder, {
+        "matcher": matcher,
+        "limit": limit,
+        "eos": set(grammar.eos_tokens),
+        "temperature": params.temperature,
+        "generator": sample_generator(params),
+        "tokens": list(opening),
+        "logprobs": opening_logprobs(decoder, opening) if opening else [],
+        "forced": len(opening),
+        "lookup": Lookup(prompt_tokens) if draft > 0 and decoder.can_drop() else None,
+        "draft": draft,
+    }
 
 
 def opening_logprobs(decoder: Decoder, opening: list[int]) -> list[float]:
@@ -194,29 +253,11 @@ def constrained_decode(
     recomputed; `weights_key` identifies the current weights (a mismatch drops the cache).
     """
     start = time.perf_counter()
-    if not prompt_tokens:
-        raise ValueError("constrained_decode needs a non-empty prompt")
-    matcher = grammar.matcher()
-    limit = max(0, params.max_tokens)
-    # The grammar's opening (`{"tool":"`) is forced before anything is sampled: it goes
-    # through the model in the same pass as the prompt.
-    opening = take_tokens(matcher.compute_ff_tokens(), limit)
-    if opening:
-        matcher.consume_tokens(opening)
     with torch.inference_mode():
-        decoder = Decoder(model, prompt_tokens, opening, prompt_cache, weights_key)
-        call = CallState(
-            matcher=matcher,
-            limit=limit,
-            eos=set(grammar.eos_tokens),
-            temperature=params.temperature,
-            generator=sample_generator(params),
-            tokens=list(opening),
-            logprobs=opening_logprobs(decoder, opening) if opening else [],
-            forced=len(opening),
-            lookup=Lookup(prompt_tokens) if draft > 0 and decoder.can_drop() else None,
-            draft=draft,
+        decoder, fields = opened(
+            model, grammar, prompt_tokens, params, prompt_cache, weights_key, draft
         )
+        call = CallState(**fields)
         call.start(decoder.next_logits)
         while call.pending:
             decoder.drop(call.take(decoder.feed(call.fed())))

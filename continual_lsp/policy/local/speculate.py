@@ -8,7 +8,7 @@ weights are read once either way; measured on the 2-core build machine, bf16: 87
 against 70 ms). So after each chunk the tokens that followed the latest earlier
 occurrence of the sequence's last few tokens (`Lookup`) ride along as a draft, checked
 against the grammar first; a drafted token is kept while it is the token the sampler
-would have chosen there (`verify`), and the K/V of the rest is dropped.
+would have chosen there (`decode.CallState.take`), and the K/V of the rest is dropped.
 
 Nothing the caller sees changes: at temperature 0 a draft token is kept only when it is
 the masked argmax; above 0 it is kept with its masked, tempered probability and, when it
@@ -23,12 +23,7 @@ records unmasked log-probs per token and batches users with an adapter per row;
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import llguidance
-import torch
-
-from continual_lsp.policy.local.sampler import next_chunk, token_logprob
 
 # Lookup keys, longest first: a 1-token key drafts on every common token and mostly
 # wastes the pass's extra width.
@@ -84,53 +79,3 @@ def grammar_draft(
     if not draft or matcher.is_stopped() or matcher.is_error():
         return []
     return draft[: matcher.validate_tokens(draft)]
-
-
-@dataclass
-class Verdict:
-    """What a fed draft left: `kept` draft tokens stay in the K/V and the call; `pending`
-    is the next chunk ([] = the call has ended), predicted by logits row `kept`."""
-
-    kept: int
-    pending: list[int]
-    forced: int
-
-
-def verify(
-    matcher: llguidance.LLMatcher,
-    rows: torch.Tensor,
-    draft: list[int],
-    tokens: list[int],
-    logprobs: list[float],
-    limit: int,
-    eos: set[int],
-    temperature: float,
-    generator: torch.Generator | None,
-) -> Verdict:
-    """Walk a fed `draft`: `rows[j]` are the logits that predict draft[j] (and
-    rows[len(draft)] the token after it). Each token kept goes to `tokens` / `logprobs`,
-    as a fed chunk's do; the first one the sampler does not keep starts `pending`."""
-    forced = 0
-    kept = 0
-    while kept < len(draft):
-        chunk, more = next_chunk(
-            matcher, rows[kept], tokens, logprobs, limit, eos, temperature, generator,
-            draft=draft[kept],
-        )  # fmt: skip
-        forced += more
-        if chunk[:1] != draft[kept : kept + 1]:
-            return Verdict(kept, chunk, forced)  # another token, or the call has ended
-        tokens.append(chunk[0])
-        logprobs.append(token_logprob(rows[kept], chunk[0]))
-        kept += 1
-        rest = chunk[1:]  # what the grammar forces after it, consumed by the matcher
-        while rest and kept < len(draft) and rest[0] == draft[kept]:
-            tokens.append(rest[0])
-            logprobs.append(token_logprob(rows[kept], rest.pop(0)))
-            kept += 1
-        if rest:
-            return Verdict(kept, rest, forced)
-    chunk, more = next_chunk(
-        matcher, rows[kept], tokens, logprobs, limit, eos, temperature, generator
-    )
-    return Verdict(kept, chunk, forced + more)
