@@ -77,7 +77,8 @@ def _situation(policy: Any, context: int) -> tuple[list[int], list[int]]:
         if len(prompt) >= context:
             break
         body += CODE * max(1, (context - len(prompt)) // 60)
-    prompt = prompt[-context:] if len(prompt) > context else prompt
+    # Not cut to `context` from the left: every agent prompt starts with the system
+    # prompt, which the anchors share with it (cut, they shared nothing: +0.8 s a step).
     content = "def add(a, b):\n    return a + b\n"
     while (
         len(
