@@ -147,9 +147,10 @@ def skill_cost(policy: Sampler, settings: Settings) -> float | None:
     under the reference (the starter): how much of what the starter knew a step cost.
     None where no anchors apply."""
     found = _anchors_file(settings)
-    if found is None or not _read(*found):
+    pool = () if found is None else _read(*found)
+    if found is None or not pool:
         return None
-    gate = gate_anchors(_read(*found))
+    gate = gate_anchors(pool)
     before = _reference_losses(policy, *found)
     now = _packed_losses(policy, gate)
     return sum(n - b for n, b in zip(now, before, strict=True)) / len(gate)

@@ -10,21 +10,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import llguidance
 import torch
 
 from continual_lsp.policy.base import Completion, SampleParams
 from continual_lsp.policy.hf_compat import returned_cache
-from continual_lsp.policy.local.decode import (
-    CallState,
-    Decoder,
-    completion_text,
-    opening_logprobs,
-)
+from continual_lsp.policy.local.decode import CallState, Decoder, completion_text, opened
 from continual_lsp.policy.local.grammar import ToolCallGrammar
 from continual_lsp.policy.local.kv_cache import PromptCache
-from continual_lsp.policy.local.sampler import sample_generator, take_tokens
-from continual_lsp.policy.local.speculate import Lookup
 
 
 def constrained_decode_batch(
@@ -58,35 +50,20 @@ def constrained_decode_batch(
         raise ValueError("constrained_decode_batch needs a non-empty prompt")
     if n < 1:
         raise ValueError(f"need at least one candidate, asked for {n}")
-    limit = max(0, params.max_tokens)
-    matchers, opening = _opened_matchers(grammar, n, limit)
-    generator = sample_generator(params)  # one for every row: a seed fixes all `n`
-
     with torch.inference_mode():
-        decoder = Decoder(model, prompt_tokens, opening, prompt_cache, weights_key)
+        decoder, fields = opened(
+            model, grammar, prompt_tokens, params, prompt_cache, weights_key, draft
+        )
         # Kept now, not after the steps as one call's is: by then the cache also holds
         # `n` candidates' K/V, which a stored entry would keep alive.
         decoder.keep_prompt()
-        opening_lps = opening_logprobs(decoder, opening) if opening else []
-        lookup = Lookup(prompt_tokens) if draft > 0 else None
+        root = CallState(**fields)  # its generator is every row's: a seed fixes all `n`
         calls = [
-            CallState(
-                matcher=matcher,
-                limit=limit,
-                eos=set(grammar.eos_tokens),
-                temperature=0.0 if r < params.greedy_rows else params.temperature,
-                generator=generator,
-                tokens=list(opening),
-                logprobs=list(opening_lps),
-                forced=len(opening),
-                lookup=lookup.fork() if lookup else None,
-                draft=draft,
-            )
-            for r, matcher in enumerate(matchers)
+            root.branch(0.0 if r < params.greedy_rows else params.temperature) for r in range(n)
         ]
         for call in calls:
             call.start(decoder.next_logits)
-        _decode_tree(decoder, calls, len(prompt_tokens) + len(opening), params.greedy_rows)
+        _decode_tree(decoder, calls, len(prompt_tokens) + len(root.tokens), params.greedy_rows)
 
     seconds = time.perf_counter() - start
     return [
@@ -140,18 +117,6 @@ def without_stragglers(
         return live
     bound = 2 * max(finished)
     return [(r, chunk) for r, chunk in live if r < greedy_rows or lengths[r] <= bound]
-
-
-def _opened_matchers(
-    grammar: ToolCallGrammar, n: int, limit: int
-) -> tuple[list[llguidance.LLMatcher], list[int]]:
-    """`n` matchers past the grammar's forced opening, and that opening."""
-    matchers = [grammar.matcher() for _ in range(n)]
-    opening = take_tokens(matchers[0].compute_ff_tokens(), limit)
-    for matcher in matchers:
-        if opening:
-            matcher.consume_tokens(opening)
-    return matchers, opening
 
 
 class CandidateTree:

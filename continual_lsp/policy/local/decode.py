@@ -22,7 +22,7 @@ sampling distribution itself (mask, temperature) is deliberately not what is rec
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import llguidance
@@ -130,6 +130,20 @@ class CallState:
         self.pending = self._chunk(next_logits)
         self.guess = self._drafted()
 
+    def branch(self, temperature: float) -> CallState:
+        """A call from the same point that decodes on its own at `temperature` (one
+        candidate of a tree): its own matcher, lists and lookup; the generator shared."""
+        return replace(
+            self,
+            matcher=self.matcher.deep_copy(),
+            temperature=temperature,
+            tokens=list(self.tokens),
+            logprobs=list(self.logprobs),
+            lookup=self.lookup.fork() if self.lookup else None,
+            pending=[],
+            guess=[],
+        )
+
     def fed(self) -> list[int]:
         """What the next pass feeds for this call: the chunk, then the draft."""
         return self.pending + self.guess
@@ -215,7 +229,7 @@ def opened(
         "tokens": list(opening),
         "logprobs": opening_logprobs(decoder, opening) if opening else [],
         "forced": len(opening),
-        "lookup": Lookup(prompt_tokens) if draft > 0 and decoder.can_drop() else None,
+        "lookup": Lookup(prompt_tokens) if draft > 0 else None,
         "draft": draft,
     }
 
@@ -258,6 +272,8 @@ def constrained_decode(
             model, grammar, prompt_tokens, params, prompt_cache, weights_key, draft
         )
         call = CallState(**fields)
+        if not decoder.can_drop():
+            call.lookup = None  # a sliding-window cache cannot forget a rejected draft
         call.start(decoder.next_logits)
         while call.pending:
             decoder.drop(call.take(decoder.feed(call.fed())))
