@@ -197,15 +197,20 @@ class Settings(BaseModel):
     # the one before (at 4, the bench's 20-user server was 7 MB over its budget).
     max_resident_adapters: int = Field(default=2, ge=1)
     # Users' prompt K/V caches kept (~45 KB a token on the embedded model); past it the
-    # least recently used is dropped and that user's next turn prefills in full.
-    max_prompt_caches: int = Field(default=4, ge=1)
+    # least recently used is dropped and that user's next turn prefills in full. Each
+    # user's system prompt is K/V of their own adapter, so a user without a cache pays
+    # the whole prefill (~1.4 s on a 2-core EPYC against ~0.1 s after a hit): 8 users
+    # asking at once on 4 caches missed in turn (team bench p50 13.1 s; 5.1 s on 8).
+    max_prompt_caches: int = Field(default=8, ge=1)
     # … and their bytes together (the user whose turn runs keeps theirs whatever its size:
-    # it is that turn's working memory). A cache is ~13 MB for a first proposal (one
-    # entry: ~280 prompt tokens and the call sampled after them) and grows with the
-    # conversation. 16 MB: the running turn's, and others' only while they are short; at
-    # 48 MB the caches held ~37 MB of a 20-user server that was over one base model + 20
-    # adapters + 500 MB (bench/team.py, docs/deploy.md).
-    max_prompt_cache_mb: float = Field(default=16.0, gt=0)
+    # it is that turn's working memory). An entry is a copy of its prompt's K/V only:
+    # ~13 MB for a first proposal (~290 prompt tokens), growing with the conversation.
+    # 128 MB: eight users' first turns (bench/team.py, docs/deploy.md).
+    max_prompt_cache_mb: float = Field(default=128.0, gt=0)
+    # Prompt tokens one batched decode step may prefill (a shared host): a user's new
+    # prompt is fed in pieces of at most this many tokens beside the others' decode
+    # steps, so that no one's next token waits for a whole long prefill.
+    batch_prefill_tokens: int = Field(default=256, ge=16)
     # Training jobs of one user that may wait; past it a correction is still committed and
     # its job queued, but the retry no longer waits for its step (the editor is told).
     max_queued_jobs: int = Field(default=4, ge=1)

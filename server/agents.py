@@ -109,6 +109,7 @@ class AgentPool:
         self._executor = executor
         self._handles: dict[tuple[str, str], AgentHandle] = {}
         self.max_users = max_users
+        self._preloaded: Future[None] | None = None  # `preload`'s, while it may run
 
     def connected_users(self) -> set[str]:
         """Users with at least one open connection."""
@@ -131,9 +132,7 @@ class AgentPool:
         handle = self._handles.get(key)
         if handle is None or (handle.created.done() and handle.created.exception() is not None):
             listener = FanOutListener()
-            created: Future[Agent] = self._executor.submit(
-                self._factory, settings, workspace, listener
-            )
+            created = self._after_preload(self._factory, settings, workspace, listener)
             ready: Future[Agent] = Future()
             created.add_done_callback(lambda fut: self._warm(fut, ready))
             handle = AgentHandle(key, settings, workspace, listener, created, ready)
@@ -141,6 +140,29 @@ class AgentPool:
         handle.listener.attach(sink)
         handle.users += 1
         return handle
+
+    def _after_preload(self, factory: AgentFactory, *args: Any) -> Future[Agent]:
+        """`factory(*args)` on the executor once the preload has finished (at once when
+        none runs): an agent built beside the preload imported transformers on two
+        threads at once, and the preload failed ("cannot import name 'AutoModel'"), so
+        every first proposal waited for a model load of its own (team bench, 2-core
+        EPYC). Chained, not waited for: no executor thread blocks on the preload."""
+        created: Future[Agent] = Future()
+
+        def run(_: object = None) -> None:
+            try:
+                inner = self._executor.submit(factory, *args)
+            except RuntimeError as err:  # the server closed while the preload ran
+                created.set_exception(err)
+                return
+            inner.add_done_callback(lambda done: _copy_outcome(done, created))
+
+        preloaded = self._preloaded
+        if preloaded is None:
+            run()
+        else:
+            preloaded.add_done_callback(run)
+        return created
 
     def _warm(self, created: Future[Agent], ready: Future[Agent]) -> None:
         exc = created.exception()
@@ -179,7 +201,8 @@ class AgentPool:
             except Exception as err:  # the first agent's load reports it in its own words
                 log.warning("preloading the model failed: %s", err)
 
-        return self._executor.submit(load)
+        self._preloaded = self._executor.submit(load)
+        return self._preloaded
 
     def release(self, handle: AgentHandle, sink: EventSink) -> None:
         handle.listener.detach(sink)
@@ -193,3 +216,14 @@ class AgentPool:
                 except Exception as exc:
                     log.warning("closing the agent for %s failed: %s", handle.key, exc)
         self._handles.clear()
+
+
+def _copy_outcome(source: Future[Any], target: Future[Any]) -> None:
+    if source.cancelled():
+        target.cancel()
+        return
+    exc = source.exception()
+    if exc is not None:
+        target.set_exception(exc)
+    else:
+        target.set_result(source.result())

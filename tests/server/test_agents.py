@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -77,3 +78,38 @@ def test_the_model_is_preloaded_and_each_user_prompt_warmed(
     handle.ready.result(timeout=5)
     pool._executor.submit(lambda: None).result(timeout=5)  # the warm-up ran after ready
     assert warmed == ["alice"]
+
+
+def test_no_agent_is_built_while_the_model_preloads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent built beside the preload imported transformers on a second thread, and
+    the preload failed: a user who connects at once gets their agent after it, and no
+    executor thread waits for it meanwhile (two threads: the preload's and one free)."""
+    from continual_lsp.policy import model_files
+    from continual_lsp.policy.local import model_host
+
+    release = threading.Event()
+    events: list[str] = []
+
+    def slow_load(settings: Settings, dtype: str) -> None:
+        release.wait(timeout=5)
+        events.append("preloaded")
+
+    monkeypatch.setattr(model_host, "shared_host", slow_load)
+    monkeypatch.setattr(model_files, "resolve_dtype", lambda choice, device: "float32")
+
+    def factory(settings: Settings, workspace: Path, listener: Any) -> Any:
+        events.append("agent")
+        return object()
+
+    executor = ThreadPoolExecutor(2)
+    pool = AgentPool(factory, executor)
+    preloaded = pool.preload(Settings())
+    handle = pool.acquire(Settings(user="alice"), tmp_path, _Sink())
+    assert executor.submit(lambda: "free").result(timeout=5) == "free"  # not blocked
+    assert not handle.created.done() and events == []
+    release.set()
+    preloaded.result(timeout=5)
+    handle.created.result(timeout=5)
+    assert events == ["preloaded", "agent"]

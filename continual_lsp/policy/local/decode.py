@@ -200,6 +200,33 @@ class CallState:
         return grammar_draft(self.lookup, self.matcher, self.tokens + self.pending, room)
 
 
+def call_fields(
+    grammar: ToolCallGrammar, prompt_tokens: list[int], params: SampleParams, draft: int
+) -> tuple[list[int], dict[str, Any]]:
+    """The grammar's forced opening (`{"tool":"`, before anything is sampled) and the
+    `CallState` fields of a call that starts after it, its log-probs still to come from
+    the pass that feeds it (`opening_logprobs`)."""
+    if not prompt_tokens:
+        raise ValueError("constrained_decode needs a non-empty prompt")
+    matcher = grammar.matcher()
+    limit = max(0, params.max_tokens)
+    opening = take_tokens(matcher.compute_ff_tokens(), limit)
+    if opening:
+        matcher.consume_tokens(opening)
+    return opening, {
+        "matcher": matcher,
+        "limit": limit,
+        "eos": set(grammar.eos_tokens),
+        "temperature": params.temperature,
+        "generator": sample_generator(params),
+        "tokens": list(opening),
+        "logprobs": [],
+        "forced": len(opening),
+        "lookup": Lookup(prompt_tokens) if draft > 0 else None,
+        "draft": draft,
+    }
+
+
 def opened(
     model: Any,
     grammar: ToolCallGrammar,
@@ -209,33 +236,20 @@ def opened(
     weights_key: Any,
     draft: int,
 ) -> tuple[Decoder, dict[str, Any]]:
-    """Prefill the prompt and the grammar's forced opening (`{"tool":"`, before anything
-    is sampled) in one pass, past what the prompt cache holds: the `Decoder`, and the
-    `CallState` fields of a call that starts there."""
-    if not prompt_tokens:
-        raise ValueError("constrained_decode needs a non-empty prompt")
-    matcher = grammar.matcher()
-    limit = max(0, params.max_tokens)
-    opening = take_tokens(matcher.compute_ff_tokens(), limit)
-    if opening:
-        matcher.consume_tokens(opening)
+    """Prefill the prompt and the grammar's forced opening in one pass, past what the
+    prompt cache holds: the `Decoder`, and the `CallState` fields of a call that starts
+    there."""
+    opening, fields = call_fields(grammar, prompt_tokens, params, draft)
     decoder = Decoder(model, prompt_tokens, opening, prompt_cache, weights_key)
-    return decoder, {
-        "matcher": matcher,
-        "limit": limit,
-        "eos": set(grammar.eos_tokens),
-        "temperature": params.temperature,
-        "generator": sample_generator(params),
-        "tokens": list(opening),
-        "logprobs": opening_logprobs(decoder, opening) if opening else [],
-        "forced": len(opening),
-        "lookup": Lookup(prompt_tokens) if draft > 0 else None,
-        "draft": draft,
-    }
+    fields["logprobs"] = opening_logprobs(decoder.opening_logits, opening)
+    return decoder, fields
 
 
-def opening_logprobs(decoder: Decoder, opening: list[int]) -> list[float]:
-    rows = torch.log_softmax(decoder.opening_logits, dim=-1)
+def opening_logprobs(logits: torch.Tensor, opening: list[int]) -> list[float]:
+    """Log-probs of the forced `opening` from the logits that predict it (a row each)."""
+    if not opening:
+        return []
+    rows = torch.log_softmax(logits, dim=-1)
     picked = torch.tensor(opening, dtype=torch.long, device=rows.device)
     return rows.gather(1, picked[:, None])[:, 0].tolist()
 

@@ -40,7 +40,8 @@ from continual_lsp.policy.base import (
 from continual_lsp.policy.call_schema import check_tools, decoding_schema
 from continual_lsp.policy.hf_compat import cache_keyword, returned_cache
 from continual_lsp.policy.local import adapter_files, lora_step
-from continual_lsp.policy.local.batch_decode import Adapter, open_row
+from continual_lsp.policy.local.batch_decode import open_row
+from continual_lsp.policy.local.batch_forward import Adapter
 from continual_lsp.policy.local.candidate_tree import (
     CandidateTree,
     constrained_decode_batch,
@@ -189,8 +190,8 @@ class LocalPolicy:
 
         `params.tools` restricts the call to those tools (ValueError if one is unknown);
         when it is None, `settings.allowed_tools` applies (None there too: every tool and done).
-        On a host that decodes together (`ModelHost.enable_batching`), the prompt is
-        prefilled here and the decode steps run in the host's batch with other users'.
+        On a host that decodes together (`ModelHost.enable_batching`), the prefill and
+        the decode steps run in the host's batch with other users'.
         """
         scheduler = self.host.scheduler
         if scheduler is None or self.host.holds_lock():
@@ -206,15 +207,10 @@ class LocalPolicy:
             def adapter() -> Adapter:
                 return None if zero else self.host.adapter_of(slot)
 
-            with self.model.disable_adapter() if zero else contextlib.nullcontext():
-                row = open_row(
-                    self.model, grammar, prompt_tokens, params, adapter, self.prompt_cache, key,
-                    draft=self.settings.draft_tokens,
-                )  # fmt: skip
-            if not row.pending:  # nothing to decode (a limit of 0, a grammar error)
-                out = row.finish()
-                self.host.note_cache(self.prompt_cache)
-                return out
+            row = open_row(
+                self.model, grammar, prompt_tokens, params, adapter, self.prompt_cache, key,
+                draft=self.settings.draft_tokens,
+            )  # fmt: skip
             self.host.pin(slot, True)
         try:
             return scheduler.submit(row).result()

@@ -31,9 +31,10 @@ Rules that keep users apart:
   count alone does not bound memory: a cache grows with its conversation.
 
 Decoding together (issue 34): a shared host's `scheduler` (batch_decode.py) steps the
-decodes of every user in flight as one batch, each row with its own adapter. A call
-prefills under `serving(slot)` as before, then its slot is pinned (`pin`): kept in memory,
-never spilled, until its row is done, since every step reads its tensors (`adapter_of`).
+decodes of every user in flight as one batch, each row with its own adapter: a call opens
+its row under `serving(slot)` (its prompt-cache lookup), prefills the rest of its prompt
+in the batch's steps and decodes there. Its slot is pinned (`pin`): kept in memory, never
+spilled, until its row is done, since every step reads its tensors (`adapter_of`).
 Its weights are whichever tensors hold them at that step: the model's LoRA parameters
 while the slot is live, its `state` otherwise.
 
@@ -65,9 +66,8 @@ from safetensors.torch import load_file, save_file
 
 from continual_lsp.config import Settings
 from continual_lsp.policy.hf_lock import LOAD_LOCK
-from continual_lsp.policy.local.batch_decode import (
-    DecodeScheduler,
-    Row,
+from continual_lsp.policy.local.batch_decode import DecodeScheduler, Row
+from continual_lsp.policy.local.batch_forward import (
     column_major,
     name_lora_modules,
     supports_batching,
@@ -148,6 +148,7 @@ class ModelHost:
         self.max_resident = settings.max_resident_adapters
         self.max_prompt_caches = settings.max_prompt_caches
         self.max_prompt_cache_bytes = int(settings.max_prompt_cache_mb * MB)
+        self.batch_prefill_tokens = settings.batch_prefill_tokens
         self.prompt_cache_bytes = 0  # held by the caches after the last `note_cache`
         self.lock = threading.RLock()
         self._waiting = 0  # threads waiting for `lock` (the scheduler lets them in first)
@@ -182,12 +183,16 @@ class ModelHost:
             column_major(self.model)
             release_freed_memory()  # the row-major copies, freed a weight at a time
             self.scheduler = DecodeScheduler(
-                self.model, lambda: self.lock, lambda: self._waiting > 0, self._row_done
+                self.model,
+                lambda: self.lock,
+                lambda: self._waiting > 0,
+                self._row_done,
+                self.batch_prefill_tokens,
             )
         return self.scheduler is not None
 
     def _row_done(self, row: Row) -> None:
-        cache = row.decoder.prompt[0]
+        cache = row.prompt_cache
         if cache is not None:
             self.note_cache(cache)
 

@@ -10,7 +10,8 @@ import torch
 
 from continual_lsp.config import Settings
 from continual_lsp.policy.base import Completion, Message, SampleParams
-from continual_lsp.policy.local.batch_decode import RowCache, batched_forward, open_row, step_rows
+from continual_lsp.policy.local.batch_decode import open_row, step_rows
+from continual_lsp.policy.local.batch_forward import RowCache, batched_forward
 from continual_lsp.policy.local.decode import constrained_decode
 from continual_lsp.policy.local.local_policy import LocalPolicy
 from continual_lsp.policy.local.model_host import ModelHost
@@ -77,10 +78,13 @@ def test_batched_logits_match_each_row_alone(model_and_tokenizer: tuple[Any, Any
     ]
 
 
-def test_rows_join_and_leave_mid_batch(model_and_tokenizer: tuple[Any, Any]) -> None:
+@pytest.mark.parametrize("budget", [1 << 30, 40])
+def test_rows_join_and_leave_mid_batch(model_and_tokenizer: tuple[Any, Any], budget: int) -> None:
     """A short call leaves the batch, a new one joins at the next step; every row's
     tokens and log-probs are its single-row decode's, each under its own adapter and
-    grammar (one row may only read, one samples at a temperature with a seed)."""
+    grammar (one row may only read, one samples at a temperature with a seed). Its
+    prompt is prefilled in the batch: whole, or in pieces of at most `budget` tokens
+    beside the other rows' steps."""
     host = _host(model_and_tokenizer)
     users = [user_on(host, f"u{i}", seed) for i, seed in enumerate((3, 4, None))]
     params = [
@@ -98,25 +102,27 @@ def test_rows_join_and_leave_mid_batch(model_and_tokenizer: tuple[Any, Any]) -> 
             zero = user._adapter_is_zero()
             adapter = None if zero else {k: v.clone() for k, v in host._lora_params()}
             grammar = user.grammar_for(params[i].tools)
-            with user._skip_zero_adapter():
-                return open_row(user.model, grammar, prompts[i], params[i], lambda: adapter)
+            return open_row(user.model, grammar, prompts[i], params[i], lambda: adapter)
 
     rows = [first_row := row(0), second_row := row(1)]
-    assert all(r.pending for r in rows)
+    assert all(r.prefill and not r.done for r in rows)
     finished: dict[int, Completion] = {}
     joined = False
+    prefilling = 0  # steps that fed a prompt
     with host.lock:
         while rows:
-            for done in step_rows(host.model, rows):
+            prefilling += any(r.prefill for r in rows)
+            for done in step_rows(host.model, rows, budget):
                 finished[id(done)] = done.finish()
-            left = [r for r in rows if not r.pending]
-            rows = [r for r in rows if r.pending]
+            left = [r for r in rows if r.done]
+            rows = [r for r in rows if not r.done]
             if left and not joined:
                 assert len(rows) == 1  # the short row left while the long one runs
                 third = row(2)
                 rows.append(third)
                 joined = True
     assert joined
+    assert prefilling > len(prompts[0]) // 40 if budget == 40 else prefilling == 2  # + the joiner
     first, second, third_done = (finished[id(r)] for r in (first_row, second_row, third))
     for got, alone in zip((first, second, third_done), want, strict=True):
         _same(got, alone)
