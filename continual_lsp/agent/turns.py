@@ -144,15 +144,18 @@ def _instead_of_failed(
 ) -> Candidate | None:
     """What to show for a call that cannot run (no such file, a range past the end, a
     change that leaves a file not parsing): not worth the reviewer's time, so the
-    likeliest runnable sample takes its place; else a change that only fails to parse
-    is shown, marked, for the reviewer to judge; else None: it fails like an executed
-    call and the model sees why (too many in a row end the task)."""
+    likeliest runnable sample takes its place; else None: it fails like an executed
+    call and the model sees why (too many in a row end the task). A change that only
+    fails to parse is shown, marked, for the reviewer to judge once the model, told
+    the parser's words `max_retries` times in a row, still wrote none that parses: an
+    approve-all reviewer left a file not parsing where the model's next try, with the
+    error in view, could have mended it (agent-skill bench)."""
     runnable = retry.runnable_instead(parts, task, failed, error)
     if runnable is not None:
         # The screen's verdict, not one on the rewritten call: a rewrite is shown.
         assert runnable.completion is not None and runnable.verdict is not None
         return runnable
-    if isinstance(error, Unparsable):
+    if isinstance(error, Unparsable) and task.invalid_streak >= parts.settings.max_retries:
         return replace(failed, checked=f"does not parse: {error.problem}")
     _record_invalid(parts, task, failed, str(error))
     task.invalid_streak += 1

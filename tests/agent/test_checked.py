@@ -76,6 +76,9 @@ def test_a_change_no_candidate_can_fix_is_shown_marked(
     agent = _agent(tmp_path, workspace, model_and_tokenizer, [BROKEN])
     _, proposal = agent.start_task("Write hello.py with a hello() that prints hi")
     assert proposal is not None and proposal.call.arguments == BROKEN["arguments"]
+    # First the model was told why, as for any call that cannot run, and tried again.
+    statuses = [e["payload"]["status"] for e in agent.store.events(kind="proposal")]
+    assert statuses == ["invalid"] * agent.settings.max_retries + ["pending"]
     assert proposal.preview is not None and proposal.preview.new_content.endswith("print(f")
     assert proposal.checked is not None and proposal.checked.startswith("does not parse: line 2")
     # the same mark when the reviewer's client asks again (continual/pending)
