@@ -121,6 +121,7 @@ class LocalPolicy:
         # KV of the last prompts; consecutive agent turns share most of their prompt. Its
         # entries are keyed by this policy's slot and weights generation (`weights_key`).
         self.prompt_cache = PromptCache()
+        self.sampled = False  # a call has been sampled: its prefill covers `warm_prompt`'s
         self.adapters_dir: Path = adapters_dir(settings)
 
     @property
@@ -193,6 +194,7 @@ class LocalPolicy:
         On a host that decodes together (`ModelHost.enable_batching`), the prefill and
         the decode steps run in the host's batch with other users'.
         """
+        self.sampled = True
         scheduler = self.host.scheduler
         if scheduler is None or self.host.holds_lock():
             alone = functools.partial(constrained_decode, draft=self.settings.draft_tokens)
@@ -267,8 +269,10 @@ class LocalPolicy:
     def warm_prompt(self) -> int:
         """Prefill the start every prompt of this policy shares (system prompt, tool
         schema, up to the task's words) into the prompt cache, under the current weights;
-        returns the tokens prefilled (0 when the cache already held them, or when the
-        host's prompt-cache bounds have no room for them)."""
+        returns the tokens prefilled (0 when the cache already held them, when the
+        host's prompt-cache bounds have no room for them, or once a call was sampled:
+        a user who asked at once would have the prefix prefilled twice, and twenty
+        users opening their editors together waited for eight such warm-ups)."""
         renderer = self._renderer
         one, other = (
             renderer.render_prompt([Message(role="user", content=f"Task: {word}")])
@@ -280,7 +284,7 @@ class LocalPolicy:
         with self.exclusive():
             key = self.weights_key()
             shared, cache = self.prompt_cache.lookup(prefix, key)
-            if shared >= len(prefix) - 1:
+            if shared >= len(prefix) - 1 or self.sampled:
                 return 0
             keyword = cache_keyword(self.model)
             with self._skip_zero_adapter(), torch.inference_mode():

@@ -171,10 +171,13 @@ def test_a_warmed_prompt_cache_serves_the_first_task(model_and_tokenizer: tuple[
     warmed = user.warm_prompt()
     assert 100 < warmed < len(prompt)
     assert user.warm_prompt() == 0  # already held
+    hits = user.prompt_cache.hits
     got = user.sample(prompt, params)
-    assert user.prompt_cache.hits == 1  # the task's
+    assert user.prompt_cache.hits == hits + 1  # the task's
     assert user.prompt_cache.reused_tokens >= warmed - 1
     _same(got, want)
+    user.prompt_cache.clear()
+    assert user.warm_prompt() == 0  # a call was sampled: its prefill covered the prefix
 
 
 def test_a_new_version_waits_for_the_call_in_flight(model_and_tokenizer: tuple[Any, Any]) -> None:
