@@ -200,7 +200,8 @@ class Settings(BaseModel):
     # least recently used is dropped and that user's next turn prefills in full. Each
     # user's system prompt is K/V of their own adapter, so a user without a cache pays
     # the whole prefill (~1.4 s on a 2-core EPYC against ~0.1 s after a hit): 8 users
-    # asking at once on 4 caches missed in turn (team bench p50 13.1 s; 5.1 s on 8).
+    # asking at once on 4 caches missed in turn (p50 13.1 s; 5.1 s on 8: a probe of the
+    # team bench's load, 2026-12-07).
     max_prompt_caches: int = Field(default=8, ge=1)
     # … and their bytes together (the user whose turn runs keeps theirs whatever its size:
     # it is that turn's working memory). An entry is a copy of its prompt's K/V only:

@@ -19,6 +19,7 @@ Only Llama-shaped models (the embedded SmolLM2 and its kin) take this path
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import torch
@@ -113,9 +114,8 @@ class _LoraDelta:
     """The per-row LoRA delta of one step over packed tokens (every row's fed tokens one
     after another, no padding): rows with an adapter, and where their tokens sit."""
 
-    def __init__(self, adapters: list[Adapter], lengths: list[int]) -> None:
+    def __init__(self, adapters: list[Adapter], starts: list[int], lengths: list[int]) -> None:
         self.adapters = [a for a in adapters if a is not None]
-        starts = [sum(lengths[:i]) for i in range(len(lengths))]
         rows = [i for i, a in enumerate(adapters) if a is not None]
         self.width = max((lengths[i] for i in rows), default=0)
         # Packed position of each adapter row's token, and its place in a (rows, width)
@@ -219,13 +219,16 @@ def batched_forward(
     positions = torch.cat(
         [torch.arange(c.length, c.length + n) for c, n in zip(caches, lengths, strict=True)]
     )[None].to(device)
-    lora = _LoraDelta(adapters, lengths)
+    starts = [0, *itertools.accumulate(lengths)][:-1]  # each row's first packed token
+    lora = _LoraDelta(adapters, starts, lengths)
     hidden = inner.embed_tokens(ids)
     cos, sin = inner.rotary_emb(hidden, positions)
     for layer in inner.layers[: config.num_hidden_layers]:
         residual = hidden
         hidden = layer.input_layernorm(hidden)
-        hidden = residual + _attention(layer.self_attn, hidden, cos, sin, caches, lengths, lora)
+        hidden = residual + _attention(
+            layer.self_attn, hidden, cos, sin, caches, starts, lengths, lora
+        )
         residual = hidden
         hidden = layer.post_attention_layernorm(hidden)
         mlp = layer.mlp
@@ -236,9 +239,8 @@ def batched_forward(
     # The head once for every kept token of every row: per row, it read its 28 M weights
     # once a row (measured: half of an 8-row step). A prefill keeps only its last rows.
     keep = lengths if keep is None else keep
-    ends = [sum(lengths[: i + 1]) for i in range(len(lengths))]
     kept = torch.tensor(
-        [t for end, k in zip(ends, keep, strict=True) for t in range(end - k, end)],
+        [t for s, n, k in zip(starts, lengths, keep, strict=True) for t in range(s + n - k, s + n)],
         dtype=torch.long,
     )
     return list(base.lm_head(inner.norm(hidden[0, kept.to(device)])).float().split(keep))
@@ -250,6 +252,7 @@ def _attention(
     cos: torch.Tensor,
     sin: torch.Tensor,
     caches: list[Any],
+    starts: list[int],
     lengths: list[int],
     lora: _LoraDelta,
 ) -> torch.Tensor:
@@ -261,8 +264,7 @@ def _attention(
     value = lora.linear(attn.v_proj, hidden).view(shape).transpose(1, 2)
     query, key = apply_rotary_pos_emb(query, key, cos, sin)
     out = torch.empty_like(query)
-    start = 0
-    for cache, n in zip(caches, lengths, strict=True):
+    for cache, start, n in zip(caches, starts, lengths, strict=True):
         end = start + n
         keys, values = cache.update(key[:, :, start:end], value[:, :, start:end], attn.layer_idx)
         mask = None
@@ -278,6 +280,5 @@ def _attention(
             scale=attn.scaling,
             enable_gqa=attn.num_key_value_groups > 1,
         )
-        start = end
     merged = out.transpose(1, 2).reshape(1, hidden.shape[1], -1)
     return lora.linear(attn.o_proj, merged)

@@ -78,8 +78,7 @@ class Decoder:
         copies the K/V into longer tensors (`DynamicCache.update` concatenates), so an
         entry stored at the prefill was a second copy of the prompt's K/V held for the
         whole decode (~12 MB for a first proposal; the team server's peaks were such
-        decodes). The stored tensors run past the prompt (the opening, the sampled
-        tokens); lookups never use more positions than the stored prompt tokens.
+        decodes). The entry is a copy of the prompt's positions only (`PromptCache.store`).
         """
         prompt_cache, prompt_tokens, weights_key = self.prompt
         if prompt_cache is not None:
