@@ -43,3 +43,18 @@ def test_common_prefix_counts_the_shared_start() -> None:
     assert common_prefix([1, 2, 3], [1, 2, 4, 5]) == 2
     assert common_prefix((1, 2), (1, 2)) == 2
     assert common_prefix([], [1]) == 0
+
+
+def test_an_entry_is_a_copy_of_the_prompts_positions_only() -> None:
+    """A cache handed in runs past the prompt (the decoded call, a batch row's room): the
+    entry keeps the prompt's positions, in tensors of its own, and the same values."""
+    cache = PromptCache()
+    prompt, decoded = [1, 2, 3, 4, 5, 6], [7, 8, 9]
+    kv = _kv(prompt + decoded)
+    cache.store(prompt, kv, key="w")
+    (_, layers, _) = cache.entries[0]
+    for (keys, values), layer in zip(layers, kv.layers, strict=True):
+        assert keys.shape[-2] == values.shape[-2] == len(prompt)
+        assert keys.untyped_storage().nbytes() == keys.numel() * keys.element_size()
+        assert keys.untyped_storage().data_ptr() != layer.keys.untyped_storage().data_ptr()
+        assert keys.equal(layer.keys[:, :, : len(prompt)])
