@@ -10,7 +10,8 @@ per-address connection limit is not what is measured). Each user has its own wor
 store and adapters directory, as the server derives them from its config (`user_settings`),
 and an adapter of its own: LoRA B matrices set to seeded noise, saved as version v0001
 and registered in that user's store before the server starts, so the server serves it
-as after a restart. Autonomy is `manual`, so one `continual/startTask` is one proposal.
+as after a restart; as the training worker does after it saves a version, the prompt
+start's K/V under it is kept on disk (`keep_prompt_prefix`), where the server reads it. Autonomy is `manual`, so one `continual/startTask` is one proposal.
 
 Measured, with training off (the issue's budget is the sampling side: training runs in
 a worker with a model of its own, measured below under `restart`):
@@ -298,7 +299,8 @@ def server_settings(root: Path) -> Any:
 
 
 def make_users(root: Path, count: int, checker: Any) -> list[User]:
-    """`count` users, each with a workspace and adapter v0001 of its own in its store."""
+    """`count` users, each with a workspace and adapter v0001 of its own in its store,
+    saved as the training worker saves a version (its prompt start kept on disk)."""
     import torch
 
     from continual_lsp.policy.adapter_registry import adapters_dir, version_name
@@ -319,6 +321,9 @@ def make_users(root: Path, count: int, checker: Any) -> list[User]:
         store_path.parent.mkdir(parents=True, exist_ok=True)
         directory = adapters_dir(user.settings, store_path)
         info = adapter_files.save_adapter(checker, version_name(1), directory)
+        # What the training worker does after it saves a version (learning/worker.py
+        # `keep_prompt_prefix`): the prompt start's K/V under it, kept on disk.
+        checker.keep_prompt_prefix()
         store = Store(store_path)
         store.add_adapter(info.name, info.path, info.sha256, None, {"bench": "team"})
         store.close()
@@ -426,16 +431,28 @@ def fresh_server_start(root: Path, users: list[User]) -> dict[str, Any]:
 
     server = TeamServer(root, users, training=False)
     started = time.perf_counter()
-    server.start()
+    os.environ["CONTINUAL_LSP_LOG"] = "INFO"  # the server's "model ready" line, by part
+    try:
+        server.start()
+    finally:
+        del os.environ["CONTINUAL_LSP_LOG"]
     listening = time.perf_counter() - started
     try:
         seconds, initialize = asyncio.run(cold_start(users[0], server.port))
     finally:
         server.stop()
+    ready = re.search(r"model ready in ([\d.]+) s \((\w+)\): (.*)", server.log.read_text())
+    parts = {} if ready is None else {
+        name: float(value) for name, value in re.findall(r"(\w+) ([\d.]+) s", ready.group(3))
+    }  # fmt: skip
     return {
         "cold_start_s": round(seconds, 2),
         "initialize_s": round(initialize, 2),
         "process_to_listening_s": round(listening, 2),
+        # the model's load in the server, from its start (it overlaps the listening)
+        "model_ready_s": float(ready.group(1)) if ready else None,
+        "model_ready_parts_s": parts,
+        "sample_dtype": ready.group(2) if ready else None,
     }
 
 

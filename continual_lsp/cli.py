@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -104,8 +105,14 @@ def main(argv: list[str] | None = None) -> int:
         # argparse would echo them, and a mistyped flag's value may be a token.
         flags = " ".join(a.split("=", 1)[0] for a in unknown if a.startswith("-"))
         parser.error(f"unrecognized arguments: {flags or 'a value'} (values not shown)")
+    # CONTINUAL_LSP_LOG: the level where no flag says it (a server started by an editor)
+    level = "INFO" if args.verbose else os.environ.get("CONTINUAL_LSP_LOG", "WARNING").upper()
+    if level not in logging.getLevelNamesMapping():
+        print(f"continual-lsp: CONTINUAL_LSP_LOG={level!r} is not a level; using WARNING",
+              file=sys.stderr)  # fmt: skip
+        level = "WARNING"
     logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
+        level=level,
         stream=sys.stderr,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )

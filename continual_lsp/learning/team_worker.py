@@ -32,12 +32,14 @@ from typing import TYPE_CHECKING, Any
 
 from continual_lsp.config import Settings
 from continual_lsp.learning.worker import (
+    JOB_KINDS,
     Signal,
     TrainingWorker,
     WorkerLink,
     WorkerProcess,
     become_worker,
     handle_job,
+    keep_prompt_prefix,
     open_adapters_dir,
     sync_weights,
 )
@@ -119,6 +121,8 @@ def team_worker_main(settings_data: dict[str, Any], link: WorkerLink, joins: Any
             handle_job(
                 member.policy, member.store, member.directory, member.settings, job, link.stop.wait
             )
+        if job["kind"] == "sdpo" and not any(m.store.queue_depth(JOB_KINDS) for m in members):
+            keep_prompt_prefix(member.policy)
 
     try:
         take_turns(members, admit, run, link.wake, link.stop, link.poll_s)

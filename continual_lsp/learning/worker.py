@@ -373,7 +373,7 @@ def handle_job(
 def warm_for_next_job(policy: Policy, job: dict[str, Any]) -> None:
     """Idle-time work after a step: the student's prompt K/V under the new weights
     (`LogitScorer.warm_prefix`; off-box, nothing), so the next correction in this task
-    trains sooner. Never raises: a failed warm-up costs only the time it would have saved."""
+    trains sooner, and the prompt start's on disk for the server. Never raises: a failed warm-up costs only the time it would have saved."""
     scorer = policy.logit_scorer()
     if scorer is None:
         return
@@ -381,6 +381,19 @@ def warm_for_next_job(policy: Policy, job: dict[str, Any]) -> None:
         scorer.warm_prefix(list(job["payload"].get("prompt_tokens") or []))
     except Exception as exc:
         log.warning("could not warm the prompt cache for the next step: %s", exc)
+    keep_prompt_prefix(policy)
+
+
+def keep_prompt_prefix(policy: Policy) -> None:
+    """Idle-time work after a new version: the prompt start's K/V under it, on disk, so
+    the server's next proposal for its user reads it back instead of prefilling it
+    (policy/local/prefix_store.py; other backends: nothing). Never raises."""
+    keep = getattr(policy, "keep_prompt_prefix", None)
+    if callable(keep):
+        try:
+            keep()
+        except Exception as exc:
+            log.warning("could not keep the prompt start for the server: %s", exc)
 
 
 def become_worker(link: WorkerLink, name: str) -> None:

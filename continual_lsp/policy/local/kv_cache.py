@@ -127,6 +127,15 @@ class PromptCache:
         self.reused_tokens += shared
         return shared, sliced_cache(layers, shared)
 
+    def covered(self, prompt_tokens: list[int], key: Any) -> tuple[int, KV | None]:
+        """(tokens of `prompt_tokens` an entry of `key` holds from the start, its layers),
+        the most covered; not counted as a hit."""
+        best: tuple[int, KV | None] = (0, None)
+        for tokens, layers, entry_key in self.entries:
+            if entry_key == key and (shared := common_prefix(tokens, prompt_tokens)) > best[0]:
+                best = (shared, layers)
+        return best
+
     def store(self, prompt_tokens: list[int], cache: Any, key: Any) -> None:
         from transformers.cache_utils import DynamicLayer
 
@@ -134,11 +143,6 @@ class PromptCache:
         if not layers or any(type(layer) is not DynamicLayer for layer in layers):
             self.clear()
             return
-        kept = [
-            e
-            for e in self.entries
-            if e[2] == key and 2 * common_prefix(e[0], prompt_tokens) <= len(e[0])
-        ]
         # A copy of the prompt's positions only: the cache handed in runs past them (the
         # call decoded after, a batch row's spare room), and an entry keeping those
         # tensors held 17 MB where the prompt's K/V is 13 (a copy of ~2 ms).
@@ -146,7 +150,16 @@ class PromptCache:
         compact = [
             (layer.keys[:, :, :n].clone(), layer.values[:, :, :n].clone()) for layer in layers
         ]
-        self.entries = [(list(prompt_tokens), compact, key), *kept][: self.CAPACITY]
+        self.put(prompt_tokens, compact, key)
+
+    def put(self, prompt_tokens: list[int], layers: KV, key: Any) -> None:
+        """Keep `layers`, the K/V of `prompt_tokens` exactly (never written to after)."""
+        kept = [
+            e
+            for e in self.entries
+            if e[2] == key and 2 * common_prefix(e[0], prompt_tokens) <= len(e[0])
+        ]
+        self.entries = [(list(prompt_tokens), layers, key), *kept][: self.CAPACITY]
 
 
 # -- the training side: which weights, and the prefix cache across steps ----------------

@@ -49,9 +49,16 @@ from continual_lsp.policy.local.candidate_tree import (
 )
 from continual_lsp.policy.local.decode import constrained_decode
 from continual_lsp.policy.local.grammar import ToolCallGrammar
-from continual_lsp.policy.local.kv_cache import PromptCache, TrainState, common_prefix
+from continual_lsp.policy.local.kv_cache import (
+    TRAINED_ADAPTER,
+    PromptCache,
+    TrainState,
+    common_prefix,
+)
 from continual_lsp.policy.local.logit_scorer import LocalLogitScorer
 from continual_lsp.policy.local.model_host import ModelHost
+from continual_lsp.policy.local.prefix_store import PrefixStore, model_identity, weights_digest
+from continual_lsp.policy.model_files import cache_dir
 from continual_lsp.policy.render import ChatMLRenderer
 from continual_lsp.tools.base import TOOL_NAMES
 
@@ -123,6 +130,11 @@ class LocalPolicy:
         self.prompt_cache = PromptCache()
         self.sampled = False  # a call has been sampled: its prefill covers `warm_prompt`'s
         self.adapters_dir: Path = adapters_dir(settings)
+        self._prefixes = PrefixStore(
+            cache_dir().parent / "prompt-prefixes", int(settings.prompt_prefix_disk_mb * 2**20)
+        )
+        self._digest: tuple[Any, str | None] | None = None  # (weights key, its digest)
+        self._kept: Any = None  # the weights key whose prefix is on disk, or cannot be
 
     @property
     def model(self) -> PeftModel:
@@ -203,6 +215,7 @@ class LocalPolicy:
         grammar = self.grammar_for(tools, params.forbid)
         with self.exclusive():
             key = self.weights_key()
+            self._restore_prefix(key)
             zero = self._adapter_is_zero()
             slot = self._slot
 
@@ -218,6 +231,7 @@ class LocalPolicy:
             return scheduler.submit(row).result()
         finally:
             self.host.pin(slot, False)
+            self._keep_prefix(key)
 
     def sample_batch(
         self, prompt_tokens: list[int], params: SampleParams, n: int
@@ -233,6 +247,7 @@ class LocalPolicy:
         grammar = self.grammar_for(tools, params.forbid)
         with self.exclusive():
             key = self.weights_key()
+            self._restore_prefix(key)
             with self._skip_zero_adapter():
                 out = decode(
                     self.model,
@@ -247,6 +262,7 @@ class LocalPolicy:
             # while other users' turns run, one such cache per waiting thread (measured
             # 25-75 MB of K/V past the bound with 8 users asking at once).
             self.host.note_cache(self.prompt_cache)
+        self._keep_prefix(key)
         return out
 
     def _skip_zero_adapter(self) -> contextlib.AbstractContextManager[Any]:
@@ -266,6 +282,63 @@ class LocalPolicy:
                 if "lora_B" in n and active in n
             )
 
+    @functools.cached_property
+    def _prefix(self) -> list[int]:
+        """The tokens every prompt of this policy starts with: system prompt, tool schema,
+        up to the task's words."""
+        one, other = (
+            self._renderer.render_prompt([Message(role="user", content=f"Task: {word}")])
+            for word in ("a", "b")
+        )
+        return one[: common_prefix(one, other)]
+
+    def _weights_digest(self, key: Any) -> str | None:
+        """The disk name of the weights `key` stands for (`prefix_store.weights_digest`),
+        once per weights; None where no file names the base or another adapter than the
+        trained one is active. Inside `exclusive()`."""
+        if self._digest is None or self._digest[0] != key:
+            identity = model_identity(self.model)
+            digest = None
+            if identity is not None and self.model.active_adapter == TRAINED_ADAPTER:
+                # A zero adapter is skipped (`_skip_zero_adapter`): K/V of the base alone,
+                # the same for every user who has had no lesson yet.
+                lora = [] if self._adapter_is_zero() else self.host.adapter_of(self._slot).items()
+                digest = weights_digest(identity, lora)
+            self._digest = (key, digest)
+        return self._digest[1]
+
+    def _restore_prefix(self, key: Any) -> bool:
+        """Put the shared prompt start's K/V for `key`'s weights in the prompt cache from
+        disk unless it holds it already; whether it holds it now. Inside `exclusive()`."""
+        prefix = self._prefix
+        if self.prompt_cache.covered(prefix, key)[0] >= len(prefix):
+            return True
+        digest = self._weights_digest(key)
+        layers = None if digest is None else self._prefixes.load(digest, prefix)
+        if layers is None:
+            return False
+        self._kept = key
+        self.prompt_cache.put(prefix, layers, key)
+        self.host.note_cache(self.prompt_cache)
+        return True
+
+    def _keep_prefix(self, key: Any) -> None:
+        """Write the shared prompt start's K/V for `key`'s weights to disk, once, from the
+        prompt cache (where the call just made put it). The write runs outside the hold
+        on the model: the tensors of a cache entry are never written to."""
+        if self._kept == key:
+            return
+        with self.exclusive():
+            if self.weights_key() != key:
+                return  # changed meanwhile: the next call keeps its own
+            digest = self._weights_digest(key)
+            shared, layers = self.prompt_cache.covered(self._prefix, key)
+        if digest is None:
+            self._kept = key
+        elif layers is not None and shared >= len(self._prefix):
+            self._prefixes.save(digest, self._prefix, layers)
+            self._kept = key
+
     def warm_prompt(self) -> int:
         """Prefill the start every prompt of this policy shares (system prompt, tool
         schema, up to the task's words) into the prompt cache, under the current weights;
@@ -273,28 +346,44 @@ class LocalPolicy:
         host's prompt-cache bounds have no room for them, or once a call was sampled:
         a user who asked at once would have the prefix prefilled twice, and twenty
         users opening their editors together waited for eight such warm-ups)."""
-        renderer = self._renderer
-        one, other = (
-            renderer.render_prompt([Message(role="user", content=f"Task: {word}")])
-            for word in ("a", "b")
-        )
-        prefix = one[: common_prefix(one, other)]
+        prefix = self._prefix
         if not self.host.cache_room(len(prefix)):
             return 0  # it would clear another user's cache: their next turn prefills it
         with self.exclusive():
             key = self.weights_key()
-            shared, cache = self.prompt_cache.lookup(prefix, key)
-            if shared >= len(prefix) - 1 or self.sampled:
+            if self.sampled or self._restore_prefix(key):
                 return 0
-            keyword = cache_keyword(self.model)
-            with self._skip_zero_adapter(), torch.inference_mode():
-                ids = torch.tensor([prefix[shared:]], dtype=torch.long, device=self.device)
-                out = self.model(
-                    input_ids=ids, use_cache=True, logits_to_keep=1, **{keyword: cache}
-                )
-                self.prompt_cache.store(prefix, returned_cache(out), key)
+            shared, cache = self.prompt_cache.lookup(prefix, key)
+            self.prompt_cache.store(prefix, self._prefill(prefix[shared:], cache), key)
             self.host.note_cache(self.prompt_cache)
+        self._keep_prefix(key)
         return len(prefix) - shared
+
+    def keep_prompt_prefix(self) -> bool:
+        """Write the shared prompt start's K/V under the current weights to disk unless it
+        is there: the training worker's idle time after it saved a version, so that the
+        server's next proposal for this user (a restarted server's first) reads it back
+        instead of prefilling it. Nothing is kept in memory; whether it prefilled."""
+        with self.exclusive():
+            key = self.weights_key()
+            digest = None if self._kept == key else self._weights_digest(key)
+            if digest is None or self._prefixes.holds(digest):
+                self._kept = key
+                return False
+            cache = self._prefill(self._prefix, None)
+            layers = [(layer.keys, layer.values) for layer in cache.layers]
+        self._prefixes.save(digest, self._prefix, layers)
+        self._kept = key
+        return True
+
+    def _prefill(self, tokens: list[int], cache: Any) -> Any:
+        """`tokens` fed after `cache` (None: from the start) under the current weights;
+        the cache returned. Inside `exclusive()`."""
+        keyword = cache_keyword(self.model)
+        with self._skip_zero_adapter(), torch.inference_mode():
+            ids = torch.tensor([tokens], dtype=torch.long, device=self.device)
+            out = self.model(input_ids=ids, use_cache=True, logits_to_keep=1, **{keyword: cache})
+        return returned_cache(out)
 
     def logprobs(self, prompt_tokens: list[int], completion_tokens: list[int]) -> list[float]:
         """Current weights' logprob of each completion token (no grad)."""

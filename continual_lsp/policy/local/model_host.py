@@ -165,14 +165,22 @@ class ModelHost:
         self.spills = 0  # slots written to disk so far (for tests and the bench)
         self.reloads = 0
         self.swap_s = 0.0  # seconds spent writing and reading spilled slots
+        self.load_seconds: dict[str, float] = {}  # `load`'s parts
 
     @classmethod
     def load(cls, settings: Settings, dtype: str = "float32") -> ModelHost:
+        started = time.perf_counter()
         base, tokenizer = load_model_and_tokenizer(
             settings.model, settings.device, starter=settings.starter, dtype=dtype
         )
+        loaded = time.perf_counter()
         host = cls(base, tokenizer, settings)
         release_freed_memory()  # the load's temporaries (GGUF dequantisation, starter merge)
+        # A fresh server's wait, by part (issue 34; the server logs it, bench/team.py reads it)
+        host.load_seconds = {
+            "weights": round(loaded - started, 2),
+            "adapter_and_grammar": round(time.perf_counter() - loaded, 2),
+        }
         return host
 
     def enable_batching(self) -> bool:

@@ -213,3 +213,29 @@ def test_a_warm_up_never_clears_another_users_cache(model_and_tokenizer: tuple[A
     assert first.warm_prompt() > 100  # ~13 MB of float32 K/V of 16
     assert second.warm_prompt() == 0
     assert first.prompt_cache.entries and not second.prompt_cache.entries
+
+
+def test_a_fresh_policy_reads_the_prompt_start_from_disk(
+    model_and_tokenizer: tuple[Any, Any], tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restarted server (a new policy on the same weights) prefills none of the prompt
+    start another process kept, and decodes the call a cold cache decodes; the training
+    worker keeps a new version's once."""
+    monkeypatch.setenv("CONTINUAL_LSP_CACHE", str(tmp_path))
+    host = _host(model_and_tokenizer)
+    first = user_on(host, "u0", seed=12)
+    assert first.warm_prompt() > 100
+    kept = tmp_path / "prompt-prefixes"
+    assert len(list(kept.glob("*.safetensors"))) == 1
+    second = user_on(host, "u1", seed=12)  # the same weights, loaded again
+    params = SampleParams(temperature=0.0, max_tokens=40)
+    prompt = _prompt(second, TASKS[2])
+    want = _alone(second, prompt, params)
+    assert second.warm_prompt() == 0
+    assert second.prompt_cache.entries
+    _same(second.sample(prompt, params), want)
+    other = user_on(host, "u2", seed=13)
+    assert other.keep_prompt_prefix()
+    assert not other.keep_prompt_prefix()  # on disk already
+    assert not other.prompt_cache.entries  # the worker keeps nothing in memory
+    assert len(list(kept.glob("*.safetensors"))) == 2
