@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import time
 from collections.abc import Collection, Sequence
 
-from continual_lsp.agent import narrowing, reindent
+from continual_lsp.agent import narrowing, reindent, trials
 from continual_lsp.agent.candidates import Candidate, canonical
 from continual_lsp.agent.errors import Unparsable
 from continual_lsp.agent.lanes_facade import LanesFacade
@@ -24,6 +25,7 @@ from continual_lsp.tools.base import (
     ToolError,
     ToolResult,
 )
+from continual_lsp.tools.bash import TIMEOUT_EXIT_CODE
 from continual_lsp.tools.runner import ToolRunner
 
 
@@ -238,6 +240,8 @@ def execute(parts: Parts, task: Task, proposal: Proposal, call: ToolCall) -> Too
             # put back: every later re-indent would count.
             if before != content_key(pinned.new_content):
                 task.replaced.add((pinned.path, before))
+    if call.tool == "bash":
+        result = _tracked_check(parts, task, str(call.arguments["cmd"]), result)
     task.executed.add(canonical(call))
     task.history.append(call)
     task.conversation.add_call(call, result)
@@ -245,15 +249,70 @@ def execute(parts: Parts, task: Task, proposal: Proposal, call: ToolCall) -> Too
     task.denied = []
     task.retries = 0
     task.turn += 1
-    if call.tool == "bash" and checks.is_check(str(call.arguments["cmd"]), task.text):
-        task.failing_check = None if result.ok else str(call.arguments["cmd"])
-        task.failing_files = (
-            [] if result.ok else failures.named_files(result.output, parts.workspace)
-        )
     if call.tool == "done":
         # Approved (or edited): the task ends with the summary the reviewer accepted.
         finish(parts, task, str(call.arguments["summary"]))
     return result
+
+
+def _tracked_check(parts: Parts, task: Task, cmd: str, result: ToolResult) -> ToolResult:
+    """The task's failing check (`Task.failing_check`) after a bash run of `cmd`, and the
+    result as the model is to see it.
+
+    A run of the task's check sets it: failed, or passed. A test run that ran no test
+    (`checks.ran_no_tests`: pytest in a JavaScript project; `node:test`, which names
+    tests but is no command) says nothing of the code, and a change tried against it
+    could never pass (4 of the 12 failed multi-step tasks on the agent-skill draw): when
+    the workspace runs its tests otherwise (`checks.workspace_suite`), the result says
+    how, and that command, run on a copy (`_check_suite`), becomes the failing check if
+    it fails there.
+    """
+    tests = checks.is_check(cmd, task.text)
+    if (tests or "test" in cmd.lower()) and checks.ran_no_tests(result.output, result.exit_code):
+        suite = checks.workspace_suite(parts.workspace)
+        if suite is not None and suite.cmd != " ".join(cmd.split()):
+            _check_suite(parts, task, cmd, suite)
+            note = f"no tests ran; this workspace's tests run with `{suite.cmd}` ({suite.source})"
+            return result.model_copy(update={"output": f"{result.output}\n[{note}]"})
+    if tests:
+        task.failing_check = None if result.ok else cmd
+        task.failing_files = (
+            [] if result.ok else failures.named_files(result.output, parts.workspace)
+        )
+    return result
+
+
+def _check_suite(parts: Parts, task: Task, cmd: str, suite: checks.Suite) -> None:
+    """Run the workspace's own tests on a copy (`trials.run_on_copy`: the reviewer did
+    not approve this command): failing, they become the task's failing check; passing,
+    they stop being it. A run with no verdict (none possible here, out of time, no test
+    ran) leaves the check as it was: only a known failure is tried against."""
+    started = time.perf_counter()
+    env, home = parts.tools.env, parts.tools.home
+    run = trials.run_on_copy(parts.workspace, suite.cmd, parts.settings, env=env, home=home)
+    verdict = None  # not known: it did not run, ran out of time, or ran no test either
+    if (
+        run is not None
+        and run.exit_code != TIMEOUT_EXIT_CODE
+        and not checks.ran_no_tests(run.output, run.exit_code)
+    ):
+        verdict = "passes" if run.ok else "fails"
+        if not run.ok:
+            task.failing_check = suite.cmd
+            task.failing_files = failures.named_files(run.output, parts.workspace)
+        elif task.failing_check == suite.cmd:
+            task.failing_check, task.failing_files = None, []
+    parts.store.append_event(
+        "workspace_suite",
+        {
+            "command": cmd,
+            "suite": suite.cmd,
+            "source": suite.source,
+            "verdict": verdict,
+            "seconds": round(time.perf_counter() - started, 3),
+        },
+        task.id,
+    )
 
 
 def _checkpointed(

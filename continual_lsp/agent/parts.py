@@ -40,9 +40,11 @@ class Task:
         self.replaced: set[tuple[str, str]] = set()
         self.pending: str | None = None
         self.done: str | None = None
-        # The last run of a command that checks the task (`checks.is_check`), if it failed.
+        # The last run of a command that checks the task (`checks.is_check`), if it failed;
+        # or the workspace's own tests, found failing where that run ran none
+        # (`calls._tracked_check`).
         self.failing_check: str | None = None
-        # The workspace files that failing run's output points at (`checks.named_files`).
+        # The workspace files that failing run's output points at (`failures.named_files`).
         self.failing_files: list[str] = []
         # Guards compiled from this task's denials: each must let the calls the reviewer
         # accepts next in the task through (`LanesFacade.let_through`).

@@ -4,22 +4,25 @@ When the task's last test run failed, each candidate change is written into a th
 copy of the workspace and the same command runs there, in the one sandbox every bash call
 uses (`tools.bash.run_bash`), all candidates of a turn within one time box. The first
 candidate that turns the test green is the one to show. The workspace itself is never
-touched: a copy is made once per turn, each change written into it and taken back.
+touched: a copy is made once per turn, each change written into it and taken back. A
+command the reviewer never approved (the workspace's own tests, `run_on_copy`) runs only
+on such a copy too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from continual_lsp.agent.candidates import Candidate
 from continual_lsp.config import Settings
-from continual_lsp.tools.base import ToolError
+from continual_lsp.tools.base import ToolError, ToolResult
 from continual_lsp.tools.bash import run_bash
 
 # A workspace with more files than this is not copied to try changes (node_modules and
@@ -47,6 +50,37 @@ def _small_enough(root: Path) -> bool:
     return True
 
 
+@contextlib.contextmanager
+def _copy_of(workspace: Path) -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="continual-trial-") as tmp:
+        copy = Path(tmp) / workspace.name
+        # git's metadata stays out: a test run needs the files, and the copy's hooks and
+        # config must not be the workspace's.
+        shutil.copytree(workspace, copy, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+        yield copy
+
+
+def run_on_copy(
+    workspace: Path,
+    cmd: str,
+    settings: Settings,
+    *,
+    env: Mapping[str, str] | None = None,
+    home: str | os.PathLike[str] | None = None,
+) -> ToolResult | None:
+    """`cmd`'s result on an unchanged copy of `workspace`, within
+    `settings.check_timeout_s`; None when it cannot run there (too many files to copy,
+    no sandbox)."""
+    if not _small_enough(workspace):
+        return None
+    timeout = min(settings.check_timeout_s, float(settings.bash_timeout))
+    with _copy_of(workspace) as copy:
+        try:
+            return run_bash(cmd, copy, settings, timeout=timeout, env=env, home=home)
+        except ToolError:
+            return None
+
+
 def first_passing(
     workspace: Path,
     cmd: str,
@@ -62,11 +96,7 @@ def first_passing(
         return Trial(None, 0, f"more than {MAX_COPIED_FILES} files to copy")
     deadline = time.monotonic() + settings.check_timeout_s
     ran = 0
-    with tempfile.TemporaryDirectory(prefix="continual-trial-") as tmp:
-        copy = Path(tmp) / workspace.name
-        # git's metadata stays out: a test run needs the files, and the copy's hooks and
-        # config must not be the workspace's.
-        shutil.copytree(workspace, copy, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+    with _copy_of(workspace) as copy:
         for candidate in candidates:
             left = deadline - time.monotonic()
             if left < 1:

@@ -5,13 +5,19 @@ also refuses a `return` outside a function, unlike `ast.parse`), JSON, TOML and 
 (when PyYAML is importable) are loaded, and JavaScript goes through `node --check` when
 node is installed. Nothing here runs the code. A file kind without a checker is never
 called broken.
+
+Also said without running anything: whether a command runs tests, whether a test run
+ran none (`ran_no_tests`, from its output), and the command that runs a workspace's own
+tests (`workspace_suite`, from its files).
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import os
 import re
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -19,6 +25,7 @@ import tomllib
 import warnings
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
+from typing import NamedTuple
 
 NODE_CHECK_TIMEOUT_S = 10.0
 
@@ -66,6 +73,121 @@ def is_test_file(path: str) -> bool:
     parts = PurePosixPath(path).parts
     name = parts[-1] if parts else ""
     return any(d in _TEST_DIRS for d in parts[:-1]) or _TEST_FILE.search(name) is not None
+
+
+# What a test run that ran no test prints: pytest's summary (nothing collected, all
+# deselected, a path that does not exist, a usage error, pytest not installed),
+# unittest's count, node --test's TAP and spec counts, jest / vitest / mocha's refusal,
+# node's word for a test file it was named that does not exist, and npm's placeholder
+# test script.
+_NO_TESTS = re.compile(
+    r"^\s*=*\s*(?:no tests ran|\d+ deselected) in\b"
+    r"|^ERROR: usage:|: No module named pytest$"
+    r"|^Ran 0 tests\b|^NO TESTS RAN$"
+    r"|^(?:#|\N{INFORMATION SOURCE}) tests 0$"
+    r"|^(?:Error: )?No test(?:s| files)? found\b"
+    r"|^Could not find '"
+    r"|^Error: no test specified$",
+    re.M,
+)
+# The shell's statuses for a command it could not run: not executable, not found.
+_NOT_RUN = frozenset({126, 127})
+
+
+def ran_no_tests(output: str, exit_code: int | None) -> bool:
+    """Whether a test run's output and exit status say it ran no test at all: the runner
+    found none, or could not start (`node:test` is no command, pytest was named a path
+    that does not exist). Such a run says nothing about the code, so it is no check a
+    change could turn green. pytest's status 5 is read from its words ("no tests ran"),
+    which it always prints: another program's status 5 means something else."""
+    return exit_code in _NOT_RUN or _NO_TESTS.search(output) is not None
+
+
+class Suite(NamedTuple):
+    """A workspace's own test command, and the file that says so."""
+
+    cmd: str
+    source: str
+
+
+# At most this many files and folders are looked at for tests: a workspace's tests sit
+# near its root, and a turn must not wait on a walk through a huge tree.
+MAX_SUITE_ENTRIES = 2000
+# Never searched for a workspace's tests (dot-folders aside): installed code and caches.
+_NOT_SEARCHED = frozenset({"node_modules", "venv", "site-packages", "__pycache__"})
+# `npm init` writes a test script that fails on purpose (`echo "Error: no test
+# specified" && exit 1`): a package with no tests.
+_NPM_PLACEHOLDER = "no test specified"
+_JS = (".js", ".mjs", ".cjs")
+# The files `node --test` runs when named none (node 20 and later); others must be named.
+_NODE_FINDS = re.compile(r"^(?:test|test-.+|.+[._-]test)\.[cm]?js$")
+_NAMED_TEST = re.compile(r"\.(?:test|spec)\.[cm]?js$")
+_PYTEST_FILE = re.compile(r"^test_.*\.py$|_test\.py$")
+
+
+def workspace_suite(root: Path) -> Suite | None:
+    """The command that runs the workspace's own tests, read from its files (nothing
+    runs): a package.json test script (not npm's placeholder) is `npm test`; JavaScript
+    tests run with `node --test`; Python tests with `python3 -m pytest -q`; in that
+    order. None when it has none. A small model runs pytest in a JavaScript project:
+    this says what to run instead."""
+    if _has_npm_tests(root / "package.json"):
+        return Suite("npm test", "package.json")
+    js, py = _test_files(root)
+    if js:
+        found = [p for p in js if _node_finds(p)]
+        if found:
+            return Suite("node --test", found[0])
+        return Suite(" ".join(["node --test", *sorted({_glob(p) for p in js})]), js[0])
+    if py:
+        return Suite("python3 -m pytest -q", py[0])
+    return None
+
+
+def _has_npm_tests(path: Path) -> bool:
+    try:
+        package = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return False
+    scripts = package.get("scripts") if isinstance(package, dict) else None
+    script = scripts.get("test") if isinstance(scripts, dict) else None
+    return isinstance(script, str) and bool(script.strip()) and _NPM_PLACEHOLDER not in script
+
+
+def _test_files(root: Path) -> tuple[list[str], list[str]]:
+    """The JavaScript and the Python test files under `root` (workspace-relative, in a
+    stable order), among the first MAX_SUITE_ENTRIES entries walked."""
+    js: list[str] = []
+    py: list[str] = []
+    left = MAX_SUITE_ENTRIES
+    for here, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _NOT_SEARCHED)
+        folder = PurePosixPath(Path(here).relative_to(root).as_posix())
+        for name in sorted(files)[:left]:
+            rel = str(folder / name)
+            if name.endswith(_JS) and is_test_file(rel):
+                js.append(rel)
+            elif _PYTEST_FILE.search(name):
+                py.append(rel)
+        left -= 1 + len(files) + len(dirs)
+        if left <= 0:
+            break
+    return js, py
+
+
+def _node_finds(path: str) -> bool:
+    parts = PurePosixPath(path).parts
+    return "test" in parts[:-1] or _NODE_FINDS.search(parts[-1]) is not None
+
+
+def _glob(path: str) -> str:
+    """A shell glob naming `path` and its kind in its folder (`tests/*.js`,
+    `src/*.spec.js`): `node --test` runs only the files it is named."""
+    rel = PurePosixPath(path)
+    named = _NAMED_TEST.search(rel.name)
+    pattern = "*" + (named.group(0) if named else rel.suffix)
+    folder = str(rel.parent)
+    return pattern if folder == "." else f"{shlex.quote(folder)}/{pattern}"
 
 
 def _python(text: str, name: str) -> str | None:

@@ -1,13 +1,24 @@
-"""A call's preview (`calls.preview`): what makes a proposal not worth showing."""
+"""A call's preview (`calls.preview`): what makes a proposal not worth showing; and what a
+bash run makes of the task's failing check (`calls.execute`)."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from continual_lsp.agent import calls
+from continual_lsp.agent.agent import Agent
 from continual_lsp.agent.calls import preview
+from continual_lsp.agent.conversation import Conversation
 from continual_lsp.agent.errors import Unparsable
+from continual_lsp.agent.parts import Task
+from continual_lsp.agent.proposal import Proposal
 from continual_lsp.config import Settings
-from continual_lsp.tools.base import ToolCall
+from continual_lsp.tools.base import ToolCall, ToolResult
 from continual_lsp.tools.runner import ToolRunner
 
 
@@ -52,3 +63,115 @@ def test_a_model_write_that_drops_a_file_the_task_never_read_cannot_run(workspac
     new = ToolCall(tool="write", arguments={"path": "src/calc/new.py", "content": "x = 1\n"})
     shown, error = preview(tools, new, seen=set())
     assert error is None and shown is not None and shown.old_content is None
+
+
+needs_node = pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+
+# The agent-skill draw's JavaScript project: `node --test` runs tests/*.test.js, and
+# package.json keeps npm's placeholder test script.
+JS_PROJECT = {
+    "package.json": json.dumps(
+        {"name": "calc", "scripts": {"test": 'echo "Error: no test specified" && exit 1'}}
+    ),
+    "src/math.js": "exports.add = (a, b) => a - b;\n",
+    "tests/math.test.js": (
+        "const test = require('node:test');\nconst assert = require('node:assert');\n"
+        "const { add } = require('../src/math.js');\n"
+        "test('adds', () => assert.strictEqual(add(2, 2), 4));\n"
+    ),
+}
+FIXED = "exports.add = (a, b) => a + b;\n"
+
+
+class _NoModel:
+    """The sampler of an agent that only runs calls: sampling here is a test's mistake."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"sampled ({name}) in a test without a model")
+
+
+def _ran(
+    tmp_path: Path, cmd: str, files: dict[str, str] = JS_PROJECT, failing: str | None = None
+) -> tuple[Task, ToolResult, Agent]:
+    """`cmd` approved and run in a fresh task (its failing check `failing`) on a workspace
+    of `files` in tmp_path/ws."""
+    root = tmp_path / "ws"
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    settings = Settings(
+        enable_training=False,
+        store_path=str(tmp_path / "store.sqlite3"),
+        sandbox="none",  # the runs need python3, node and npm, not bwrap
+        allow_unsandboxed=True,
+    )
+    agent = Agent(settings, root, policy=_NoModel())  # type: ignore[arg-type]
+    parts = agent._parts  # what the rooms get: `calls.execute` is the room under test
+    text = "The tests fail: make them green again."
+    task = Task(parts.store.create_task(text, str(root)), text, Conversation(text))
+    task.failing_check = failing
+    call = ToolCall(tool="bash", arguments={"cmd": cmd})
+    pid = parts.store.add_proposal(task.id, 0, "bash", call.arguments, [], [], [], None, None)
+    proposal = Proposal(id=pid, task_id=task.id, call=call, read_only=False)
+    return task, calls.execute(parts, task, proposal, call), agent
+
+
+NODE_TEST_NOTE = (
+    "[no tests ran; this workspace's tests run with `node --test` (tests/math.test.js)]"
+)
+
+
+@needs_node
+@pytest.mark.parametrize(
+    "cmd", ["python3 -m pytest -q", "python3 -m pytest -q green again", "node:test", "npm test"]
+)
+def test_a_test_run_that_ran_none_gives_way_to_the_workspaces_failing_tests(
+    tmp_path: Path, cmd: str
+) -> None:
+    """pytest in a JavaScript project (status 5, or 4 for words that name no path), no
+    command at all (127), npm's placeholder script: changes are tried against
+    `node --test`, found failing on a copy, and the model is told how this workspace runs
+    its tests."""
+    task, result, agent = _ran(tmp_path, cmd)
+    assert not result.ok
+    assert task.failing_check == "node --test"
+    assert task.failing_files == ["src/math.js"]
+    assert result.output.endswith(NODE_TEST_NOTE)
+    (_, seen) = task.conversation.calls[-1]
+    assert seen.output.endswith(NODE_TEST_NOTE)
+    (event,) = [e["payload"] for e in agent.store.events(kind="workspace_suite")]
+    assert event["command"] == cmd and event["verdict"] == "fails"
+    agent.close()
+
+
+@needs_node
+def test_the_workspaces_tests_passing_on_the_copy_stop_being_the_failing_check(
+    tmp_path: Path,
+) -> None:
+    fixed = {**JS_PROJECT, "src/math.js": FIXED}
+    task, result, agent = _ran(tmp_path, "python3 -m pytest -q", fixed, failing="node --test")
+    assert task.failing_check is None and task.failing_files == []
+    assert result.output.endswith(NODE_TEST_NOTE)
+    (event,) = [e["payload"] for e in agent.store.events(kind="workspace_suite")]
+    assert event["verdict"] == "passes"
+    agent.close()
+
+
+@needs_node
+def test_a_run_of_the_workspaces_own_tests_is_the_check_as_before(tmp_path: Path) -> None:
+    task, result, agent = _ran(tmp_path, "node --test")
+    assert not result.ok and task.failing_check == "node --test"
+    assert "no tests ran" not in result.output
+    assert agent.store.events(kind="workspace_suite") == []
+    agent.close()
+
+
+def test_a_run_that_ran_no_test_where_the_workspace_has_none_is_the_check_as_before(
+    tmp_path: Path,
+) -> None:
+    """Nothing else to run: the run is the failing check, as any failing test run is (a
+    task may be to write the first test)."""
+    task, result, agent = _ran(tmp_path, "python3 -m pytest -q", {"README.md": "calc\n"})
+    assert not result.ok and task.failing_check == "python3 -m pytest -q"
+    assert agent.store.events(kind="workspace_suite") == []
+    agent.close()

@@ -1,0 +1,38 @@
+"""A command run on a throw-away copy of the workspace (`trials.run_on_copy`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from continual_lsp.agent import trials
+from continual_lsp.config import Settings
+from continual_lsp.tools.sandbox import bwrap_available
+
+SETTINGS = Settings(enable_training=False, sandbox="none", allow_unsandboxed=True)
+
+
+def test_a_command_runs_on_a_copy_and_leaves_the_workspace_as_it_was(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("before\n")
+    result = trials.run_on_copy(tmp_path, "cat a.txt; echo after > a.txt; exit 3", SETTINGS)
+    assert result is not None and result.exit_code == 3 and "before" in result.output
+    assert (tmp_path / "a.txt").read_text() == "before\n"
+
+
+def test_a_workspace_too_large_to_copy_runs_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("a.txt", "b.txt"):
+        (tmp_path / name).write_text("x\n")
+    monkeypatch.setattr(trials, "MAX_COPIED_FILES", 1)
+    assert trials.run_on_copy(tmp_path, "touch ran", SETTINGS) is None
+    assert not (tmp_path / "ran").exists()
+
+
+def test_where_bash_may_not_run_nothing_runs(tmp_path: Path) -> None:
+    sandboxed = Settings(enable_training=False, sandbox="bwrap", allow_unsandboxed=False)
+    runs, _why = bwrap_available()
+    result = trials.run_on_copy(tmp_path, "touch ran", sandboxed)
+    assert (result is not None) is runs
+    assert not (tmp_path / "ran").exists()
