@@ -35,7 +35,9 @@ a worker with a model of its own, measured below under `restart`):
   server decodes users in flight as one batch, `batched`).
 - `cold_start_s`: a new server process (the load's, restarted); as soon as it listens,
   the first user connects and starts a task: seconds from `initialize` to the proposal
-  (issue 34's bound: 3 s). The model loads at the server's start, not at the connect.
+  (issue 34's bound: 3 s). The model loads at the server's start, not at the connect:
+  `model_ready_s` (from the process's start) and its parts (`model_ready_parts_s`:
+  imports, dtype, weights, adapter_and_grammar) come from the server's log line.
 
 Then training on the shared team worker (`shared_training`, on by default over TCP: one
 spawned process, one model, jobs taken in turn across users) with real SQLite stores and
