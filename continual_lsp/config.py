@@ -209,10 +209,12 @@ class Settings(BaseModel):
     # 128 MB: eight users' first turns (bench/team.py, docs/deploy.md).
     max_prompt_cache_mb: float = Field(default=128.0, gt=0)
     # The K/V of the prompt start every call shares (system prompt, tool schema), kept on
-    # disk by the weights that made it (~13 MB each on the embedded model), so that a
+    # disk by the weights that made it (~12.6 MB each on the embedded model), so that a
     # fresh server does not prefill it again for a user whose weights it has seen:
     # ~1.4 s of a first proposal on a 2-core EPYC. Least recently used past this; 0: off.
-    prompt_prefix_disk_mb: float = Field(default=256.0, ge=0)
+    # 512: a 20-user team's two latest versions each (at 256, twenty users' entries
+    # filled it, and a training worker's new ones pushed out users' current ones).
+    prompt_prefix_disk_mb: float = Field(default=512.0, ge=0)
     # Prompt tokens one batched decode step may prefill (a shared host): a user's new
     # prompt is fed in pieces of at most this many tokens beside the others' decode
     # steps, so that no one's next token waits for a whole long prefill.

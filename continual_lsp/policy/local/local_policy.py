@@ -367,7 +367,7 @@ class LocalPolicy:
         with self.exclusive():
             key = self.weights_key()
             digest = None if self._kept == key else self._weights_digest(key)
-            if digest is None or self._prefixes.holds(digest):
+            if digest is None or self._prefixes.holds(digest, self._prefix):
                 self._kept = key
                 return False
             cache = self._prefill(self._prefix, None)

@@ -70,18 +70,21 @@ class PrefixStore:
         self.directory = directory
         self.max_bytes = max_bytes
 
-    def _file(self, digest: str) -> Path:
-        return self.directory / f"{digest}.safetensors"
+    def _file(self, digest: str, tokens: list[int]) -> Path:
+        # The tokens too: two prompts (other allowed tools) under one set of weights are
+        # two entries, not one file each overwrites in turn.
+        name = hashlib.sha256(f"{digest}:{json.dumps(tokens)}".encode()).hexdigest()
+        return self.directory / f"{name}.safetensors"
 
-    def holds(self, digest: str) -> bool:
-        return self.max_bytes > 0 and self._file(digest).is_file()
+    def holds(self, digest: str, tokens: list[int]) -> bool:
+        return self.max_bytes > 0 and self._file(digest, tokens).is_file()
 
     def load(self, digest: str, tokens: list[int]) -> KV | None:
-        """The K/V stored for `tokens` under `digest`, or None (none, unreadable, other
-        tokens: a prompt that changed with a new version of the product)."""
+        """The K/V stored for `tokens` under `digest`, or None (none, unreadable, or
+        holding other tokens: the file's own record is checked, not only its name)."""
         if self.max_bytes <= 0:
             return None
-        file = self._file(digest)
+        file = self._file(digest, tokens)
         try:
             with safe_open(str(file), framework="pt") as entry:
                 stored = json.loads((entry.metadata() or {}).get("tokens", "null"))
@@ -115,7 +118,7 @@ class PrefixStore:
             os.close(fd)
             try:
                 save_file(tensors, tmp, metadata={"tokens": json.dumps(tokens)})
-                os.replace(tmp, self._file(digest))
+                os.replace(tmp, self._file(digest, tokens))
             finally:
                 Path(tmp).unlink(missing_ok=True)
             self._trim()

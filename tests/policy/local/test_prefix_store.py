@@ -26,7 +26,8 @@ def test_an_entry_reads_back_as_the_prompts_positions(tmp_path: Path) -> None:
     store = PrefixStore(tmp_path, 1 << 20)
     layers = _layers()
     store.save("abc", TOKENS, layers)
-    assert store.holds("abc") and not store.holds("abd")
+    assert store.holds("abc", TOKENS) and not store.holds("abd", TOKENS)
+    assert not store.holds("abc", TOKENS[:-1])  # another prompt: another entry
     back = store.load("abc", TOKENS)
     assert back is not None and len(back) == 3
     for (k, v), (k2, v2) in zip(layers, back, strict=True):
@@ -45,7 +46,7 @@ def test_other_tokens_are_not_served(tmp_path: Path) -> None:
 def test_an_unreadable_entry_is_ignored(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     store = PrefixStore(tmp_path, 1 << 20)
     store.save("abc", TOKENS, _layers())
-    file = tmp_path / "abc.safetensors"
+    (file,) = tmp_path.glob("*.safetensors")
     file.write_bytes(file.read_bytes()[:200])
     with caplog.at_level(logging.WARNING):
         assert store.load("abc", TOKENS) is None
@@ -57,11 +58,11 @@ def test_the_least_recently_used_go_past_the_bound(tmp_path: Path) -> None:
     store = PrefixStore(tmp_path, 2 * size + 2000)  # two entries and their headers
     store.save("a", TOKENS, _layers(seed=1))
     store.save("b", TOKENS, _layers(seed=2))
-    os.utime(tmp_path / "a.safetensors", (1, 1))
-    os.utime(tmp_path / "b.safetensors", (2, 2))
+    os.utime(store._file("a", TOKENS), (1, 1))
+    os.utime(store._file("b", TOKENS), (2, 2))
     assert store.load("a", TOKENS) is not None  # used: now the newest
     store.save("c", TOKENS, _layers(seed=3))
-    assert sorted(p.stem for p in tmp_path.glob("*.safetensors")) == ["a", "c"]
+    assert [store.holds(d, TOKENS) for d in "abc"] == [True, False, True]
 
 
 def test_a_bound_of_zero_keeps_nothing(tmp_path: Path) -> None:
