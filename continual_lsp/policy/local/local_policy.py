@@ -228,10 +228,11 @@ class LocalPolicy:
             )  # fmt: skip
             self.host.pin(slot, True)
         try:
-            return scheduler.submit(row).result()
+            completion = scheduler.submit(row).result()
         finally:
             self.host.pin(slot, False)
-            self._keep_prefix(key)
+        self._keep_prefix(key)
+        return completion
 
     def sample_batch(
         self, prompt_tokens: list[int], params: SampleParams, n: int
