@@ -24,6 +24,7 @@ from continual_lsp.agent.candidates import Candidate
 from continual_lsp.config import Settings
 from continual_lsp.tools.base import ToolError, ToolResult
 from continual_lsp.tools.bash import run_bash
+from continual_lsp.tools.sandbox import sandbox_status
 
 # A workspace with more files than this is not copied to try changes (node_modules and
 # the like would cost more than the check is worth on a turn).
@@ -69,9 +70,11 @@ def run_on_copy(
     home: str | os.PathLike[str] | None = None,
 ) -> ToolResult | None:
     """`cmd`'s result on an unchanged copy of `workspace`, within
-    `settings.check_timeout_s`; None when it cannot run there (too many files to copy,
-    no sandbox)."""
-    if not _small_enough(workspace):
+    `settings.check_timeout_s`; None when it may not run there: too many files to copy,
+    or bash unsandboxed. `cmd` is one the reviewer never approved (the workspace's own
+    test script, a package.json's for one): without the sandbox it could read and change
+    anything this user can, which `sandbox = "none"` accepts only for approved calls."""
+    if not _small_enough(workspace) or not sandbox_status(settings)[0]:
         return None
     timeout = min(settings.check_timeout_s, float(settings.bash_timeout))
     with _copy_of(workspace) as copy:

@@ -20,6 +20,7 @@ from continual_lsp.agent.proposal import Proposal
 from continual_lsp.config import Settings
 from continual_lsp.tools.base import ToolCall, ToolResult
 from continual_lsp.tools.runner import ToolRunner
+from continual_lsp.tools.sandbox import bwrap_available
 
 
 def test_a_change_that_changes_nothing_is_not_shown(workspace: Path) -> None:
@@ -65,7 +66,10 @@ def test_a_model_write_that_drops_a_file_the_task_never_read_cannot_run(workspac
     assert error is None and shown is not None and shown.old_content is None
 
 
-needs_node = pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+needs_node = pytest.mark.skipif(
+    shutil.which("node") is None or not bwrap_available()[0],
+    reason="node is not installed, or the bwrap sandbox cannot run here",
+)
 
 # The agent-skill draw's JavaScript project: `node --test` runs tests/*.test.js, and
 # package.json keeps npm's placeholder test script.
@@ -102,8 +106,9 @@ def _ran(
     settings = Settings(
         enable_training=False,
         store_path=str(tmp_path / "store.sqlite3"),
-        sandbox="none",  # the runs need python3, node and npm, not bwrap
-        allow_unsandboxed=True,
+        # The workspace's own tests run unapproved on a copy: only in the sandbox.
+        sandbox="bwrap",
+        allow_unsandboxed=False,
     )
     agent = Agent(settings, root, policy=_NoModel())  # type: ignore[arg-type]
     parts = agent._parts  # what the rooms get: `calls.execute` is the room under test

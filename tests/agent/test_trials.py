@@ -10,9 +10,14 @@ from continual_lsp.agent import trials
 from continual_lsp.config import Settings
 from continual_lsp.tools.sandbox import bwrap_available
 
-SETTINGS = Settings(enable_training=False, sandbox="none", allow_unsandboxed=True)
+SETTINGS = Settings(enable_training=False, sandbox="bwrap", allow_unsandboxed=False)
+UNSANDBOXED = Settings(enable_training=False, sandbox="none", allow_unsandboxed=True)
+requires_bwrap = pytest.mark.skipif(
+    not bwrap_available()[0], reason="the bwrap sandbox cannot run here"
+)
 
 
+@requires_bwrap
 def test_a_command_runs_on_a_copy_and_leaves_the_workspace_as_it_was(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("before\n")
     result = trials.run_on_copy(tmp_path, "cat a.txt; echo after > a.txt; exit 3", SETTINGS)
@@ -27,6 +32,13 @@ def test_a_workspace_too_large_to_copy_runs_nothing(
         (tmp_path / name).write_text("x\n")
     monkeypatch.setattr(trials, "MAX_COPIED_FILES", 1)
     assert trials.run_on_copy(tmp_path, "touch ran", SETTINGS) is None
+    assert not (tmp_path / "ran").exists()
+
+
+def test_an_unsandboxed_bash_runs_nothing_unapproved(tmp_path: Path) -> None:
+    """`sandbox = "none"` lets an approved call run as this user; a command nobody
+    approved (the workspace's own test script) is not run that way."""
+    assert trials.run_on_copy(tmp_path, "touch ran", UNSANDBOXED) is None
     assert not (tmp_path / "ran").exists()
 
 
