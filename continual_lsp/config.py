@@ -125,7 +125,9 @@ class Settings(BaseModel):
     retry_temperature: float = Field(default=0.8, gt=0.0)
     # A file change proposed while the task's last test run failed: this many candidates
     # (the model's call and warmer samples from its prompt, one batch) are tried on a
-    # copy of the workspace, and one that turns the failing test green is shown. 1: off.
+    # copy of the workspace, in the sandbox only (no reviewer approved them: with
+    # sandbox = "none" nothing is tried), and one that turns the failing test green is
+    # shown. 1: off.
     # Chosen with bench/propose.py (bench/results/propose_candidates.json): the N - 1
     # extra candidates decode in one batch, so N = 4 costs little more than N = 2 (p50
     # 3.9 vs 3.6 s a file-change turn, N = 1: 1.7 s, with drafts, on 2 quiet cores), for

@@ -61,6 +61,15 @@ def _copy_of(workspace: Path) -> Iterator[Path]:
         yield copy
 
 
+UNSANDBOXED = "bash runs without a sandbox here: nothing unapproved is run"
+
+
+def sandboxed(settings: Settings) -> bool:
+    """Whether a command or a change no reviewer approved may run on a copy: only where
+    bash runs in the sandbox (`sandbox = "none"` is accepted for approved calls only)."""
+    return sandbox_status(settings)[0]
+
+
 def run_on_copy(
     workspace: Path,
     cmd: str,
@@ -71,10 +80,10 @@ def run_on_copy(
 ) -> ToolResult | None:
     """`cmd`'s result on an unchanged copy of `workspace`, within
     `settings.check_timeout_s`; None when it may not run there: too many files to copy,
-    or bash unsandboxed. `cmd` is one the reviewer never approved (the workspace's own
-    test script, a package.json's for one): without the sandbox it could read and change
-    anything this user can, which `sandbox = "none"` accepts only for approved calls."""
-    if not _small_enough(workspace) or not sandbox_status(settings)[0]:
+    or bash unsandboxed (`sandboxed`). `cmd` is one the reviewer never approved (the
+    workspace's own test script, a package.json's for one): without the sandbox it could
+    read and change anything this user can."""
+    if not _small_enough(workspace) or not sandboxed(settings):
         return None
     timeout = min(settings.check_timeout_s, float(settings.bash_timeout))
     with _copy_of(workspace) as copy:
@@ -94,9 +103,12 @@ def first_passing(
     home: str | os.PathLike[str] | None = None,
 ) -> Trial:
     """Run `cmd` on a copy of `workspace` with each candidate's change (its preview's new
-    content) in turn, until one exits 0 or `settings.check_timeout_s` is spent."""
+    content) in turn, until one exits 0 or `settings.check_timeout_s` is spent. Only in
+    the sandbox (`sandboxed`): the changes are the model's, which no reviewer approved."""
     if not _small_enough(workspace):
         return Trial(None, 0, f"more than {MAX_COPIED_FILES} files to copy")
+    if not sandboxed(settings):
+        return Trial(None, 0, UNSANDBOXED)
     deadline = time.monotonic() + settings.check_timeout_s
     ran = 0
     with _copy_of(workspace) as copy:
@@ -113,7 +125,7 @@ def first_passing(
                 timeout = min(left, float(settings.bash_timeout))
                 result = run_bash(cmd, copy, settings, timeout=timeout, env=env, home=home)
             except ToolError as exc:
-                return Trial(None, ran, str(exc))  # no sandbox here: nothing runs
+                return Trial(None, ran, str(exc))
             finally:
                 if before is None:
                     target.unlink(missing_ok=True)

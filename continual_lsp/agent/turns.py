@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
-from continual_lsp.agent import calls, decide, retry
+from continual_lsp.agent import calls, decide, retry, trials
 from continual_lsp.agent.candidates import Candidate, canonical, mean_logprob
 from continual_lsp.agent.conversation import Conversation
 from continual_lsp.agent.errors import AgentError, Unparsable
@@ -247,6 +247,8 @@ def _tried(
     settings = parts.settings
     if settings.file_candidates <= 1:
         return Trial(None, 0, "file_candidates is 1")
+    if not trials.sandboxed(settings):
+        return Trial(None, 0, trials.UNSANDBOXED)  # nothing to sample candidates for
     drawn = settings.file_candidates - (own is not None)
     started = time.perf_counter()
     tools = [t for t in settings.allowed_tools or TOOL_NAMES if t in FILE_CHANGING_TOOLS]

@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from continual_lsp.agent import trials
+from continual_lsp.agent.candidates import Candidate
 from continual_lsp.config import Settings
+from continual_lsp.tools.base import Preview, ToolCall
 from continual_lsp.tools.sandbox import bwrap_available
 
 SETTINGS = Settings(enable_training=False, sandbox="bwrap", allow_unsandboxed=False)
@@ -48,3 +50,24 @@ def test_where_bash_may_not_run_nothing_runs(tmp_path: Path) -> None:
     result = trials.run_on_copy(tmp_path, "touch ran", sandboxed)
     assert (result is not None) is runs
     assert not (tmp_path / "ran").exists()
+
+
+def _fix(path: str, content: str) -> Candidate:
+    call = ToolCall(tool="write", arguments={"path": path, "content": content})
+    preview = Preview(path=path, old_content=None, new_content=content, diff="", old_sha256=None)
+    return Candidate(call=call, completion=None, prompt_tokens=[], preview=preview)
+
+
+def test_an_unsandboxed_bash_tries_no_change(tmp_path: Path) -> None:
+    """The model's changes are no reviewer's: with `sandbox = "none"` none is run."""
+    fix = _fix("ok.sh", "touch ran\n")
+    trial = trials.first_passing(tmp_path, "bash ok.sh && cp ran ../ran", [fix], UNSANDBOXED)
+    assert trial.passed is None and trial.ran == 0 and trial.stopped == trials.UNSANDBOXED
+
+
+@requires_bwrap
+def test_in_the_sandbox_the_first_change_that_passes_is_found(tmp_path: Path) -> None:
+    failing, passing = _fix("ok.sh", "exit 1\n"), _fix("ok.sh", "exit 0\n")
+    trial = trials.first_passing(tmp_path, "bash ok.sh", [failing, passing], SETTINGS)
+    assert trial.passed is passing and trial.ran == 2
+    assert not (tmp_path / "ok.sh").exists()  # tried on the copy only
