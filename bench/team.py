@@ -433,11 +433,15 @@ def fresh_server_start(root: Path, users: list[User]) -> dict[str, Any]:
 
     server = TeamServer(root, users, training=False)
     started = time.perf_counter()
+    level = os.environ.get("CONTINUAL_LSP_LOG")
     os.environ["CONTINUAL_LSP_LOG"] = "INFO"  # the server's "model ready" line, by part
     try:
         server.start()
     finally:
-        del os.environ["CONTINUAL_LSP_LOG"]
+        if level is None:
+            del os.environ["CONTINUAL_LSP_LOG"]
+        else:
+            os.environ["CONTINUAL_LSP_LOG"] = level
     listening = time.perf_counter() - started
     try:
         seconds, initialize = asyncio.run(cold_start(users[0], server.port))

@@ -373,7 +373,8 @@ def handle_job(
 def warm_for_next_job(policy: Policy, job: dict[str, Any]) -> None:
     """Idle-time work after a step: the student's prompt K/V under the new weights
     (`LogitScorer.warm_prefix`; off-box, nothing), so the next correction in this task
-    trains sooner, and the prompt start's on disk for the server. Never raises: a failed warm-up costs only the time it would have saved."""
+    trains sooner, and the prompt start's on disk for the server. Never raises: a
+    failed warm-up costs only the time it would have saved."""
     scorer = policy.logit_scorer()
     if scorer is None:
         return

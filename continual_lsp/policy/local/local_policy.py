@@ -310,11 +310,12 @@ class LocalPolicy:
 
     def _restore_prefix(self, key: Any) -> bool:
         """Put the shared prompt start's K/V for `key`'s weights in the prompt cache from
-        disk unless it holds it already; whether it holds it now. Inside `exclusive()`."""
+        disk unless it holds it already; whether it holds it now. Inside `exclusive()`;
+        names the weights (`_weights_digest`, once per weights) for `_keep_prefix` too."""
         prefix = self._prefix
+        digest = self._weights_digest(key)
         if self.prompt_cache.covered(prefix, key)[0] >= len(prefix):
             return True
-        digest = self._weights_digest(key)
         layers = None if digest is None else self._prefixes.load(digest, prefix)
         if layers is None:
             return False
@@ -325,15 +326,13 @@ class LocalPolicy:
 
     def _keep_prefix(self, key: Any) -> None:
         """Write the shared prompt start's K/V for `key`'s weights to disk, once, from the
-        prompt cache (where the call just made put it). The write runs outside the hold
-        on the model: the tensors of a cache entry are never written to."""
-        if self._kept == key:
+        prompt cache (where the call just made put it), by the name `_restore_prefix`
+        gave them at the call's start. Without holding the model: the entries read are
+        `key`'s own, and the tensors of a cache entry are never written to."""
+        if self._kept == key or self._digest is None or self._digest[0] != key:
             return
-        with self.exclusive():
-            if self.weights_key() != key:
-                return  # changed meanwhile: the next call keeps its own
-            digest = self._weights_digest(key)
-            shared, layers = self.prompt_cache.covered(self._prefix, key)
+        digest = self._digest[1]
+        shared, layers = self.prompt_cache.covered(self._prefix, key)
         if digest is None:
             self._kept = key
         elif layers is not None and shared >= len(self._prefix):

@@ -234,6 +234,10 @@ def test_a_fresh_policy_reads_the_prompt_start_from_disk(
     assert second.warm_prompt() == 0
     assert second.prompt_cache.entries
     _same(second.sample(prompt, params), want)
+    second.prompt_cache.clear()  # dropped by the memory bound: read back, not prefilled
+    hits = second.prompt_cache.hits
+    _same(second.sample(prompt, params), want)
+    assert second.prompt_cache.hits == hits + 1
     other = user_on(host, "u2", seed=13)
     assert other.keep_prompt_prefix()
     assert not other.keep_prompt_prefix()  # on disk already
