@@ -11,7 +11,8 @@ store and adapters directory, as the server derives them from its config (`user_
 and an adapter of its own: LoRA B matrices set to seeded noise, saved as version v0001
 and registered in that user's store before the server starts, so the server serves it
 as after a restart; as the training worker does after it saves a version, the prompt
-start's K/V under it is kept on disk (`keep_prompt_prefix`), where the server reads it. Autonomy is `manual`, so one `continual/startTask` is one proposal.
+start's K/V under it is kept on disk (`keep_prompt_prefix`), where the server reads it.
+Autonomy is `manual`, so one `continual/startTask` is one proposal.
 
 Measured, with training off (the issue's budget is the sampling side: training runs in
 a worker with a model of its own, measured below under `restart`):
