@@ -17,8 +17,8 @@ the next ones in turn), and after it, timed apart, the worker's anchor gate
 prints the ratio).
 
 Mode `warmed` is `cached` plus what the training worker does between jobs: after each
-step, untimed, it recomputes the prompt's K/V under the new weights
-(`worker.warm_for_next_job`), as happens while the reviewer reads the retry. Compare it
+step, untimed, it recomputes the prompt's K/V, and the next step's anchors', under the
+new weights (`worker.warm_for_next_job`), as happens while the reviewer reads the retry. Compare it
 with `cached` (`--modes cached warmed`): the next correction on the same or a longer
 prompt then skips re-reading it.
 
@@ -173,8 +173,10 @@ def _run(
         r["trains"].append(metrics.seconds)
         r["rss"] = max(r["rss"], rss.peak / 2**20)
         if mode in ("warmed", "bare"):
-            # Untimed, as in the worker: done while the reviewer reads the retry.
-            warm_for_next_job(policy, {"payload": job.model_dump()})
+            # Untimed, as in the worker: done while the reviewer reads the retry, with the
+            # next step's anchors.
+            upcoming = anchor_datums(settings, step + 1) if mode != "bare" else []
+            warm_for_next_job(policy, {"payload": job.model_dump()}, upcoming)
     out.send({"prompt": len(prompt), "call": len(call), "modes": results})
 
 

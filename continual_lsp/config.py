@@ -40,7 +40,7 @@ class Settings(BaseModel):
     # arithmetic (AVX512-BF16 or AMX), whichever of the two decodes faster, timed once
     # per CPU model and cached beside the model cache (bf16 was slower on one Xeon with
     # AMX, faster on an AMD EPYC); float32 on a CPU without it; bf16 on a CUDA GPU that
-    # supports it. Mean |Δ log-prob| 0.01 per token. Training always runs in float32. A
+    # supports it. Mean |Δ log-prob| 0.01 per token. Training: `train_dtype`. A
     # TCP team server samples in float32 unless configured (shared_server_settings).
     sample_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     # backend = "vllm": where the server is and what it serves the base model as
@@ -68,6 +68,10 @@ class Settings(BaseModel):
     # 50-100% of them in all four scenarios with a quarter to a third of 3e-3's drift, and
     # 3e-3 overshot (logging fell back to 25% at 8 corrections). One step per correction.
     learning_rate: float = 1e-3
+    # The precision of a training pass (bf16 autocast; the adapter and its optimizer stay
+    # float32). "auto": as `sample_dtype`, timed once per CPU model for a training pass
+    # (float32 on a CPU without native bf16, where autocast made a training pass 12x slower).
+    train_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     # Also chosen with bench/learning (sdpo_token, lr 1e-3): against 0.05, 0.25 cut the
     # drift 7-23% from the 5th correction on at the same held-out compliance; 1.0 cut it
     # further but undid the behaviour (package manager 100% -> 0% at 8 corrections).

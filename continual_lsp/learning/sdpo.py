@@ -9,7 +9,9 @@ step (more with the options at the end of this docstring):
 2. **Scores** (`learning/scoring.py`). Teacher logprobs of the proposal's tokens `y` (and
    of the demonstration's tokens), and the current student's logprobs of the same tokens
    in the plain prompt, both under the decoding grammar's mask; the teacher is the
-   current weights, an EMA of them, or a trust region towards the reference.
+   current weights, an EMA of them, or a trust region towards the reference. The
+   student's forward is the step's own (`LogitScorer.log_distributions(for_step=True)`):
+   the local backend runs it once, with gradients, and the step backpropagates it.
 3. **Per-token advantages** `adv[t] = log π_T(y_t | teacher ctx) − log π(y_t | ctx)`:
    negative where the teacher (who saw the fix) would not have written that token, so the
    surrogate pushes it down; positive where it agrees.
@@ -200,7 +202,7 @@ def build_datums(
     for tokens, behaviour in targets:
         masks = scorer.grammar_masks(tokens) if scorer is not None and config.grammar_mask else None
         if scorer is not None:
-            raw = scorer.log_distributions(job.prompt_tokens, tokens)
+            raw = scorer.log_distributions(job.prompt_tokens, tokens, for_step=True)
             raw_student = pick(raw, tokens)
             student = pick(renormalise(raw, masks), tokens)
         else:

@@ -166,10 +166,17 @@ class LogitScorer(Protocol):
     """
 
     def log_distributions(
-        self, prompt_tokens: list[int], completion_tokens: list[int], weights: Weights = "trained"
+        self,
+        prompt_tokens: list[int],
+        completion_tokens: list[int],
+        weights: Weights = "trained",
+        *,
+        for_step: bool = False,
     ) -> torch.Tensor:
         """`(T, V)` float32 log-softmax over the vocabulary at each completion position,
-        under `weights`; the prompt's K/V is cached for the training step that follows."""
+        under `weights`; the prompt's K/V is cached for the training step that follows.
+        `for_step` (trained weights): the step that follows trains on this very prompt and
+        completion, so the backend may keep the forward for it instead of running it again."""
         ...
 
     def grammar_masks(self, tokens: list[int]) -> list[torch.Tensor | None]:

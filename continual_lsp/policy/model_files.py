@@ -24,7 +24,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import platformdirs
 
@@ -170,11 +170,15 @@ def load_tokenizer(model: str) -> Any:
     return AutoTokenizer.from_pretrained(directory, **kwargs)
 
 
-def resolve_dtype(choice: str, device: str) -> str:
-    """`Settings.sample_dtype` made concrete. "auto": float32 on a CPU without native bf16
-    arithmetic (emulated bf16 is slower); with it, whichever decodes faster here
-    (`measured_cpu_dtype`): native bf16 was slower than float32 on an Intel Xeon with
-    AMX (bench/propose.py p50 0.79 s vs 0.71) and faster on an AMD EPYC (0.42 vs 0.46)."""
+def resolve_dtype(choice: str, device: str, work: Work = "decode") -> str:
+    """`Settings.sample_dtype` (`work="decode"`) or `Settings.train_dtype` (`"train"`: the
+    autocast precision of a training pass, the float32 weights kept) made concrete.
+
+    "auto": float32 on a CPU without native bf16 arithmetic (emulated bf16 is slower: a
+    2k-context training pass took 12x as long under bf16 autocast on an AVX2-only AMD
+    EPYC); with it, whichever does that work faster here (`measured_cpu_dtype`): native
+    bf16 decoding was slower than float32 on an Intel Xeon with AMX (bench/propose.py p50
+    0.79 s vs 0.71) and faster on an AMD EPYC (0.42 vs 0.46)."""
     if choice != "auto":
         return choice
     import torch
@@ -186,10 +190,12 @@ def resolve_dtype(choice: str, device: str) -> str:
     # torch.cpu's probes are private; absent in some build, they mean "no".
     probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     native = any(getattr(torch.cpu, name, lambda: False)() for name in probes)
-    return measured_cpu_dtype() if native else "float32"
+    return measured_cpu_dtype(work) if native else "float32"
 
 
 DTYPE_FILE = "sample_dtype.json"
+
+Work = Literal["decode", "train"]
 
 
 def cpu_model() -> str:
@@ -203,8 +209,8 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def measured_cpu_dtype() -> str:
-    """The faster of float32 and bfloat16 for decoding on this CPU, timed once per CPU
+def measured_cpu_dtype(work: Work = "decode") -> str:
+    """The faster of float32 and bfloat16 for `work` on this CPU, timed once per CPU
     model, torch version and thread count and kept in `sample_dtype.json` beside the
     model cache (a second process, or the next start, reads it)."""
     import torch
@@ -216,6 +222,8 @@ def measured_cpu_dtype() -> str:
         int(env) if env.isdigit() and int(env) > 0 else max(1, len(os.sched_getaffinity(0)) // 2)
     )
     key = f"{cpu_model()} | torch {torch.__version__} | {threads} threads"
+    if work != "decode":  # decoding's keys predate the others
+        key = f"{work} | {key}"
     path = cache_dir() / DTYPE_FILE
     known: dict[str, Any] = {}
     with contextlib.suppress(OSError, ValueError):
@@ -223,7 +231,7 @@ def measured_cpu_dtype() -> str:
     entry = known.get(key)
     if isinstance(entry, dict) and entry.get("dtype") in ("float32", "bfloat16"):
         return str(entry["dtype"])
-    seconds = time_decode(threads)
+    seconds = time_decode(threads) if work == "decode" else time_train(threads)
     choice = min(seconds, key=lambda dtype: seconds[dtype])
     known[key] = {"dtype": choice, "seconds": seconds}
     with contextlib.suppress(OSError):
@@ -231,17 +239,13 @@ def measured_cpu_dtype() -> str:
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
         tmp.write_text(json.dumps(known, indent=1) + "\n")
         os.replace(tmp, path)
-    log.info("sample dtype %s on %s (decode seconds %s)", choice, key, seconds)
+    log.info("%s dtype %s on %s (seconds %s)", work, choice, key, seconds)
     return choice
 
 
-def time_decode(threads: int, layers: int = 6, rounds: int = 3) -> dict[str, float]:
-    """CPU seconds of one proposal's shape (a 128-token prefill, then 16 one-token steps
-    over its K/V) in each dtype, on a random model of the embedded model's widths with
-    `layers` layers; the best of `rounds`, the dtypes interleaved so that load from
-    other processes hits both alike (~1 s in all)."""
-    import time
-
+def _probe_model(layers: int) -> Any:
+    """A random model of the embedded model's widths with `layers` layers (seeded, the
+    caller's seeds left as they were)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -254,17 +258,26 @@ def time_decode(threads: int, layers: int = 6, rounds: int = 3) -> dict[str, flo
         vocab_size=49152,
         tie_word_embeddings=True,
     )
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        return LlamaForCausalLM(config).eval()
+
+
+def time_decode(threads: int, layers: int = 6, rounds: int = 3) -> dict[str, float]:
+    """CPU seconds of one proposal's shape (a 128-token prefill, then 16 one-token steps
+    over its K/V) in each dtype, on `_probe_model(layers)`; the best of `rounds`, the
+    dtypes interleaved so that load from other processes hits both alike (~1 s in all)."""
+    import time
+
+    import torch
+
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        with torch.random.fork_rng():  # the caller's seeds stay as they were
-            torch.manual_seed(0)
-            models = {
-                dtype: LlamaForCausalLM(config).to(_torch_dtype(dtype)).eval()
-                for dtype in ("float32", "bfloat16")
-            }
-        prompt = torch.randint(0, config.vocab_size, (1, 128))
-        keyword = cache_keyword(models["float32"])
+        base = _probe_model(layers)
+        models = {"float32": base, "bfloat16": _probe_model(layers).to(torch.bfloat16)}
+        prompt = torch.randint(0, base.config.vocab_size, (1, 128))
+        keyword = cache_keyword(base)
         best = dict.fromkeys(models, float("inf"))
         with torch.inference_mode():
             for _ in range(rounds):
@@ -276,6 +289,33 @@ def time_decode(threads: int, layers: int = 6, rounds: int = 3) -> dict[str, flo
                         token = torch.tensor([[step + 1]])
                         out = lm(input_ids=token, use_cache=True, **{keyword: cache})
                     best[dtype] = min(best[dtype], time.process_time() - started)
+    finally:
+        torch.set_num_threads(before)
+    return {dtype: round(value, 4) for dtype, value in best.items()}
+
+
+def time_train(threads: int, layers: int = 6, rounds: int = 3) -> dict[str, float]:
+    """CPU seconds of a training pass's shape (forward and backward over a 96-token call
+    whose activations need gradients, as a LoRA step's do), float32 and under bf16
+    autocast, on `_probe_model(layers)`; the best of `rounds`, interleaved (~1 s)."""
+    import time
+
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        lm = _probe_model(layers).requires_grad_(False)
+        ids = torch.randint(0, lm.config.vocab_size, (1, 96))
+        best = {"float32": float("inf"), "bfloat16": float("inf")}
+        for _ in range(rounds):
+            for dtype in best:
+                started = time.process_time()
+                embeds = lm.get_input_embeddings()(ids).detach().requires_grad_(True)
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == "bfloat16"):
+                    logits = lm(inputs_embeds=embeds).logits
+                logits.float().logsumexp(-1).sum().backward()
+                best[dtype] = min(best[dtype], time.process_time() - started)
     finally:
         torch.set_num_threads(before)
     return {dtype: round(value, 4) for dtype, value in best.items()}

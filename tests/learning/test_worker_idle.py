@@ -1,5 +1,5 @@
 """The training worker's idle time after a step (`warm_for_next_job`): the next step's
-prompt K/V and the server's prompt start, neither able to fail the worker."""
+prompt K/V, its anchors', and the server's prompt start, none able to fail the worker."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from continual_lsp.learning.worker import warm_for_next_job
+from continual_lsp.policy.base import Datum
 
 JOB = {"payload": {"prompt_tokens": [1, 2, 3]}}
 
@@ -40,8 +41,9 @@ class _Policy:
 
 def test_the_next_step_and_the_servers_prompt_start_are_warmed() -> None:
     policy = _Policy()
-    warm_for_next_job(policy, JOB)  # type: ignore[arg-type]
-    assert policy.calls == ["warm [1, 2, 3]", "keep"]
+    anchor = Datum(prompt_tokens=[1, 2, 7], completion_tokens=[8], rehearsal=True)
+    warm_for_next_job(policy, JOB, [anchor])  # type: ignore[arg-type]
+    assert policy.calls == ["warm [1, 2, 3]", "warm [1, 2, 7]", "keep"]
 
 
 def test_neither_failure_reaches_the_worker(caplog: pytest.LogCaptureFixture) -> None:

@@ -96,3 +96,23 @@ def test_the_sampler_is_bf16_with_float32_adapters_and_scores_like_float32(
     full = torch.tensor(trainer.logprobs(prompt, call))
     gap = (low - full).abs().mean().item()
     assert 0 < gap < 0.05, gap  # bf16 arithmetic: not bit-equal, not far
+
+
+def test_the_training_pass_is_measured_apart_from_decoding(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("CONTINUAL_LSP_CACHE", str(tmp_path))
+    monkeypatch.setattr(model_files, "time_decode", lambda threads: {"float32": 2, "bfloat16": 1})
+    monkeypatch.setattr(model_files, "time_train", lambda threads: {"float32": 1, "bfloat16": 3})
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
+    assert model_files.resolve_dtype("auto", "cpu") == "bfloat16"
+    assert model_files.resolve_dtype("auto", "cpu", "train") == "float32"
+    saved = json.loads((tmp_path / "models" / model_files.DTYPE_FILE).read_text())
+    assert sorted(entry["dtype"] for entry in saved.values()) == ["bfloat16", "float32"]
+    assert sum(key.startswith("train | ") for key in saved) == 1
+
+
+def test_training_pass_timing_covers_both_dtypes() -> None:
+    seconds = model_files.time_train(threads=1, layers=1, rounds=1)
+    assert set(seconds) == {"float32", "bfloat16"}
+    assert all(value > 0 for value in seconds.values())

@@ -205,11 +205,20 @@ class TrainState:
     prefix: list[_PrefixEntry] = field(default_factory=list)
     max_reference_entries: int = 2
     max_student_entries: int = 4
+    # A training pass's autocast precision (`Settings.train_dtype`); None: the weights'.
+    autocast: torch.dtype | None = None
+    # Student logits scored under these weights with their autograd graph, by (prompt,
+    # completion), for the step that follows (`lora_step.score_for_step`).
+    scored: dict[tuple[tuple[int, ...], tuple[int, ...]], torch.Tensor] = field(
+        default_factory=dict
+    )
 
     def bump(self, reset_optimizers: bool = False) -> None:
-        """The trainable weights changed: drop student K/V; optionally forget Adam moments."""
+        """The trainable weights changed: drop student K/V and scores; optionally forget
+        Adam moments."""
         self.generation += 1
         self.prefix = [e for e in self.prefix if e.weights == REFERENCE]
+        self.scored.clear()
         if reset_optimizers:
             # Adam's moments describe the trajectory that led to the old weights; after a
             # load (revert, restart) they would push in a stale direction.
@@ -275,7 +284,10 @@ def prefix_cache(
         best.used = time.monotonic()
         return sliced_cache(best.layers, best_len)
     cache = sliced_cache(best.layers, best_len) if best is not None else None
-    with torch.no_grad(), use_weights(model, weights):
+    # Kept K/V are in the weights' precision even inside a bf16-autocast training pass:
+    # scoring outside one reads them too.
+    precision = torch.autocast(model_device(model).type, enabled=False)
+    with torch.no_grad(), precision, use_weights(model, weights):
         _, cache = forward(model, list(key[best_len:]), cache, keep=1)
     layers = cache_layers(cache)
     if layers is None or not keep:

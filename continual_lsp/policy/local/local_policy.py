@@ -58,7 +58,7 @@ from continual_lsp.policy.local.kv_cache import (
 from continual_lsp.policy.local.logit_scorer import LocalLogitScorer
 from continual_lsp.policy.local.model_host import ModelHost
 from continual_lsp.policy.local.prefix_store import PrefixStore, model_identity, weights_digest
-from continual_lsp.policy.model_files import cache_dir
+from continual_lsp.policy.model_files import cache_dir, resolve_dtype
 from continual_lsp.policy.render import ChatMLRenderer
 from continual_lsp.tools.base import TOOL_NAMES
 
@@ -157,7 +157,15 @@ class LocalPolicy:
 
     def logit_scorer(self) -> LocalLogitScorer:
         """Full distributions, grammar masks and the EMA teacher (logit_scorer.py)."""
+        self.train_state.autocast = self._train_autocast  # it scores for the step too
         return LocalLogitScorer(self, self.grammar)
+
+    @functools.cached_property
+    def _train_autocast(self) -> torch.dtype | None:
+        """`Settings.train_dtype` for `TrainState.autocast`: measured on first use, once
+        per CPU model (`model_files.resolve_dtype`), not at load: a sampler never trains."""
+        dtype = resolve_dtype(self.settings.train_dtype, self.settings.device, "train")
+        return torch.bfloat16 if dtype == "bfloat16" else None
 
     # -- sampling and scoring --------------------------------------------------------------
 
@@ -456,6 +464,7 @@ class LocalPolicy:
     def train_step(
         self, batch: list[Datum], loss: LossName, lr: float, **options: Unpack[TrainOptions]
     ) -> TrainMetrics:
+        self.train_state.autocast = self._train_autocast
         with self.exclusive():
             return lora_step.train_step(self, batch, loss, lr, **options)
 

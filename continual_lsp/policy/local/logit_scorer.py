@@ -106,13 +106,21 @@ class LocalLogitScorer:
         self.grammar = grammar  # every tool and done: what the sampler decodes under
 
     def log_distributions(
-        self, prompt_tokens: list[int], completion_tokens: list[int], weights: Weights = "trained"
+        self,
+        prompt_tokens: list[int],
+        completion_tokens: list[int],
+        weights: Weights = "trained",
+        *,
+        for_step: bool = False,
     ) -> torch.Tensor:
         if weights == "ema":
             ensure_ema_teacher(self.policy)
-        logits = lora_step.completion_logits(
-            self.policy, prompt_tokens, completion_tokens, _ADAPTERS[weights]
-        )
+        if for_step and weights == "trained":
+            logits = lora_step.score_for_step(self.policy, prompt_tokens, completion_tokens)
+        else:
+            logits = lora_step.completion_logits(
+                self.policy, prompt_tokens, completion_tokens, _ADAPTERS[weights]
+            )
         return torch.log_softmax(logits.float(), -1)
 
     def grammar_masks(self, tokens: list[int]) -> list[torch.Tensor | None]:

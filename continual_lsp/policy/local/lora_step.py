@@ -50,6 +50,7 @@ from continual_lsp.policy.local.kv_cache import (
     TRAINED_ADAPTER,
     LoraHolder,
     forward,
+    model_device,
     prefix_cache,
     use_weights,
 )
@@ -86,6 +87,30 @@ def completion_logits(
     return logits
 
 
+# The scores whose graph `score_for_step` keeps for the step: SDPO's sampled call and
+# demonstration. More (replayed jobs) would hold more activations than they save time.
+MAX_SCORED = 2
+
+
+def score_for_step(
+    policy: LoraHolder, prompt_tokens: list[int], completion_tokens: list[int]
+) -> torch.Tensor:
+    """`completion_logits` under the trained weights, its graph kept (up to `MAX_SCORED`)
+    for the `train_step` that follows on the same prompt and completion.
+
+    SDPO scores the student's call before the step and the step runs the same forward with
+    gradients: ~1 s of a 2k-context step on 2 cores. The kept logits are valid until the
+    weights change (`TrainState.bump` drops them); the step takes each at most once.
+    """
+    state = policy.train_state
+    keep = torch.is_grad_enabled() and len(state.scored) < MAX_SCORED
+    with train_precision(policy) if keep else contextlib.nullcontext():
+        logits = completion_logits(policy, prompt_tokens, completion_tokens, grad=keep)
+    if keep and logits.requires_grad:
+        state.scored[(tuple(prompt_tokens), tuple(completion_tokens))] = logits
+    return logits.detach()
+
+
 def token_logprobs(
     policy: LoraHolder,
     prompt_tokens: list[int],
@@ -110,6 +135,15 @@ def kl_to_reference(
 
 
 # -- the step -------------------------------------------------------------------------------
+
+
+def train_precision(policy: LoraHolder) -> contextlib.AbstractContextManager[Any]:
+    """A training pass's precision: bf16 autocast where `TrainState.autocast` says so
+    (the float32 adapter, its gradients and the optimizer untouched), else as it is."""
+    dtype = policy.train_state.autocast
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(model_device(policy.model).type, dtype=dtype)
 
 
 def trainable_parameters(model: Any) -> list[torch.nn.Parameter]:
@@ -220,17 +254,25 @@ def _backward(
     """Backpropagate one datum's share of the batch loss; add its numbers to `sums`.
 
     Sum / total tokens of the batch, datum by datum: the same gradient as one batched
-    mean, with one datum's activations alive at a time.
+    mean, with one datum's activations alive at a time (besides the up to `MAX_SCORED`
+    kept by `score_for_step` until their datum's turn).
     """
     n = len(datum.completion_tokens)
-    logits = completion_logits(
-        policy,
-        datum.prompt_tokens,
-        datum.completion_tokens,
-        grad=True,
-        use_prefix_cache=prefix_cache,
-        keep_prefix=not datum.rehearsal,
-    )
+    # Scored before the step under these weights (`score_for_step`): the same forward, its
+    # graph kept. Not with full backprop, whose graph also runs through the prompt.
+    key = (tuple(datum.prompt_tokens), tuple(datum.completion_tokens))
+    logits = policy.train_state.scored.pop(key, None) if prefix_cache else None
+    if logits is None:
+        with train_precision(policy):
+            logits = completion_logits(
+                policy,
+                datum.prompt_tokens,
+                datum.completion_tokens,
+                grad=True,
+                use_prefix_cache=prefix_cache,
+                keep_prefix=not datum.rehearsal,
+            )
+    logits = logits.float()
     device = logits.device
     ids = torch.tensor(datum.completion_tokens, dtype=torch.long, device=device)
     logp = losses.selective_log_softmax(logits, ids)
@@ -259,10 +301,11 @@ def _backward(
         )
     if kl_coef > 0 and not datum.rehearsal:
         prompt, completion = datum.prompt_tokens, datum.completion_tokens
-        reference = completion_logits(
-            policy, prompt, completion, REFERENCE, use_prefix_cache=prefix_cache
-        )
-        kl = losses.full_kl(logits, reference)
+        with train_precision(policy):
+            reference = completion_logits(
+                policy, prompt, completion, REFERENCE, use_prefix_cache=prefix_cache
+            )
+        kl = losses.full_kl(logits, reference.float())
         per_token = per_token + kl_coef * kl
         sums["kl"] += float(kl.detach().sum())
     datum_loss = per_token.sum() / total

@@ -269,3 +269,52 @@ def test_a_rehearsal_datum_keeps_no_prefix_and_takes_no_kl(policy: LocalPolicy) 
     metrics = policy.train_step([judged], "importance_sampling", 1e-3, kl_coef=0.25)
     assert metrics.kl > 0.0
     assert {e.weights for e in policy.train_state.prefix} == {kv_cache.REFERENCE}
+
+
+def test_a_step_takes_the_forward_scored_for_it_and_no_other(policy: LocalPolicy) -> None:
+    """SDPO scores the student's call, then trains on it: the step reuses that forward
+    (one ~1 s pass less at 2k context) and ends where a step that ran its own would."""
+    prompt, call = situation(policy)
+    d = datum(policy, prompt, call)
+    scorer = policy.logit_scorer()
+    assert scorer is not None
+    # A step first, so that both compared steps start from an adapter with B ≠ 0.
+    policy.train_step([d], "importance_sampling", 1e-3, kl_coef=0.1)
+    start = adapter_files.adapter_state(policy)
+
+    policy.train_state.bump(reset_optimizers=True)
+    policy.train_step([d], "importance_sampling", 1e-3, kl_coef=0.1)
+    fresh = adapter_files.adapter_state(policy)
+    with torch.no_grad():
+        adapter_files.set_adapter_state(policy, start)
+    policy.train_state.bump(reset_optimizers=True)
+
+    scored = scorer.log_distributions(prompt, call, for_step=True)
+    assert list(policy.train_state.scored) == [(tuple(prompt), tuple(call))]
+    assert not scored.requires_grad
+    policy.train_step([d], "importance_sampling", 1e-3, kl_coef=0.1)
+    assert not policy.train_state.scored  # taken by the step
+    reused = adapter_files.adapter_state(policy)
+    for name, tensor in fresh.items():
+        assert torch.allclose(tensor, reused[name], atol=1e-6), name
+
+    # Scored under weights that then change, it is never trained on.
+    scorer.log_distributions(prompt, call, for_step=True)
+    kv_cache.invalidate_prefix_cache(policy)
+    assert not policy.train_state.scored
+
+
+def test_a_bf16_autocast_pass_trains_the_float32_adapter(policy: LocalPolicy) -> None:
+    """`train_dtype = bfloat16`: the pass runs under autocast, the adapter and the K/V
+    kept for later scoring stay float32, and the step lowers the loss like a float32 one."""
+    prompt, call = situation(policy)
+    policy.train_state.autocast = torch.bfloat16
+    d = datum(policy, prompt, call)
+    before = policy.logprobs(prompt, call)
+    lora_step.score_for_step(policy, prompt, call)  # the step takes this pass too
+    metrics = lora_step.train_step(policy, [d], "cross_entropy", 2e-3, kl_coef=0.1)
+    assert math.isfinite(metrics.loss) and metrics.kl >= 0
+    assert {p.dtype for p in lora_step.trainable_parameters(policy.model)} == {torch.float32}
+    assert sum(policy.logprobs(prompt, call)) > sum(before)
+    kept = [k for e in policy.train_state.prefix for k, _ in e.layers]
+    assert kept and {k.dtype for k in kept} == {torch.float32}
