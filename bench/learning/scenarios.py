@@ -106,6 +106,9 @@ class Scenario:
     # Whether the rule speaks of a call at all (the file's `about`; default: its tools):
     # what the scripted reviewer judges, the rest it lets run.
     about: Callable[[Judged], bool]
+    # Calls that leave the task before the rule's call came (the file's `off_task`;
+    # default: none): the scripted reviewer denies them with the correction.
+    off_task: Callable[[Judged], bool] = lambda _call: False
     train: list[ScenarioCase] = field(default_factory=list)
     held_out: list[ScenarioCase] = field(default_factory=list)
 
@@ -141,6 +144,11 @@ def load_scenarios(paths: Iterable[str | Path]) -> list[Scenario]:
                     (lambda c, tools=tuple(data.tools): c.tool in tools)
                     if data.about is None
                     else (lambda c, about=data.about: about.passes(c.tool, c.arguments))
+                ),
+                off_task=(
+                    (lambda _c: False)
+                    if data.off_task is None
+                    else (lambda c, off=data.off_task: off.passes(c.tool, c.arguments))
                 ),
                 train=[_case(data, s) for s in data.train],
                 held_out=[_case(data, s) for s in data.held_out],

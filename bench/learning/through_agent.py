@@ -76,29 +76,38 @@ def review(
     correction (`deny`) or replaced by the situation's demonstration with the correction
     as its comment (`edit`); a call that keeps the rule is approved, and so is a call
     the rule is not about (`Scenario.about`: it runs; the task goes on) — overridden
-    instead when a guard blocks it. For every denial:
+    instead when a guard blocks it — unless it leaves the task (`Scenario.off_task`: an
+    edit to the code when the task is to commit it, a `done` before the tests are
+    written), which is denied with the correction in both modes. For every denial:
     whether the proposal right after it follows the correction, and how long the reviewer
     waited for it (deny → retry shown; the step lands after it)."""
     counts: dict[str, Any] = {
         "denied": 0, "edited": 0, "approved": 0, "proposals": 0, "outside_rule": 0,
+        "off_task": 0,
     }  # fmt: skip
     follows: list[bool] = []
     waits: list[float] = []
     while proposal is not None and counts["proposals"] < 6:
         counts["proposals"] += 1
         call = {"tool": proposal.call.tool, "arguments": proposal.call.arguments}
-        if not scenario.about(judge_call(call)):
+        judged = judge_call(call)
+        if not scenario.about(judged) and scenario.off_task(judged):
+            # What a reviewer who wants the task done says to a call that leaves it:
+            # without this the agent edited the code it was asked to commit, and the rule
+            # was never reached (test_naming, commit_message: not one denial in four runs of five tasks each).
+            counts["off_task"] += 1
+        elif not scenario.about(judged):
             # The rule is silent on this call (running the tests under a file-tool rule,
             # or under a commit-message rule): the reviewer lets it run and waits for
             # the call the rule is about.
             counts["outside_rule"] += 1
             proposal = agent.decide(proposal.id, accept(proposal)).next_proposal
             continue
-        if scenario.check(judge_call(call)):
+        elif scenario.check(judged):
             agent.decide(proposal.id, accept(proposal))
             counts["approved"] += 1
             break  # the behaviour was shown; the rest of the task is not this bench's
-        if mode == "edit":
+        elif mode == "edit":
             demo = {"tool": situation.demo["tool"], **situation.demo["arguments"]}
             agent.decide(proposal.id, "edit", situation.correction, edited_arguments=demo)
             counts["edited"] += 1

@@ -15,6 +15,10 @@ Format (JSON or TOML; every field is validated, and an error names the field):
     about: a check of the same shape, optional: the calls a reviewer judges by this
             rule (default: a call with one of `tools`); "commit messages" are about
             `git commit`, not every bash call
+    off_task: a check of the same shape, optional: calls that leave the task before the
+            call the rule is about has come (an edit to the code when the task is to
+            commit it, a `done` before the tests are written); a scripted reviewer
+            denies them with the situation's correction
     train / held_out: [{id, workspace (a directory, relative to the file), task,
             history: [{tool, arguments, output?}], correction, demonstration,
             violation, names}]
@@ -143,6 +147,7 @@ class ScenarioFile(_Strict):
     max_tokens: int = Field(gt=0)
     check: Check
     about: Check | None = None
+    off_task: Check | None = None
     train: list[ScenarioCaseSpec] = Field(default_factory=list)
     held_out: list[ScenarioCaseSpec] = Field(min_length=1)
     # Where relative workspaces are resolved: the file's own directory.

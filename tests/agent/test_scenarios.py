@@ -40,6 +40,8 @@ def test_the_bench_files_load(tmp_path: Path) -> None:
     for name in ("tool_choice", "package_manager", "logging", "scope"):
         scenario = load_scenario_file(REPO / "bench" / "learning" / "scenarios" / f"{name}.json")
         assert scenario.name == name and len(scenario.held_out) >= 4
+    commit = load_scenario_file(REPO / "bench" / "learning" / "scenarios" / "commit_message.json")
+    assert commit.off_task is not None and commit.off_task.passes("done", {"summary": "ok"})
 
 
 @pytest.mark.parametrize(
@@ -47,6 +49,7 @@ def test_the_bench_files_load(tmp_path: Path) -> None:
     [
         (lambda d: d["train"][2]["demonstration"].pop("tool"), "train.2.demonstration.tool"),
         (lambda d: d["check"].update(tool_in=["shell"]), "check.tool_in"),
+        (lambda d: d.update(off_task={"tool_in": ["finish"]}), "off_task.tool_in"),
         (lambda d: d["check"].update(argument_matches={"cmd": "pnpm("}), "check.argument_matches"),
         (lambda d: d.update(max_tokens=0), "max_tokens"),
         (lambda d: d["held_out"][1].update(colour="red"), "held_out.1.colour"),

@@ -216,7 +216,10 @@ def test_the_reviewer_overrides_a_blocked_call_it_wants_and_never_approves_it() 
             return SimpleNamespace(next_proposal=None)
 
     scenario = SimpleNamespace(
-        tools={"bash"}, check=lambda judged: True, about=lambda judged: judged.tool == "bash"
+        tools={"bash"},
+        check=lambda judged: True,
+        about=lambda judged: judged.tool == "bash",
+        off_task=lambda judged: False,
     )
     call = ToolCall(tool="bash", arguments={"cmd": "pnpm test"})
     for pid, blocked in (("blocked", "a guard says no"), ("free", None)):
@@ -258,3 +261,39 @@ def test_the_reviewer_judges_only_the_calls_the_rule_is_about() -> None:
     counts = through_agent.review(Agent(), commit_message, situation, proposal(), "deny")
     assert decided == ["approve", "deny", "approve"]
     assert counts["outside_rule"] == 1 and counts["denied"] == 1 and counts["follows"] == [True]
+
+
+def test_a_call_that_leaves_the_task_is_denied_with_the_correction() -> None:
+    """Asked to commit a staged fix, the agent edited the code and said done, and every
+    edit was approved as a call the rule is not about: the rule was never reached. Now
+    an edit, or a `done`, before the commit is denied with the situation's correction;
+    running the tests still is not."""
+    from types import SimpleNamespace
+
+    from bench.learning.scenarios import scenario
+    from continual_lsp.tools.base import ToolCall
+
+    commit_message = scenario("commit_message")
+    script = iter(
+        [
+            ToolCall(tool="bash", arguments={"cmd": "python3 -m pytest -q"}),
+            ToolCall(tool="edit", arguments={"path": "src/a.py", "old": "x", "new": "y"}),
+            ToolCall(tool="done", arguments={"summary": "fixed the division"}),
+            ToolCall(tool="bash", arguments={"cmd": 'git commit -m "fix(gauge): no zero"'}),
+        ]
+    )
+    decided: list[tuple[str, str | None]] = []
+
+    def proposal() -> Any:
+        return SimpleNamespace(id=str(len(decided)), call=next(script), blocked_by=None)
+
+    class Agent:
+        def decide(self, proposal_id: str, decision: str, *args: Any, **kw: Any) -> Any:
+            decided.append((decision, kw.get("correction")))
+            return SimpleNamespace(next_proposal=proposal() if len(decided) < 4 else None)
+
+    situation = commit_message.train[0]
+    counts = through_agent.review(Agent(), commit_message, situation, proposal(), "deny")
+    fix = situation.correction
+    assert decided == [("approve", None), ("deny", fix), ("deny", fix), ("approve", None)]
+    assert counts["off_task"] == 2 and counts["denied"] == 2 and counts["follows"] == [False, True]
