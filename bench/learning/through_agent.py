@@ -94,7 +94,8 @@ def review(
         if not scenario.about(judged) and scenario.off_task(judged):
             # What a reviewer who wants the task done says to a call that leaves it:
             # without this the agent edited the code it was asked to commit, and the rule
-            # was never reached (test_naming, commit_message: not one denial in four runs of five tasks each).
+            # was never reached (test_naming, commit_message: not one denial in four runs
+            # of five tasks each).
             counts["off_task"] += 1
         elif not scenario.about(judged):
             # The rule is silent on this call (running the tests under a file-tool rule,
