@@ -69,9 +69,14 @@ VOCAB = REPO / "bench" / "agent_skill_vocab.json"
 RESULTS = REPO / "bench" / "results"
 SEED = 7_000_013  # the recipe uses seeds 1 and 2
 MULTI_SEED = SEED + 2  # the multi-step tasks' draw (SEED + 1 is the correction bench's)
-# Package managers would reach the network: the skill bench leaves add_dep to the
-# correction bench, where nothing is executed.
-SKILL_KINDS = [k for k in Builder.KINDS if k != "add_dep"]
+# The kinds the tasks are drawn from, fixed here so that a kind the curriculum gains
+# later does not change the bench's tasks. Package managers would reach the network: the
+# skill bench leaves add_dep to the correction bench, where nothing is executed.
+DRAWN_KINDS = (
+    "operator", "off_by_one", "missing_return", "constant", "typo", "config",
+    "add_line", "remove_line", "rename", "create", "add_test", "run_tests", "add_dep",
+)  # fmt: skip
+SKILL_KINDS = [k for k in DRAWN_KINDS if k != "add_dep"]
 CORRECTION_KINDS = [
     "use_edit_lines", "use_edit", "only_line", "value", "wrong_file", "look_first",
     "protected", "manager", "runner",
@@ -306,7 +311,7 @@ def correction_items(per_kind: int) -> list[tuple[str, Exercise, int, str]]:
         for _ in range(400):
             if found == per_kind:
                 break
-            s = builder.exercise(rng.choice(Builder.KINDS))
+            s = builder.exercise(rng.choice(DRAWN_KINDS))
             if kind == "protected":
                 protect(s, vocab, random.Random(0))  # the guarded copy, always
                 if not s.facts.get("protected"):

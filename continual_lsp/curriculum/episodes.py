@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import random
 import re
+import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -50,11 +51,27 @@ class Sequence(BaseModel):
     episode: str  # "trajectory", "correction:<kind>", "note:<kind>"
 
 
-def write_workspace(root: Path, files: dict[str, str]) -> None:
+def write_workspace(
+    root: Path, files: dict[str, str], staged: dict[str, str] | None = None
+) -> None:
+    """`files`; with `staged`, a git repository: `files` committed, then `staged` written
+    and added (a change made and staged, ready to commit)."""
     for rel, text in files.items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
+    if not staged:
+        return
+    for args in (
+        ["init", "-q", "-b", "main"],
+        ["config", "user.name", "Curriculum"],
+        ["config", "user.email", "curriculum@example.invalid"],
+        ["add", "-A"],
+        ["commit", "-q", "--no-gpg-sign", "-m", "Initial version"],
+    ):
+        subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
+    write_workspace(root, staged)
+    subprocess.run(["git", "add", *staged], cwd=root, check=True, capture_output=True)
 
 
 def execute(runner: ToolRunner, c: ToolCall) -> ToolResult:
@@ -159,6 +176,12 @@ def corrections_for(
         out.append(("manager", phrase(vocab, rng, "manager", **slots)))
     if c.tool == "bash" and s.check and c.arguments["cmd"] == s.check and f.get("runner"):
         out.append(("runner", phrase(vocab, rng, "runner", good=s.check)))
+    if c.tool == "write" and turn == s.change and f.get("test_dir"):
+        slots = {"dir": f["test_dir"], "path": s.target}
+        out.append(("test_dir", phrase(vocab, rng, "test_dir", **slots)))
+    if c.tool == "bash" and f.get("ticket") and c.arguments["cmd"].startswith("git commit"):
+        slots = {"ticket": f["ticket"], "prefix": f["prefix"]}
+        out.append(("ticket", phrase(vocab, rng, "ticket", **slots)))
     return out
 
 
@@ -178,6 +201,30 @@ def adjust(s: Exercise, vocab: dict[str, Any], rng: random.Random) -> tuple[str,
         if roll < 0.6:
             note = rng.choice(vocab["notes"]["manager"]).format(mgr=f["mgr"])
             return "note", note
+        return "correction", None
+    if s.kind == "commit":
+        # A team's message format (a ticket id first), told by a note or by a denial.
+        if roll < 0.45:
+            return "plain", None
+        f["ticket"] = f"{rng.choice(vocab['ticket_keys'])}-{rng.randint(2, 999)}"
+        f["prefix"] = str(rng.choice(vocab["ticket_forms"])).format(ticket=f["ticket"])
+        f["message"] = f["prefix"] + f["message"]
+        s.plan[-1] = call("bash", cmd=f'git commit -m "{f["message"]}"')
+        if roll < 0.6:
+            return "note", rng.choice(vocab["notes"]["ticket"]).format(ticket=f["ticket"])
+        return "correction", None
+    if s.kind == "add_test" and s.target not in s.task and roll < 0.4:
+        # Where this project keeps its tests, when the task does not say.
+        d = str(rng.choice(vocab["test_dirs"]))
+        path = f"{d}/{Path(s.target).name}"
+        s.plan = [
+            call("write", path=path, content=p.arguments["content"]) if p.tool == "write" else p
+            for p in s.plan
+        ]
+        s.target = path
+        f["test_dir"] = d
+        if roll < 0.1:
+            return "note", rng.choice(vocab["notes"]["test_dir"]).format(dir=d)
         return "correction", None
     # Runner rules swap a test command; a multi-step task's check may be the program itself.
     if s.check and s.kind not in Builder.MULTI_STEP_KINDS and roll < 0.35:
@@ -225,7 +272,7 @@ def walk(
     episode = f"note:{s.kind}" if note else "trajectory"
     with tempfile.TemporaryDirectory(prefix="curriculum-") as tmp:
         root = Path(tmp)
-        write_workspace(root, s.files)
+        write_workspace(root, s.files, s.staged)
         runner = ToolRunner(root, TOOL_SETTINGS)
         for turn, c in enumerate(s.plan):
             target = renderer.render_call(c)

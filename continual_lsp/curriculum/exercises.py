@@ -49,6 +49,9 @@ class Exercise:
     # Turns the model did wrong on its own (a look that found nothing): executed and shown
     # in the history, never trained on, so the next call teaches the recovery.
     untrained: set[int] = field(default_factory=set)
+    # Files changed and staged over a first commit of `files`: a non-empty one makes the
+    # workspace a git repository (`episodes.write_workspace`).
+    staged: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -545,6 +548,25 @@ class Builder:
         s = Exercise("add_test", "py", files, task, plan, 2, test_path, check, {"content": content})
         return self.looked(s, fn)
 
+    def commit(self) -> Exercise:
+        """A one-line fix made and staged already; the task is to see what is staged and
+        commit it with a message in plain words of what the fix does."""
+        fix = self.rng.choice(["operator", "off_by_one", "constant", "typo"])
+        s: Exercise = getattr(self, fix)()
+        f = s.facts
+        lines = s.files[s.target].split("\n")
+        lines[f["n"] - 1] = f["new"]
+        slots = {"fn": f["fn"], "path": s.target, "good": f.get("good", "")}
+        message = str(self.rng.choice(self.v["commit_messages"][fix])).format(**slots)
+        task = self.template("commit", **slots)
+        look = call("bash", cmd=str(self.rng.choice(self.v["staged_looks"])))
+        plan = [look, call("bash", cmd=f'git commit -m "{message}"')]
+        facts = {**slots, "message": message, "new": f["new"]}
+        staged = {s.target: "\n".join(lines)}
+        return Exercise(
+            "commit", s.language, s.files, task, plan, 1, "", None, facts, staged=staged
+        )
+
     def run_tests(self) -> Exercise:
         s = self.operator() if self.rng.random() < 0.5 else self.off_by_one()
         if s.check is None:
@@ -837,6 +859,7 @@ class Builder:
     KINDS = (
         "operator", "off_by_one", "missing_return", "constant", "typo", "config",
         "add_line", "remove_line", "rename", "create", "add_test", "run_tests", "add_dep",
+        "commit",
     )  # fmt: skip
     # Tasks of 4-6 steps that start from a failing check (issue 30).
     MULTI_STEP_KINDS = ("failing_test", "crash", "missing_file", "missing_name")

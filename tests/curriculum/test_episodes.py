@@ -140,10 +140,57 @@ def test_a_check_that_passes_before_the_change_drops_the_exercise(
 
 
 def test_the_multi_step_share_is_kept_and_every_kind_comes_in_turn() -> None:
-    kinds = [kind_at(i, 0.5) for i in range(52)]
+    one_step = len(Builder.KINDS)
+    kinds = [kind_at(i, 0.5) for i in range(4 * one_step)]
     multi = [k for k in kinds if k in Builder.MULTI_STEP_KINDS]
-    assert len(multi) == 26
+    assert len(multi) == 2 * one_step
     assert multi[:4] == list(Builder.MULTI_STEP_KINDS)
     assert [k for k in kinds if k in Builder.KINDS] == list(Builder.KINDS) * 2
     every = Builder.KINDS + Builder.MULTI_STEP_KINDS
     assert [kind_at(i) for i in range(len(every))] == list(every)
+
+
+def test_a_commit_exercise_commits_the_staged_fix_in_a_real_repository(
+    renderer: ChatMLRenderer,
+) -> None:
+    """The workspace is a git repository with the fix staged: the look shows the diff,
+    the commit goes through, and the message is in the trained call and the summary."""
+    vocab = load_vocab()
+    builder = Builder(vocab, random.Random(4))
+    for i in range(4):
+        s = builder.exercise("commit")
+        trajectory = [q for q in walk(s, renderer, vocab, random.Random(i)) if q.spans]
+        seq = max(trajectory, key=lambda q: len(q.spans))
+        calls = _spans(renderer, seq)
+        assert [c.tool for c in calls] == ["bash", "bash", "done"]
+        assert calls[1].arguments["cmd"] == f'git commit -m "{s.facts["message"]}"'
+        assert s.facts["message"] in calls[2].arguments["summary"]
+        results = renderer.decode(seq.tokens).split("Tool result:")[1:]
+        assert f"+{s.facts['new']}" in results[0]  # the staged diff, not the whole file
+        assert "1 file changed" in results[1]  # git made the commit
+
+
+def test_a_denied_commit_and_test_path_are_retried_as_the_correction_says(
+    renderer: ChatMLRenderer,
+) -> None:
+    """A team's conventions no task states: a ticket id first in the commit message, the
+    tests in another folder. The denial names it; the trained retry follows it."""
+    vocab = load_vocab()
+    builder = Builder(vocab, random.Random(6))
+    seen = set()
+    for i in range(200):
+        s = builder.exercise(("commit", "add_test")[i % 2])
+        for q in walk(s, renderer, vocab, random.Random(i)):
+            if q.episode not in ("correction:ticket", "correction:test_dir"):
+                continue
+            (retry,) = _spans(renderer, q)
+            denial = renderer.decode(q.tokens).rsplit("The reviewer denied your last call:", 1)
+            if q.episode == "correction:ticket":
+                assert retry.arguments["cmd"].startswith(f'git commit -m "{s.facts["prefix"]}')
+            else:
+                assert retry.arguments["path"] == s.target
+                assert s.target.rsplit("/", 1)[0] in denial[1]
+            seen.add(q.episode)
+        if len(seen) == 2:
+            break
+    assert seen == {"correction:ticket", "correction:test_dir"}
