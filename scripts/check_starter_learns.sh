@@ -9,8 +9,10 @@
 # shipped adapter (continual_lsp/data/starter) and for the candidate, five corrections
 # each (CORRECTIONS overrides), prints both numbers and exits 1, "not shipped: learns
 # less than the one it replaces", when the candidate's mean weights-only held-out
-# compliance at the 5th correction is lower (bench/learning/learning_check.py decides).
-# Each run loads the model and takes SDPO steps: tens of minutes on 2 cores.
+# compliance at the 5th correction is lower, or when `bench/agent_skill.py` finishes
+# fewer of its one-step or multi-step tasks with it (bench/learning/learning_check.py
+# decides). Each learning run loads the model and takes SDPO steps, and each skill run
+# walks 60 tasks: about 15-20 minutes apiece on 2 cores.
 #
 # scripts/train_starter.sh runs this after its train step, so `set -e` stops the recipe
 # before anyone copies a candidate that learns less (SKIP_LEARNING_CHECK=1 skips it).
@@ -32,6 +34,14 @@ run() {  # $1: tag, $2...: extra flags
   "$PY" bench/learning/through_agent.py --reviewer deny --scenarios ${SCENARIOS:-dev} \
     --corrections "${CORRECTIONS:-5}" --tag "check-$tag" --summary "$WORK/$tag.json" "$@"
 }
+skill() {  # $1: tag, $2...: extra flags
+  local tag="$1"
+  shift
+  "$PY" bench/agent_skill.py --policies starter --skill-only --out "$WORK/skill-$tag.json" "$@"
+}
 run shipped
 run candidate --adapter "$CANDIDATE"
-"$PY" bench/learning/learning_check.py "$WORK/shipped.json" "$WORK/candidate.json"
+skill shipped
+skill candidate --adapter "$CANDIDATE"
+"$PY" bench/learning/learning_check.py "$WORK/shipped.json" "$WORK/candidate.json" \
+  "$WORK/skill-shipped.json" "$WORK/skill-candidate.json"

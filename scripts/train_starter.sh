@@ -35,5 +35,6 @@ wait
 # adapter they belong with; seed 11, which the shards above must not use.
 "$PY" -m continual_lsp.curriculum.train anchors --out "$WORK/run/adapter/anchors.jsonl"
 # The learning check (issue 33): a candidate that learns less from a deny-only reviewer
-# than the shipped starter stops the recipe here (set -e), before anyone copies it.
+# than the shipped starter, or finishes fewer agent-skill tasks, stops the recipe here
+# (set -e), before anyone copies it.
 [ -n "${SKIP_LEARNING_CHECK:-}" ] || bash scripts/check_starter_learns.sh "$WORK/run/adapter" "$WORK/learning-check"

@@ -46,3 +46,33 @@ def test_exit_status(tmp_path: Path) -> None:
     candidate.write_text(json.dumps(summary(a=0.25)))
     assert main([str(shipped), str(candidate)]) == 1
     assert main([str(candidate), str(shipped)]) == 0
+
+
+def skill(one_step: float, multi_step: float) -> dict[str, object]:
+    return {
+        "starter": {
+            "one_step": {"finished": one_step, "on_target": 1.0},
+            "multi_step": {"finished": multi_step},
+        }
+    }
+
+
+def test_a_candidate_that_learns_more_but_finishes_fewer_tasks_is_not_shipped(
+    tmp_path: Path,
+) -> None:
+    """The 2026-12-07 candidate: more learned (0.25 against 0.125), 27/36 one-step
+    against 29/36: the four-file form stops it, and prints both skill numbers."""
+    files = {
+        "s.json": summary(a=0.125),
+        "c.json": summary(a=0.25),
+        "ss.json": skill(29 / 36, 13 / 24),
+        "cs.json": skill(27 / 36, 12 / 24),
+        "better.json": skill(29 / 36, 14 / 24),
+    }
+    for name, data in files.items():
+        (tmp_path / name).write_text(json.dumps(data))
+    paths = {name: str(tmp_path / name) for name in files}
+    assert main([paths["s.json"], paths["c.json"]]) == 0
+    assert main([paths["s.json"], paths["c.json"], paths["ss.json"], paths["cs.json"]]) == 1
+    assert main([paths["s.json"], paths["c.json"], paths["ss.json"], paths["better.json"]]) == 0
+    assert main([paths["s.json"], paths["c.json"], paths["ss.json"]]) == 2
