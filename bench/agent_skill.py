@@ -114,10 +114,7 @@ def expected_text(s: Exercise) -> str | None:
     """The target file once the task is done (line fixes without a check), else None."""
     if "n" not in s.facts or s.check:
         return None
-    lines = s.files[s.target].split("\n")
-    n = s.facts["n"]
-    lines[n - 1 : n] = s.facts["new"].split("\n") if s.facts["new"] else []
-    return "\n".join(lines)
+    return s.fixed_target()
 
 
 def test_files(files: dict[str, str]) -> dict[str, str]:

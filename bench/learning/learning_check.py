@@ -1,18 +1,20 @@
 """The recipe's learning check: does a candidate starter learn from denials at least as
 well as the one it would replace? (issue 33; run by scripts/check_starter_learns.sh)
 
-    python bench/learning/learning_check.py SHIPPED.json CANDIDATE.json \
+    python bench/learning/learning_check.py SHIPPED.json CANDIDATE.json
         [SHIPPED_SKILL.json CANDIDATE_SKILL.json]
 
 Each of the first two files is a `through_agent.py --summary` of the same scenarios run
 the same way (deny-only reviewer); the optional two are `bench/agent_skill.py
 --policies starter --skill-only --out` of each adapter, and a candidate that finishes
 fewer one-step or multi-step tasks is not shipped either (issue 33: the skill must not
-drop; a 2026-12-07 candidate learned more and finished 27/36 against 29/36). What a starter "learns" is the mean over those scenarios of the
-weights-only held-out compliance at the 5th correction (`weights_at_5`), the number issue
-33's bar is about; shown-at-3 and retry-follows are printed beside it, not gated. Exit 1,
-"not shipped", when the candidate learns less; a scenario either run did not reach
-counts as 0 for it (a run that stopped early is not a pass).
+drop; a 2026-12-07 candidate learned more and finished 27/36 against 29/36).
+
+What a starter "learns" is the mean over those scenarios of the weights-only held-out
+compliance at the 5th correction (`weights_at_5`), the number issue 33's bar is about;
+shown-at-3 and retry-follows are printed beside it, not gated. Exit 1, "not shipped", when
+the candidate learns less; a scenario either run did not reach counts as 0 for it (a run
+that stopped early is not a pass).
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ from continual_lsp.policy.render import ChatMLRenderer, call_text
 from continual_lsp.tools.base import FILE_CHANGING_TOOLS, ToolCall, ToolError, ToolResult
 from continual_lsp.tools.runner import ToolRunner
 
-from .exercises import Builder, Exercise, call
+from .exercises import Builder, Exercise, call, commit_call
 
 # Generation runs many small checks; a sandbox per call would only add seconds.
 TOOL_SETTINGS = Settings(sandbox="none", allow_unsandboxed=True, bash_timeout=60)
@@ -209,7 +209,7 @@ def adjust(s: Exercise, vocab: dict[str, Any], rng: random.Random) -> tuple[str,
         f["ticket"] = f"{rng.choice(vocab['ticket_keys'])}-{rng.randint(2, 999)}"
         f["prefix"] = str(rng.choice(vocab["ticket_forms"])).format(ticket=f["ticket"])
         f["message"] = f["prefix"] + f["message"]
-        s.plan[-1] = call("bash", cmd=f'git commit -m "{f["message"]}"')
+        s.plan[-1] = commit_call(f["message"])
         if roll < 0.6:
             return "note", rng.choice(vocab["notes"]["ticket"]).format(ticket=f["ticket"])
         return "correction", None

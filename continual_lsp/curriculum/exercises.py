@@ -53,6 +53,18 @@ class Exercise:
     # workspace a git repository (`episodes.write_workspace`).
     staged: dict[str, str] = field(default_factory=dict)
 
+    def fixed_target(self) -> str:
+        """The target file with the line fix of `facts` applied: line `n` becomes `new`
+        (several lines when it has several; none when it is empty)."""
+        lines = self.files[self.target].split("\n")
+        n = self.facts["n"]
+        lines[n - 1 : n] = self.facts["new"].split("\n") if self.facts["new"] else []
+        return "\n".join(lines)
+
+
+def commit_call(message: str) -> ToolCall:
+    return call("bash", cmd=f'git commit -m "{message}"')
+
 
 @dataclass(frozen=True)
 class Defect:
@@ -554,15 +566,13 @@ class Builder:
         fix = self.rng.choice(["operator", "off_by_one", "constant", "typo"])
         s: Exercise = getattr(self, fix)()
         f = s.facts
-        lines = s.files[s.target].split("\n")
-        lines[f["n"] - 1] = f["new"]
         slots = {"fn": f["fn"], "path": s.target, "good": f.get("good", "")}
         message = str(self.rng.choice(self.v["commit_messages"][fix])).format(**slots)
         task = self.template("commit", **slots)
         look = call("bash", cmd=str(self.rng.choice(self.v["staged_looks"])))
-        plan = [look, call("bash", cmd=f'git commit -m "{message}"')]
+        plan = [look, commit_call(message)]
         facts = {**slots, "message": message, "new": f["new"]}
-        staged = {s.target: "\n".join(lines)}
+        staged = {s.target: s.fixed_target()}
         return Exercise(
             "commit", s.language, s.files, task, plan, 1, "", None, facts, staged=staged
         )
@@ -572,12 +582,7 @@ class Builder:
         if s.check is None:
             return self.run_tests()
         # The defect fixed already: the task is only to run the check.
-        fixed = dict(s.files)
-        path = s.target
-        lines = fixed[path].split("\n")
-        n = s.facts["n"]
-        lines[n - 1] = s.facts["new"]
-        fixed[path] = "\n".join(lines)
+        fixed = {**s.files, s.target: s.fixed_target()}
         # The command varies and is written down only in the project's own file, so the
         # skill taught is "find how this project runs its tests", not one memorised command.
         cmd = str(self.rng.choice(self.v["test_commands"][s.language]))
