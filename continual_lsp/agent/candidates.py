@@ -168,11 +168,13 @@ def substituted(
 ) -> Swaps:
     """The correction's literal substitutions (substitution.py) applied to the denied
     call and to every sampled one, to what each replaces (`replaced(call)`: the text an
-    edit_lines call's range holds now) and to what each writes, each scored by the model
-    in the correction's context (one batched request) so that the lift ranks it like a
-    sample. In-place variants come first under MAX_SUBSTITUTED."""
+    edit_lines call's range holds now) and to what each writes, and the calls the
+    correction names outright (`substitution.named_calls`), each scored by the model in
+    the correction's context (one batched request) so that the lift ranks it like a
+    sample. In-place variants come first under MAX_SUBSTITUTED, then named calls."""
     pairs = substitution.substitutions(correction)
-    if not pairs:
+    named = substitution.named_calls(correction, denied)
+    if not pairs and not named:
         return Swaps([], frozenset())
     renderer = policy.renderer
     calls = [denied]
@@ -185,7 +187,7 @@ def substituted(
     in_place = [substitution.apply_in_place(call, pairs, replaced(call)) for call in anchored]
     written = [substitution.apply(call, pairs) for call in calls]
     variants: dict[str, ToolCall] = {}
-    for variant in [*in_place, *written]:
+    for variant in [*in_place, *named, *written]:
         if variant is not None:
             variants.setdefault(canonical(variant), variant)
     chosen = dict(list(variants.items())[:MAX_SUBSTITUTED])

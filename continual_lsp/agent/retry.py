@@ -21,7 +21,8 @@ from continual_lsp.agent.candidates import (
 from continual_lsp.agent.parts import Parts, Task
 from continual_lsp.agent.proposal import Proposal
 from continual_lsp.agent.sampling import batch_params, fit_prompt
-from continual_lsp.policy.base import Completion
+from continual_lsp.agent.substitution import named_tools
+from continual_lsp.policy.base import Completion, SampleParams
 from continual_lsp.text import split_lines
 from continual_lsp.tools.base import TOOL_NAMES, ToolCall, ToolError
 from continual_lsp.tools.runner import ToolRunner
@@ -31,14 +32,16 @@ def choose_retry(parts: Parts, task: Task, denied: Proposal, correction: str) ->
     """The retry after a correction: chosen among candidates, not just sampled.
 
     `retry_candidates` calls are sampled in one batch from the conversation with the
-    correction (the teacher's context): the greedy call and warmer samples. A
-    candidate is dropped when it repeats a denied or executed call, a guard blocks it
-    (rewrites apply, as for any proposal), or its preview fails. A correction that
-    spells out a literal swap ("use / instead of //") adds the sampled and denied
-    calls with the swap applied, to what they replace and to what they write
-    (`candidates.substituted`). The rest are ranked by the correction's lift
-    (`candidates.ranked_by_lift`), ties by the teacher's log-prob, except that a swap
-    applied in place comes first. With nothing left, the choice carries the one-line
+    correction (the teacher's context): the greedy call and warmer samples, and a
+    greedy call of each tool the correction names that none of them used
+    (`_tool_probes`). A candidate is dropped when it repeats a denied or executed call,
+    a guard blocks it (rewrites apply, as for any proposal), or its preview fails. A
+    correction that spells out a literal swap ("use / instead of //") adds the sampled
+    and denied calls with the swap applied, to what they replace and to what they
+    write, and the calls it names outright (`candidates.substituted`). The rest are
+    ranked by the correction's lift (`candidates.ranked_by_lift`), ties by the
+    teacher's log-prob, except that a swap applied in place comes first, then a call of
+    a tool the correction names. With nothing left, the choice carries the one-line
     reason instead.
     """
     started, cpu_started = time.perf_counter(), time.thread_time()
@@ -51,17 +54,21 @@ def choose_retry(parts: Parts, task: Task, denied: Proposal, correction: str) ->
         tools = [t for t in params.tools or TOOL_NAMES if t != "done"]
         params = params.model_copy(update={"tools": tools or params.tools})
     completions = policy.sample_batch(prompt_tokens, params, parts.settings.retry_candidates)
+    row = parts.store.proposal(denied.id)
+    student_prompt = row["prompt_tokens"] if row else prompt_tokens
+    named = [t for t in named_tools(correction) if t in (params.tools or TOOL_NAMES)]
+    probes = _tool_probes(parts, prompt_tokens, params, completions, named)
+    completions += probes
     replaced = partial(_range_text, parts.tools)
     swaps = substituted(policy, completions, denied.call, correction, prompt_tokens, replaced)
     completions += swaps.completions
-    row = parts.store.proposal(denied.id)
-    student_prompt = row["prompt_tokens"] if row else prompt_tokens
     # The correction may ask for a change to be put back: no `replaced` check here.
     kept, drops = screen(parts, task, undo_allowed=True).all(completions, prompt_tokens)
     ranked = ranked_by_lift(policy, kept, student_prompt)
     summary = {
         "candidates": len(completions),
         "substituted": len(swaps.completions),
+        "tool_probes": len(probes),
         "tokens": [len(c.tokens) for c in completions],
         "kept": len(ranked),
         "dropped": dict(drops),
@@ -78,10 +85,13 @@ def choose_retry(parts: Parts, task: Task, denied: Proposal, correction: str) ->
     # The correction's own swap on the line the model chose is what the reviewer
     # asked for, word for word: it wins over the model's rewrites of that line, which
     # the lift can rank higher (`return 1 / values` over the fix, on the README demo).
+    # Then a call with the tool the correction names ("use write"): the 135M model's
+    # lift favoured its own edit_lines over the write it was told to send (tool_choice).
     lift, teacher, choice = max(
         ranked,
         key=lambda entry: (
             canonical(entry[2].call) in swaps.in_place,
+            entry[2].call.tool in named,
             entry[0] or 0.0,
             entry[1],
         ),
@@ -92,6 +102,37 @@ def choose_retry(parts: Parts, task: Task, denied: Proposal, correction: str) ->
         task.id,
     )
     return choice
+
+
+def _tool_probes(
+    parts: Parts,
+    prompt_tokens: list[int],
+    params: SampleParams,
+    completions: list[Completion],
+    named: list[str],
+) -> list[Completion]:
+    """A greedy call for each tool the correction names (`substitution.named_tools`)
+    that no sampled candidate uses, at most `retry_tool_probes`. The 135M model's tool
+    is near-certain: after "use write, not edit_lines" all six samples were edit_lines
+    again (tool_choice: 0 of 14 retries followed). Probing the tools the correction
+    merely raises (its lift on the call's opening) was tried and dropped: the lift
+    there is noise of several nats, and a probed glob, grep or `done` then won the
+    ranking (docs/evidence.md, session 25)."""
+    policy = parts.policy
+    sampled = set()
+    for completion in completions:
+        try:
+            sampled.add(policy.renderer.parse_call(completion.text).tool)
+        except ValueError:
+            continue
+    wanted = [t for t in named if t not in sampled][: parts.settings.retry_tool_probes]
+    return [
+        probe
+        for tool in wanted
+        for probe in policy.sample_batch(
+            prompt_tokens, params.model_copy(update={"tools": [tool], "greedy_rows": 1}), 1
+        )
+    ]
 
 
 def runnable_instead(

@@ -38,6 +38,7 @@ def start(parts: Parts, text: str, files: Sequence[str]) -> tuple[str, Proposal 
     for call, result in reads:
         parts.store.append_event("in_view", {"path": call.arguments["path"]}, task_id)
         task.executed.add(canonical(call))
+        task.history.append(call)
         task.conversation.add_call(call, result)
     return task_id, advance(parts, task)
 

@@ -17,6 +17,7 @@ import pytest
 
 from continual_lsp.agent import retry
 from continual_lsp.agent.agent import Agent
+from continual_lsp.agent.calls import seen_paths
 from continual_lsp.agent.errors import AgentError
 from continual_lsp.config import Settings
 from continual_lsp.store import Store
@@ -362,6 +363,10 @@ def test_a_task_starts_with_its_files_in_view(tmp_path: Path, workspace: Path, p
     # The model's first turn already holds the file, line-numbered as `read` shows it.
     assert "def mean(values):" in source and "\tdef mean(values):" in prompt
     assert first["task_id"] == task_id
+    # Read, as far as the checks go: a write of the whole file in view may run (it was
+    # refused as "has not read", so the correction "send all of it with write" could
+    # never be followed from a file's editor).
+    assert seen_paths(agent.tools, agent._parts.tasks[task_id]) == {"src/calc/ops.py"}
     agent.close()
 
 

@@ -168,6 +168,41 @@ def test_a_literal_swap_in_the_correction_is_applied_in_place(
     agent.close()
 
 
+def test_a_tool_the_correction_names_is_sampled_when_no_candidate_used_it(
+    tmp_path: Path, workspace: Path, model_and_tokenizer: tuple[Any, Any]
+) -> None:
+    """The model only repeats its edit_lines (scripted, as the 135M model did after "use
+    write": six samples of the denied tool); the correction names write, so one greedy
+    write is sampled too, and it is the retry."""
+    from tests.server.scripted import FIX_MEAN, ForcedCallPolicy
+
+    fixed = (workspace / "src/calc/ops.py").read_text().replace("//", "/")
+    whole = {"tool": "write", "arguments": {"path": "src/calc/ops.py", "content": fixed}}
+
+    class OneToolPerBatch(ForcedCallPolicy):
+        """FIX_MEAN whatever is asked, except a batch of write only: the whole file."""
+
+        def sample_batch(self, prompt_tokens: list[int], params: Any, n: int) -> Any:
+            if params.tools == ["write"]:
+                self.calls, kept = [whole], self.calls
+                try:
+                    return super().sample_batch(prompt_tokens, params, n)
+                finally:
+                    self.calls = kept
+            return super().sample_batch(prompt_tokens, params, n)
+
+    forced = OneToolPerBatch(Settings(enable_training=False), [FIX_MEAN], model_and_tokenizer)
+    agent = make_agent(tmp_path, workspace, forced)
+    _, proposal = agent.start_task("Fix mean().", ["src/calc/ops.py"])
+    assert proposal is not None and proposal.call.tool == "edit_lines"
+    outcome = agent.decide(proposal.id, "deny", correction="Send the whole file with write.")
+    retry = outcome.next_proposal
+    assert retry is not None and retry.call.model_dump() == whole
+    (chosen,) = [e["payload"] for e in agent.store.events(kind="retry_chosen")]
+    assert chosen["tool_probes"] == 1 and chosen["dropped"] == {"repeated the denied call": 6}
+    agent.close()
+
+
 def test_the_retry_is_shown_before_its_step_lands_and_the_next_turn_waits_for_it(
     tmp_path: Path, workspace: Path, policy: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from continual_lsp.agent.substitution import apply, apply_in_place, at_a_line, substitutions
+from continual_lsp.agent.substitution import (
+    apply,
+    apply_in_place,
+    at_a_line,
+    named_calls,
+    named_tools,
+    substitutions,
+)
 from continual_lsp.tools.base import ToolCall
 
 
@@ -105,3 +112,58 @@ def test_an_insertion_is_swapped_on_the_line_it_goes_before() -> None:
     assert at_a_line(replace) is replace
     edit = ToolCall(tool="edit", arguments={"path": "a.py", "old": "a", "new": "b"})
     assert at_a_line(edit) is edit
+
+
+@pytest.mark.parametrize(
+    ("correction", "cmds"),
+    [
+        ("Wrong runner: run it as `npx jest --ci`.", ["npx jest --ci"]),
+        ("Use `yarn add left-pad`, not `npm install left-pad`.", ["yarn add left-pad"]),
+        ("`npm ci` or `npm test` both work", ["npm ci", "npm test"]),
+        ("Put `pnpm exec` in front of it.", []),  # a prefix, not a command of its own
+    ],
+)
+def test_a_correction_names_the_command_to_run_instead(correction: str, cmds: list[str]) -> None:
+    """A command about the same thing (a word in common with the denied one)."""
+    denied = ToolCall(tool="bash", arguments={"cmd": "npm run jest left-pad"})
+    assert [c.arguments["cmd"] for c in named_calls(correction, denied)] == cmds
+
+
+@pytest.mark.parametrize(
+    "correction",
+    [
+        "`yarn`, not `npm`",  # names, not commands
+        "never `npm install` here",  # the call not to make
+        "Messages look like `feat(api): ...`.",  # a pattern with a placeholder
+        "Use `npm install left-pad` next time.",  # the denied call itself
+    ],
+)
+def test_no_command_is_named(correction: str) -> None:
+    denied = ToolCall(tool="bash", arguments={"cmd": "npm install left-pad"})
+    assert named_calls(correction, denied) == []
+
+
+@pytest.mark.parametrize(
+    ("correction", "tools"),
+    [
+        ("Send the whole file with write.", ["write"]),
+        ("do it with `edit_lines`, then use grep", ["edit_lines", "grep"]),
+        ("Use the read tool first.", ["read"]),
+        ("Don't use edit here; not with bash either", []),
+        ("Use the logger, not print; write a test too", []),  # verbs and words, not tools
+    ],
+)
+def test_a_correction_names_the_tool_to_use(correction: str, tools: list[str]) -> None:
+    assert named_tools(correction) == tools
+
+
+def test_a_correction_names_where_the_written_file_goes() -> None:
+    denied = ToolCall(tool="write", arguments={"path": "helpers.py", "content": "X = 1\n"})
+    moved = named_calls("Helpers live in lib/util/helpers.py, not at the top level.", denied)
+    assert moved == [
+        ToolCall(tool="write", arguments={"path": "lib/util/helpers.py", "content": "X = 1\n"})
+    ]
+    # Only a write moves: an edit's text belongs to the file it edits.
+    edit = ToolCall(tool="edit", arguments={"path": "helpers.py", "old": "X", "new": "Y"})
+    assert named_calls("Helpers live in lib/util/helpers.py.", edit) == []
+    assert named_calls("Not in `lib/old/helpers.py`.", denied) == []

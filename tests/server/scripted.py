@@ -43,7 +43,12 @@ class ForcedCallPolicy(LocalPolicy):
     def sample_batch(
         self, prompt_tokens: list[int], params: SampleParams, n: int
     ) -> list[Completion]:
-        """The next scripted call as every candidate: a chosen retry is still the script's."""
+        """The next scripted call as every candidate: a chosen retry is still the script's.
+        A batch whose grammar leaves out the scripted call's tool (a retry's tool probe)
+        has nothing to give, and leaves the script where it is."""
+        scripted = self.calls[min(self.index, len(self.calls) - 1)]["tool"]
+        if params.tools is not None and scripted not in params.tools:
+            return []
         return [self.sample(prompt_tokens, params)] * n
 
 
