@@ -268,6 +268,10 @@ def compile_guard(reading: Reading, situation: Situation | None = None) -> Guard
     return GuardSpec(message=reading.text.strip(), rules=unique)
 
 
+# The tools a correction can refuse by name (`done` is an answer, not a tool to refuse).
+TOOLS = frozenset({"read", "write", "edit", "edit_lines", "glob", "grep", "bash"})
+
+
 @functools.lru_cache(maxsize=256)
 def _text_rules(t: str) -> tuple[Rule, ...]:
     """The rules the text alone compiles to. Cached by text: one correction is compiled by
@@ -282,7 +286,7 @@ def _text_rules(t: str) -> tuple[Rule, ...]:
         rules.append(SizeRule(max_lines=int(m.group(2) or m.group(1))))
     # Tool-level prohibitions: "never use the bash tool".
     for m in re.finditer(r"\b(?:never|don'?t|do not)\s+use\s+the\s+(\w+)\s+tool\b", t, re.I):
-        if m.group(1).lower() in {"read", "write", "edit", "edit_lines", "glob", "grep", "bash"}:
+        if m.group(1).lower() in TOOLS:
             rules.append(ToolRule(deny=[m.group(1).lower()]))
     # Self-check what the phrase patterns built: a rule whose guard does not fire on the
     # situation synthesised from its own literal, or fires on a harmless one, is dropped.
@@ -364,8 +368,12 @@ def _clause_rules(clause: str, text: str) -> list[Rule]:
         and not PATHISH.fullmatch(i.text)
     ]
 
-    # 2. code tokens that must not be written (also not inside a commit message)
+    # 2. code tokens that must not be written (also not inside a commit message); a
+    # tool's own name ("not edit_lines", "no `edit`") refuses the tool, not the word
     for i in neg_code:
+        if i.text in TOOLS:
+            rules.append(ToolRule(deny=[i.text]))
+            continue
         pat = _content_pattern(i.text)
         if not i.code and not _codey(i.text):
             stem = re.sub(r"(es|s)$", "", i.text.lower())

@@ -7,7 +7,7 @@ import pytest
 
 from continual_lsp.lanes.compile import compile_guard
 from continual_lsp.lanes.guards.guard_set import Guard
-from continual_lsp.lanes.guards.spec import GuardSpec, PathRule
+from continual_lsp.lanes.guards.spec import ContentRule, GuardSpec, PathRule, ToolRule
 from continual_lsp.lanes.reading import read
 from continual_lsp.lanes.shapes import dir_globs, fires, synthesise
 from continual_lsp.text import unified_diff
@@ -197,6 +197,19 @@ def test_it_points_back_never_forward() -> None:
     assert spec is None or all(
         not (isinstance(r, PathRule) and "src/app.py" in r.globs) for r in spec.rules
     )
+
+
+@pytest.mark.parametrize(
+    "text", ["Not edit_lines. Send the whole file with write.", "Use write, no `edit` here."]
+)
+def test_a_tool_named_under_a_prohibition_refuses_the_tool_not_the_word(text: str) -> None:
+    """A content ban on the word "edit_lines" blocked nothing the reviewer meant and let
+    the tool through."""
+    spec = compile_guard(read(text))
+    assert spec is not None
+    tool = "edit_lines" if "edit_lines" in text else "edit"
+    assert [r for r in spec.rules if isinstance(r, ToolRule)] == [ToolRule(deny=[tool])]
+    assert not any(isinstance(r, ContentRule) and tool in r.pattern for r in spec.rules)
 
 
 def test_a_content_token_after_with_is_forbidden() -> None:
