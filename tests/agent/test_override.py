@@ -128,16 +128,17 @@ def test_a_guard_from_this_tasks_denial_is_narrowed_when_the_reviewers_edit_need
     agent, listener = scripted(tmp_path, workspace, model_and_tokenizer, [WRONG_TEST], monkeypatch)
     _, proposal = agent.start_task("Fix mean() in src/calc/ops.py")
     assert proposal is not None
-    outcome = agent.decide(proposal.id, "deny", correction="Never use the edit_lines tool.")
+    rule = "Never use the edit_lines tool; no `print(` either."
+    outcome = agent.decide(proposal.id, "deny", correction=rule)
     [routed] = listener.routed
     assert routed.lane == "CODE"  # compiled into a guard: no edit_lines, anywhere
     offer = outcome.next_proposal
     # Every retry candidate is edit_lines: the denied call comes back, blocked by the guard.
-    assert offer is not None and offer.blocked_by == "Never use the edit_lines tool."
+    assert offer is not None and offer.blocked_by == rule
     agent.decide(offer.id, "edit", edited_arguments={"tool": "edit_lines", **FIX_MEAN["arguments"]})
     assert "sum(values) / len(values)" in (workspace / "src/calc/ops.py").read_text()
     # Its tool rule would block the reviewer's own fix: narrowed to what lets the fix
-    # through (the word in added text), and the ledger says why.
+    # through (no `print(` in added text), and the ledger says why.
     change = listener.routed[-1]
     assert (change.item_id, change.lane) == (routed.item_id, "CODE")
     item = ledger_item(agent, routed.item_id)
