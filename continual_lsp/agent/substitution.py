@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from continual_lsp.tools.base import ToolCall
+from continual_lsp.tools.base import CALL_TOOLS, ToolCall
 
 # A literal: a backticked span, or one run of non-space characters (trailing sentence
 # punctuation is not part of it).
@@ -133,8 +133,9 @@ _COMMAND = re.compile(r"`([A-Za-z][\w.+-]* [^`\n]{1,80})`")
 _WORD = re.compile(r"[A-Za-z][\w.-]{2,}")
 # A tool the reviewer names as the one to use: "use write", "with `edit_lines`".
 _TOOL = re.compile(
-    r"\b(?:use|using|with|via|through)\s+(?:the\s+)?`?(write|edit_lines|edit|read|glob|grep|bash)`?"
-    r"(?![\w/]|\.\w)",
+    r"\b(?:use|using|with|via|through)\s+(?:the\s+)?`?("
+    + "|".join(sorted(CALL_TOOLS, key=lambda tool: (-len(tool), tool)))
+    + r")`?(?![\w/]|\.\w)",
     re.I,
 )
 # What marks the span after it as the call not to make ("not `npm install`").
@@ -150,7 +151,8 @@ _PATH = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)+[\w.-]*\w\.[A-Za-z]\w{0,5})(?![\w
 def named_calls(correction: str, denied: ToolCall) -> list[ToolCall]:
     """The calls the correction names outright, in place of the denied one: for a denied
     command, each backticked command; for a denied write, the same content at each path
-    named. The reviewer often types exactly what to run or where the file goes, and the
+    named (a call named twice comes twice: `candidates.substituted` keeps one). The
+    reviewer often types exactly what to run or where the file goes, and the
     135M model, shown it, still repeats its own call (a correction naming `uv run pytest`
     was followed in 2 of 11 retries, one naming the test file's path in none)."""
     found: list[ToolCall] = []
@@ -172,8 +174,7 @@ def named_calls(correction: str, denied: ToolCall) -> list[ToolCall]:
                 correction[: match.start()].rstrip("`")
             ):
                 found.append(ToolCall(tool="write", arguments={**denied.arguments, "path": path}))
-    unique = {repr(sorted(c.arguments.items())): c for c in found}
-    return list(unique.values())
+    return found
 
 
 def named_tools(correction: str) -> list[str]:

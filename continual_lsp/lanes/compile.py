@@ -55,6 +55,7 @@ from continual_lsp.lanes.shapes import (
 )
 from continual_lsp.lanes.shapes.conventions import CONVENTION_SHAPES
 from continual_lsp.lanes.shapes.repo_policy import POLICY_SHAPES
+from continual_lsp.tools.base import CALL_TOOLS
 
 PACKAGE_MANAGERS = frozenset({"npm", "yarn", "pnpm", "bun"})
 
@@ -268,10 +269,6 @@ def compile_guard(reading: Reading, situation: Situation | None = None) -> Guard
     return GuardSpec(message=reading.text.strip(), rules=unique)
 
 
-# The tools a correction can refuse by name (`done` is an answer, not a tool to refuse).
-TOOLS = frozenset({"read", "write", "edit", "edit_lines", "glob", "grep", "bash"})
-
-
 @functools.lru_cache(maxsize=256)
 def _text_rules(t: str) -> tuple[Rule, ...]:
     """The rules the text alone compiles to. Cached by text: one correction is compiled by
@@ -286,7 +283,7 @@ def _text_rules(t: str) -> tuple[Rule, ...]:
         rules.append(SizeRule(max_lines=int(m.group(2) or m.group(1))))
     # Tool-level prohibitions: "never use the bash tool".
     for m in re.finditer(r"\b(?:never|don'?t|do not)\s+use\s+the\s+(\w+)\s+tool\b", t, re.I):
-        if m.group(1).lower() in TOOLS:
+        if m.group(1).lower() in CALL_TOOLS:
             rules.append(ToolRule(deny=[m.group(1).lower()]))
     # Self-check what the phrase patterns built: a rule whose guard does not fire on the
     # situation synthesised from its own literal, or fires on a harmless one, is dropped.
@@ -371,7 +368,7 @@ def _clause_rules(clause: str, text: str) -> list[Rule]:
     # 2. code tokens that must not be written (also not inside a commit message); a
     # tool's own name ("not edit_lines", "no `edit`") refuses the tool, not the word
     for i in neg_code:
-        if i.text in TOOLS:
+        if i.text in CALL_TOOLS:
             rules.append(ToolRule(deny=[i.text]))
             continue
         pat = _content_pattern(i.text)

@@ -26,6 +26,8 @@ TOOL_NAMES: tuple[ToolName, ...] = (
     "bash",
     "done",
 )
+# The seven tools that act or look: every answer but `done`.
+CALL_TOOLS: frozenset[str] = frozenset(TOOL_NAMES) - {"done"}
 READ_ONLY_TOOLS: frozenset[str] = frozenset({"read", "glob", "grep"})
 FILE_CHANGING_TOOLS: frozenset[str] = frozenset({"write", "edit", "edit_lines"})
 # The tools whose `path` must name a file that exists (glob and grep take a folder too).
