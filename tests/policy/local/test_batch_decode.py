@@ -26,6 +26,13 @@ TASKS = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _own_prefix_store(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The prompt start kept on disk lives under the user's cache, which outlives a run:
+    a store an earlier run filled would answer a warm-up with 0 tokens prefilled."""
+    monkeypatch.setenv("CONTINUAL_LSP_CACHE", str(tmp_path))
+
+
 def _host(model_and_tokenizer: tuple[Any, Any], **limits: Any) -> ModelHost:
     host = ModelHost.private(Settings.model_validate(limits), model_and_tokenizer)
     assert host.enable_batching()
@@ -216,12 +223,11 @@ def test_a_warm_up_never_clears_another_users_cache(model_and_tokenizer: tuple[A
 
 
 def test_a_fresh_policy_reads_the_prompt_start_from_disk(
-    model_and_tokenizer: tuple[Any, Any], tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+    model_and_tokenizer: tuple[Any, Any], tmp_path: Any
 ) -> None:
     """A restarted server (a new policy on the same weights) prefills none of the prompt
     start another process kept, and decodes the call a cold cache decodes; the training
     worker keeps a new version's once."""
-    monkeypatch.setenv("CONTINUAL_LSP_CACHE", str(tmp_path))
     host = _host(model_and_tokenizer)
     first = user_on(host, "u0", seed=12)
     assert first.warm_prompt() > 100
