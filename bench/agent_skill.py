@@ -23,6 +23,11 @@ Tasks come from the curriculum's exercise builder driven by a held-out vocabular
 
     python bench/agent_skill.py [--tasks 36] [--multi-tasks 24] [--corrections 2]
         [--adapter DIR] [--policies base,starter] [--limit N] [--skill-only] [--out FILE]
+        [--dev]
+
+`--dev` draws the tasks from a third vocabulary (`bench/agent_skill_dev_vocab.json`,
+disjoint from the curriculum's like the held-out one) and other seeds: an agent change
+is tried there, and the held-out draw measures it once, so that it is never tuned to.
 
 Writes `bench/results/agent_skill.json` and `bench/results/correction_following.json`
 (the keys issue 13 gives) and `bench/results/agent_skill_detail.json`.
@@ -66,6 +71,10 @@ from continual_lsp.tools.base import FILE_CHANGING_TOOLS, ToolCall  # noqa: E402
 from continual_lsp.tools.runner import ToolRunner  # noqa: E402
 
 VOCAB = REPO / "bench" / "agent_skill_vocab.json"
+# --dev: a third vocabulary and other seeds, where agent changes are tried before the
+# held-out draw above measures them.
+DEV_VOCAB = REPO / "bench" / "agent_skill_dev_vocab.json"
+DEV_SEED = 9_100_003
 RESULTS = REPO / "bench" / "results"
 SEED = 7_000_013  # the recipe uses seeds 1 and 2
 MULTI_SEED = SEED + 2  # the multi-step tasks' draw (SEED + 1 is the correction bench's)
@@ -157,14 +166,18 @@ def on_target(s: Exercise, c: ToolCall) -> bool:
     return c.arguments.get("path") == s.target
 
 
-def skill_tasks(n: int) -> list[Exercise]:
-    builder = Builder(load_vocab(VOCAB), random.Random(SEED))
+def skill_tasks(n: int, dev: bool = False) -> list[Exercise]:
+    builder = Builder(
+        load_vocab(DEV_VOCAB if dev else VOCAB), random.Random(DEV_SEED if dev else SEED)
+    )
     return [builder.exercise(SKILL_KINDS[i % len(SKILL_KINDS)]) for i in range(n)]
 
 
-def multi_tasks(n: int) -> list[Exercise]:
-    """`n` multi-step tasks, the kinds in turn, from the held-out vocabulary."""
-    builder = Builder(load_vocab(VOCAB), random.Random(MULTI_SEED))
+def multi_tasks(n: int, dev: bool = False) -> list[Exercise]:
+    """`n` multi-step tasks, the kinds in turn, from the held-out vocabulary (`dev`: the
+    development one)."""
+    seed = DEV_SEED + 2 if dev else MULTI_SEED
+    builder = Builder(load_vocab(DEV_VOCAB if dev else VOCAB), random.Random(seed))
     kinds = Builder.MULTI_STEP_KINDS
     return [builder.exercise(kinds[i % len(kinds)]) for i in range(n)]
 
@@ -474,14 +487,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, help="the evidence JSON (default: bench/results)")
     parser.add_argument("--no-write", action="store_true", help="print only (smoke runs)")
+    parser.add_argument(
+        "--dev",
+        action="store_true",
+        help="the development draw (skill only; default out agent_skill_dev.json)",
+    )
     args = parser.parse_args(argv)
 
     names = [n for n in args.policies.split(",") if n]
     print(f"CPU: {cpu_model()} ({os.cpu_count()} cores)", flush=True)
     policies = load_policies(args.adapter, names)
-    tasks = skill_tasks(args.tasks)[: args.limit]
-    multi = multi_tasks(args.multi_tasks)[: args.limit]
-    extras = not args.skill_only and set(names) == {"base", "starter"}
+    tasks = skill_tasks(args.tasks, args.dev)[: args.limit]
+    multi = multi_tasks(args.multi_tasks, args.dev)[: args.limit]
+    extras = not (args.skill_only or args.dev) and set(names) == {"base", "starter"}
     items = correction_items(args.corrections) if extras else []
     detail: dict[str, Any] = {"skill": {}, "multi": {}, "corrections": {}}
     for name, policy in policies.items():
@@ -521,6 +539,7 @@ def main(argv: list[str] | None = None) -> int:
         "one_step_tasks": len(tasks),
         "multi_step_tasks": len(multi),
         "cpu": cpu_model(),
+        "draw": "dev" if args.dev else "held-out",
     }
     following: dict[str, Any] = {}
     if extras:
@@ -539,7 +558,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.no_write:
         return 0
     RESULTS.mkdir(parents=True, exist_ok=True)
-    out = args.out or RESULTS / "agent_skill.json"
+    out = args.out or RESULTS / ("agent_skill_dev.json" if args.dev else "agent_skill.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(evidence, indent=2) + "\n")
     if extras:

@@ -61,8 +61,11 @@ def learning_held_out() -> list[str]:
     return texts
 
 
-def bench_phrasing() -> list[str]:
-    v = json.loads((REPO / "bench" / "agent_skill_vocab.json").read_text())
+BENCH_VOCABS = ("agent_skill_vocab.json", "agent_skill_dev_vocab.json")  # held-out, dev
+
+
+def bench_phrasing(name: str) -> list[str]:
+    v = json.loads((REPO / "bench" / name).read_text())
     texts = [t for group in v["task_templates"].values() for t in group]
     return texts + [t for group in v["corrections"].values() for t in group]
 
@@ -103,7 +106,8 @@ def test_phrasing_overlap_is_under_the_threshold() -> None:
     cur = set().union(*(ngrams(t) for t in curriculum_phrasing()))
     held = {
         "bench/learning": learning_held_out(),
-        "agent-skill bench": bench_phrasing(),
+        "agent-skill bench": bench_phrasing(BENCH_VOCABS[0]),
+        "agent-skill dev draw": bench_phrasing(BENCH_VOCABS[1]),
         "tests": scenario_strings(),
         "demo": demo_texts(),
     }
@@ -144,10 +148,11 @@ def test_no_shared_paths_or_names() -> None:
             example_words |= set(words(root.read_text(encoding="utf-8", errors="replace")))
     assert not {n.lower() for n in names} & example_words
 
-    bench = json.loads((REPO / "bench" / "agent_skill_vocab.json").read_text())
-    bench_names = set(bench["functions"]) | set(bench["stems"]) | set(bench["renames"])
-    assert not names & bench_names
-    assert not set(load_vocab()["dirs"]) & set(bench["dirs"])
+    for name in BENCH_VOCABS:
+        bench = json.loads((REPO / "bench" / name).read_text())
+        bench_names = set(bench["functions"]) | set(bench["stems"]) | set(bench["renames"])
+        assert not names & bench_names, name
+        assert not set(load_vocab()["dirs"]) & set(bench["dirs"]), name
 
 
 def test_the_check_can_fail() -> None:
