@@ -127,10 +127,10 @@ class Settings(BaseModel):
     # The candidates after the first (greedy) one. At 1.0 the 135M model wrote garbage
     # paths in about half of them (bench/learning/deny_to_retry.py, first run).
     retry_temperature: float = Field(default=0.8, gt=0.0)
-    # And a greedy call of each tool the correction names ("use write") that no
-    # candidate used, up to this many (the 135M model samples one tool six times over).
-    # 0: off.
-    retry_tool_probes: int = Field(default=2, ge=0, le=8)
+    # And a greedy call of each tool ("use write") and then each path ("it goes in
+    # src/pkg/units.py") the correction names that no candidate used, up to this many
+    # in all (the 135M model samples one tool on one file six times over). 0: off.
+    retry_probes: int = Field(default=2, ge=0, le=8)
     # A file change proposed while the task's last test run failed: this many candidates
     # (the model's call and warmer samples from its prompt, one batch) are tried on a
     # copy of the workspace, in the sandbox only (no reviewer approved them: with

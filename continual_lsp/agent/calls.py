@@ -21,6 +21,7 @@ from continual_lsp.tools.base import (
     FILE_CHANGING_TOOLS,
     OldTextNotFound,
     Preview,
+    RangePastEnd,
     ToolCall,
     ToolError,
     ToolResult,
@@ -116,9 +117,10 @@ def repaired(
 ) -> tuple[ToolCall, Preview, str] | None:
     """A change that cannot run, made to, keeping what the model wrote where it can: one
     whose only fault is its indentation re-indented (`reindent`), an edit whose `old`
-    is not in the file narrowed to the part that differs (`narrowing`). The first
-    variant that runs, its preview and the note that says what was done; None for any
-    other failure."""
+    is not in the file narrowed to the part that differs (`narrowing`), an edit_lines
+    range past the end of the file brought within it (`_within`). The first variant
+    that runs, its preview and the note that says what was done; None for any other
+    failure."""
     if (
         isinstance(error, Unparsable)
         and shown is not None
@@ -128,6 +130,8 @@ def repaired(
         tries, note = reindent.variants(call, shown.old_content), reindent.NOTE
     elif isinstance(error, OldTextNotFound):
         tries, note = narrowing.variants(call), narrowing.NOTE
+    elif isinstance(error, RangePastEnd) and call.tool == "edit_lines":
+        tries, note = [_within(call, error.lines)], CLAMPED
     else:
         return None
     for variant in tries:
@@ -135,6 +139,20 @@ def repaired(
         if problem is None and fixed is not None:
             return variant, fixed, note
     return None
+
+
+CLAMPED = "the line range brought within the file (as written it ran past the end)"
+
+
+def _within(call: ToolCall, lines: int) -> ToolCall:
+    """`call`'s edit_lines range ended at the file's last line (`lines`): a start past
+    the end appends. The small model counts a file's lines one or two too many (after
+    "put the test in tests/x_test.py", its edits of the file it had just written)."""
+    start = min(int(call.arguments["start"]), lines + 1)
+    return ToolCall(
+        tool="edit_lines",
+        arguments={**call.arguments, "start": start, "end": max(start - 1, lines)},
+    )
 
 
 def load_proposal(parts: Parts, proposal_id: str) -> Proposal | None:

@@ -21,8 +21,8 @@ from continual_lsp.agent.candidates import (
 from continual_lsp.agent.parts import Parts, Task
 from continual_lsp.agent.proposal import Proposal
 from continual_lsp.agent.sampling import batch_params, fit_prompt
-from continual_lsp.agent.substitution import named_tools
-from continual_lsp.policy.base import Completion, SampleParams
+from continual_lsp.agent.substitution import named_paths, named_tools
+from continual_lsp.policy.base import Completion, DecodeRestrictions, SampleParams
 from continual_lsp.text import split_lines
 from continual_lsp.tools.base import TOOL_NAMES, ToolCall, ToolError
 from continual_lsp.tools.runner import ToolRunner
@@ -33,15 +33,15 @@ def choose_retry(parts: Parts, task: Task, denied: Proposal, correction: str) ->
 
     `retry_candidates` calls are sampled in one batch from the conversation with the
     correction (the teacher's context): the greedy call and warmer samples, and a
-    greedy call of each tool the correction names that none of them used
-    (`_tool_probes`). A candidate is dropped when it repeats a denied or executed call,
+    greedy call of each tool and path the correction names that none of them used
+    (`_probes`). A candidate is dropped when it repeats a denied or executed call,
     a guard blocks it (rewrites apply, as for any proposal), or its preview fails. A
     correction that spells out a literal swap ("use / instead of //") adds the sampled
     and denied calls with the swap applied, to what they replace and to what they
     write, and the calls it names outright (`candidates.substituted`). The rest are
     ranked by the correction's lift (`candidates.ranked_by_lift`), ties by the
     teacher's log-prob, except that a swap applied in place comes first, then a call of
-    a tool the correction names. With nothing left, the choice carries the one-line
+    a tool, or on a path, the correction names. With nothing left, the choice carries the one-line
     reason instead.
     """
     started, cpu_started = time.perf_counter(), time.thread_time()
@@ -57,7 +57,8 @@ def choose_retry(parts: Parts, task: Task, denied: Proposal, correction: str) ->
     row = parts.store.proposal(denied.id)
     student_prompt = row["prompt_tokens"] if row else prompt_tokens
     named = [t for t in named_tools(correction) if t in (params.tools or TOOL_NAMES)]
-    probes = _tool_probes(parts, prompt_tokens, params, completions, named)
+    paths = _in_workspace(parts.tools, named_paths(correction))
+    probes = _probes(parts, prompt_tokens, params, completions, named, paths)
     completions += probes
     replaced = partial(_range_text, parts.tools)
     swaps = substituted(policy, completions, denied.call, correction, prompt_tokens, replaced)
@@ -68,7 +69,7 @@ def choose_retry(parts: Parts, task: Task, denied: Proposal, correction: str) ->
     summary = {
         "candidates": len(completions),
         "substituted": len(swaps.completions),
-        "tool_probes": len(probes),
+        "probes": len(probes),
         "tokens": [len(c.tokens) for c in completions],
         "kept": len(ranked),
         "dropped": dict(drops),
@@ -85,13 +86,14 @@ def choose_retry(parts: Parts, task: Task, denied: Proposal, correction: str) ->
     # The correction's own swap on the line the model chose is what the reviewer
     # asked for, word for word: it wins over the model's rewrites of that line, which
     # the lift can rank higher (`return 1 / values` over the fix, on the README demo).
-    # Then a call with the tool the correction names ("use write"): the 135M model's
-    # lift favoured its own edit_lines over the write it was told to send (tool_choice).
+    # Then a call with the tool or on the path the correction names ("use write", "it
+    # goes in src/pkg/units.py"): the 135M model's lift favoured its own edit_lines over
+    # the write it was told to send (tool_choice).
     lift, teacher, choice = max(
         ranked,
         key=lambda entry: (
             canonical(entry[2].call) in swaps.in_place,
-            entry[2].call.tool in named,
+            entry[2].call.tool in named or _on_named(parts.tools, entry[2].call, paths),
             entry[0] or 0.0,
             entry[1],
         ),
@@ -104,35 +106,88 @@ def choose_retry(parts: Parts, task: Task, denied: Proposal, correction: str) ->
     return choice
 
 
-def _tool_probes(
+def _probes(
     parts: Parts,
     prompt_tokens: list[int],
     params: SampleParams,
     completions: list[Completion],
     named: list[str],
+    paths: list[str],
 ) -> list[Completion]:
     """A greedy call for each tool the correction names (`substitution.named_tools`)
-    that no sampled candidate uses, at most `retry_tool_probes`. The 135M model's tool
-    is near-certain: after "use write, not edit_lines" all six samples were edit_lines
-    again (tool_choice: 0 of 14 retries followed). Probing the tools the correction
-    merely raises (its lift on the call's opening) was tried and dropped: the lift
-    there is noise of several nats, and a probed glob, grep or `done` then won the
-    ranking (docs/evidence.md, session 25)."""
-    policy = parts.policy
-    sampled = set()
+    and then each path it names (`substitution.named_paths`) that no sampled candidate
+    uses, at most `retry_probes` in all. A named path is written when it names no file
+    yet ("new modules go in src/pkg/units.py"), else edited. The 135M model's tool and
+    path are near-certain: after "use write, not edit_lines" all six samples were
+    edit_lines again (tool_choice: 0 of 14 retries followed); told where the new module
+    goes, it edited the file it had open (module_location: 0 of 15). Probing the tools
+    the correction merely raises (its lift on the call's opening) was tried and dropped:
+    the lift there is noise of several nats, and a probed glob, grep or `done` then won
+    the ranking (docs/evidence.md, session 25)."""
+    policy, tools = parts.policy, parts.tools
+    sampled: list[ToolCall] = []
     for completion in completions:
         try:
-            sampled.add(policy.renderer.parse_call(completion.text).tool)
+            sampled.append(policy.renderer.parse_call(completion.text))
         except ValueError:
             continue
-    wanted = [t for t in named if t not in sampled][: parts.settings.retry_tool_probes]
+    greedy = params.model_copy(update={"greedy_rows": 1})
+    wanted = [
+        greedy.model_copy(update={"tools": [tool]})
+        for tool in named
+        if all(call.tool != tool for call in sampled)
+    ]
+    wanted += [
+        narrowed
+        for path in paths
+        if not any(_on_named(tools, call, [path]) for call in sampled)
+        and (narrowed := _on_path(greedy, tools, path)) is not None
+    ]
     return [
         probe
-        for tool in wanted
-        for probe in policy.sample_batch(
-            prompt_tokens, params.model_copy(update={"tools": [tool], "greedy_rows": 1}), 1
-        )
+        for probe_params in wanted[: parts.settings.retry_probes]
+        for probe in policy.sample_batch(prompt_tokens, probe_params, 1)
     ]
+
+
+def _in_workspace(tools: ToolRunner, named: list[str]) -> list[str]:
+    """The named paths as `target_path` writes them ("./src/x.py" is the candidates'
+    "src/x.py"), a folder with its trailing "/", once each; none outside the workspace."""
+    found: list[str] = []
+    for raw in named:
+        path = tools.target_path(ToolCall(tool="read", arguments={"path": raw}))
+        if path is not None and path != ".":
+            path += "/" if raw.endswith("/") else ""
+            if path not in found:
+                found.append(path)
+    return found
+
+
+def _on_named(tools: ToolRunner, call: ToolCall, paths: list[str]) -> bool:
+    """Whether `call` works on one of the named `paths`, or writes a file under a named
+    folder (a folder is where new files go: an edit of a file in it is not what was
+    asked)."""
+    target = tools.target_path(call)
+    return target is not None and any(
+        target.startswith(path) and call.tool == "write" if path.endswith("/") else target == path
+        for path in paths
+    )
+
+
+def _on_path(params: SampleParams, tools: ToolRunner, path: str) -> SampleParams | None:
+    """`params` narrowed to a change of `path` (workspace-relative): a write when no
+    file is there (any new file in a named folder), an edit when one is; None when the
+    allowed tools have none for it."""
+    exists = not path.endswith("/") and tools.resolve(path).is_file()
+    allowed = params.tools or TOOL_NAMES
+    limits = params.forbid or DecodeRestrictions()
+    if exists:
+        change = [t for t in ("edit", "edit_lines") if t in allowed]
+        forbid = limits.model_copy(update={"files": [path]})
+    else:
+        change = ["write"] if "write" in allowed else []
+        forbid = limits.model_copy(update={"write_paths": [path]})
+    return params.model_copy(update={"tools": change, "forbid": forbid}) if change else None
 
 
 def runnable_instead(

@@ -138,20 +138,23 @@ _TOOL = re.compile(
     + r")`?(?![\w/]|\.\w)",
     re.I,
 )
-# What marks the span after it as the call not to make ("not `npm install`").
+# What marks the span after it as the call not to make ("not `npm install`", "never
+# touch vendor/x.py", "don't put it in app.py"): a refusal and at most three words.
 _REFUSED = re.compile(
-    r"\b(?:not|never|no|don't|instead of|rather than)(?:\s+(?:in|at|to|under|use|run))?\s*$",
-    re.I,
+    r"\b(?:not|never|no|don't|do not|instead of|rather than)(?:\s+[\w'-]+){0,3}\s*$", re.I
 )
 # A file path the reviewer names ("tests/stations_test.py", "`src/pkg/units.py`"): folders,
 # a name and an extension.
 _PATH = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)+[\w.-]*\w\.[A-Za-z]\w{0,5})(?![\w/])")
+# … or a folder ("under src/pkg/"): the trailing slash says it is one.
+_FOLDER = re.compile(r"(?<![\w/.:-])((?:[\w.-]+/)+)(?![\w-]|\.\w)")
 
 
 def named_calls(correction: str, denied: ToolCall) -> list[ToolCall]:
     """The calls the correction names outright, in place of the denied one: for a denied
     command, each backticked command; for a denied write, the same content at each path
-    named (a call named twice comes twice: `candidates.substituted` keeps one). The
+    named, or under the same name in each folder named (a call named twice comes twice:
+    `candidates.substituted` keeps one). The
     reviewer often types exactly what to run or where the file goes, and the
     135M model, shown it, still repeats its own call (a correction naming `uv run pytest`
     was followed in 2 of 11 retries, one naming the test file's path in none)."""
@@ -168,13 +171,24 @@ def named_calls(correction: str, denied: ToolCall) -> list[ToolCall]:
             if denied_words & set(_WORD.findall(cmd)):
                 found.append(ToolCall(tool="bash", arguments={"cmd": cmd}))
     elif denied.tool == "write":
-        for match in _PATH.finditer(correction):
-            path = match.group(1)
-            if path != denied.arguments["path"] and not _REFUSED.search(
-                correction[: match.start()].rstrip("`")
-            ):
+        name = denied.arguments["path"].rsplit("/", 1)[-1]
+        for named in named_paths(correction):
+            path = named + name if named.endswith("/") else named
+            if path != denied.arguments["path"]:
                 found.append(ToolCall(tool="write", arguments={**denied.arguments, "path": path}))
     return found
+
+
+def named_paths(correction: str) -> list[str]:
+    """The file paths and folders (with their trailing "/") the correction names as
+    where to work ("put it in src/pkg/units.py", "under src/pkg/"), not those it
+    refuses ("not vendor/"), in the order written (a path named twice comes twice)."""
+    found = sorted(
+        (match.start(), match.group(1))
+        for pattern in (_PATH, _FOLDER)
+        for match in pattern.finditer(correction)
+    )
+    return [path for start, path in found if not _REFUSED.search(correction[:start].rstrip("`"))]
 
 
 def named_tools(correction: str) -> list[str]:

@@ -38,14 +38,17 @@ class DecodeRestrictions(BaseModel):
 
     `path_prefixes[tool]`: path prefixes `tool` may not touch ("" = the tool at all);
     `command_prefixes`: bash commands never to start; `files`: the only paths the tools
-    that need an existing file (FILE_PATH_TOOLS) may name (None: any path). Narrowing
-    only: a guard and the tools still check every sampled call, so a backend without a
-    grammar may ignore this.
+    that need an existing file (FILE_PATH_TOOLS) may name (None: any path);
+    `write_paths`: the only paths `write` may name, a folder ("src/pkg/") standing for
+    any file under it (None: any). Narrowing only: a guard
+    and the tools still check every sampled call, so a backend without a grammar may
+    ignore this.
     """
 
     path_prefixes: dict[str, list[str]] = Field(default_factory=dict)
     command_prefixes: list[str] = Field(default_factory=list)
     files: list[str] | None = None
+    write_paths: list[str] | None = None
 
     def key(self) -> str:
         return self.model_dump_json()

@@ -103,7 +103,8 @@ def decoding_schema(
     restricted to `tools` (an allow-list, `SampleParams.tools`) when given, and narrowed
     by `forbid` (guards as grammar: a blocked tool is left out, a forbidden path or
     command prefix becomes a `pattern`; with a file list, the tools that need an
-    existing file name one of those files, and are left out when there is none). A
+    existing file name one of those files, and are left out when there is none; with
+    `write_paths`, write names one of them). A
     restriction that would leave no tool at all is not applied to the tool list: the
     guards and the tools still refuse what is sampled."""
     allowed = check_tools(tools)
@@ -117,7 +118,9 @@ def decoding_schema(
             tool = branch["properties"]["tool"]["const"]
             args = branch["properties"]["arguments"]["properties"]
             prefixes = [p for p in forbid.path_prefixes.get(tool, []) if p]
-            if paths:
+            if paths and any(path.endswith("/") for path in paths):
+                args["path"]["pattern"] = _listed_regex(paths, NEW_PATH_EXCLUDED)
+            elif paths:
                 args["path"] = {"type": "string", "enum": paths}
             elif prefixes and "path" in args:
                 excluded = NEW_PATH_EXCLUDED if tool == "write" else PATH_EXCLUDED
@@ -128,18 +131,30 @@ def decoding_schema(
     return schema
 
 
+def _listed_regex(paths: list[str], excluded: str) -> str:
+    """An anchored regex for `paths`, where one that ends in "/" stands for any file
+    name under that folder (a name without the `excluded` characters)."""
+    body = "|".join(
+        re.escape(path) + (f"[^/{excluded}][^{excluded}]*" if path.endswith("/") else "")
+        for path in paths
+    )
+    return f"^(?:{body})$"
+
+
 def _open_paths(branch: dict[str, Any], forbid: DecodeRestrictions) -> list[str] | None:
-    """The files a tool's branch may name: [] when any path (no file list, or not a tool
-    that needs an existing file), None when none at all (the tool is blocked, or every
-    file is under a blocked prefix)."""
+    """The files a tool's branch may name: [] when any path (no list for the tool: `files`
+    for the tools that need an existing file, `write_paths` for write), None when none
+    at all (the tool is blocked, or every listed path is under a blocked prefix)."""
     tool = branch["properties"]["tool"]["const"]
     prefixes = forbid.path_prefixes.get(tool, [])
     if "" in prefixes:
         return None
-    if forbid.files is None or tool not in FILE_PATH_TOOLS:
+    if tool == "write" and forbid.write_paths is not None:
+        listed = forbid.write_paths
+    elif tool in FILE_PATH_TOOLS and forbid.files is not None:
+        listed = forbid.files
+    else:
         return []
     limit = branch["properties"]["arguments"]["properties"]["path"].get("maxLength", 200)
-    paths = [
-        f for f in forbid.files if len(f) <= limit and not any(f.startswith(p) for p in prefixes)
-    ]
+    paths = [f for f in listed if len(f) <= limit and not any(f.startswith(p) for p in prefixes)]
     return paths or None

@@ -201,6 +201,14 @@ class OldTextNotFound(ToolError):
     """An edit's `old` text does not occur in the file."""
 
 
+class RangePastEnd(ToolError):
+    """An edit_lines range that runs past the end of the file (`lines` long)."""
+
+    def __init__(self, message: str, lines: int) -> None:
+        super().__init__(message)
+        self.lines = lines
+
+
 class PathEscapeError(ToolError):
     """A path resolves outside the workspace root."""
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 
 from continual_lsp.text import shown_path, split_lines, unified_diff
-from continual_lsp.tools.base import OldTextNotFound, ToolError
+from continual_lsp.tools.base import OldTextNotFound, RangePastEnd, ToolError
 
 __all__ = [
     "apply_edit",
@@ -84,12 +84,15 @@ def apply_edit_lines(text: str, start: int, end: int, content: str, rel: str) ->
             "start..end inclusive (end = start - 1 inserts before start)"
         )
     if start > n + 1:
-        raise ToolError(
+        raise RangePastEnd(
             f"edit_lines {rel}: start ({start}) is past the end of the file ({n} lines); "
-            f"to append use start={n + 1}, end={n}"
+            f"to append use start={n + 1}, end={n}",
+            n,
         )
     if end > n:
-        raise ToolError(f"edit_lines {rel}: end ({end}) is past the end of the file ({n} lines)")
+        raise RangePastEnd(
+            f"edit_lines {rel}: end ({end}) is past the end of the file ({n} lines)", n
+        )
     nl = _newline(text)
     block = _to_newline(content, nl)
     before, replaced, after = lines[: start - 1], lines[start - 1 : end], lines[end:]

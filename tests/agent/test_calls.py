@@ -42,6 +42,32 @@ def test_a_change_that_breaks_the_parse_keeps_its_preview(workspace: Path) -> No
     assert "not parsing" in str(error) and error.problem
 
 
+@pytest.mark.parametrize(
+    ("start", "end", "want"),
+    [(4, 4, (4, 3)), (6, 9, (4, 3)), (2, 5, (2, 3))],
+    ids=["one-past", "far-past", "end-past"],
+)
+def test_a_line_range_past_the_end_is_brought_within_the_file(
+    tmp_path: Path, start: int, end: int, want: tuple[int, int]
+) -> None:
+    """The model's lines as written: a start past the end appends, an end past it
+    stops at the last line; the reviewer is told the range was changed."""
+    (tmp_path / "t_test.py").write_text("a = 1\nb = 2\nc = 3\n")
+    tools = ToolRunner(tmp_path, Settings(enable_training=False))
+    args = {"path": "t_test.py", "start": start, "end": end, "content": "x = 1"}
+    call = ToolCall(tool="edit_lines", arguments=args)
+    shown, error = preview(tools, call)
+    assert (
+        shown is None and error is not None and "past the end of the file (3 lines)" in str(error)
+    )
+    fixed = calls.repaired(tools, call, shown, error)
+    assert fixed is not None
+    variant, shown, note = fixed
+    assert (variant.arguments["start"], variant.arguments["end"]) == want
+    assert variant.arguments["content"] == "x = 1" and note == calls.CLAMPED
+    assert shown.new_content.endswith("x = 1\n")
+
+
 def test_a_model_write_that_drops_a_file_the_task_never_read_cannot_run(workspace: Path) -> None:
     """It would replace text the model has not seen (a rename became a two-line stub
     over the whole module); read first, it runs. A rewrite that keeps most lines, a new

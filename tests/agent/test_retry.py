@@ -199,7 +199,57 @@ def test_a_tool_the_correction_names_is_sampled_when_no_candidate_used_it(
     retry = outcome.next_proposal
     assert retry is not None and retry.call.model_dump() == whole
     (chosen,) = [e["payload"] for e in agent.store.events(kind="retry_chosen")]
-    assert chosen["tool_probes"] == 1 and chosen["dropped"] == {"repeated the denied call": 6}
+    assert chosen["probes"] == 1 and chosen["dropped"] == {"repeated the denied call": 6}
+    agent.close()
+
+
+@pytest.mark.parametrize(
+    ("named", "allowed"),
+    [("./src/calc/double.py", "src/calc/double.py"), ("src/calc/", "src/calc/")],
+    ids=["file", "folder"],
+)
+def test_a_new_file_where_the_correction_says_is_written_when_no_candidate_wrote_it(
+    tmp_path: Path,
+    workspace: Path,
+    model_and_tokenizer: tuple[Any, Any],
+    named: str,
+    allowed: str,
+) -> None:
+    """Every sample edits the file in view (scripted, as the 135M model did when told
+    where a new module goes); the correction names a file that does not exist yet, or
+    a folder, so one greedy write is decoded under a grammar that names only it (or a
+    file in it), and it is the retry."""
+    from tests.server.scripted import FIX_MEAN, ForcedCallPolicy
+
+    target = "src/calc/double.py"
+    helper = {
+        "tool": "write",
+        "arguments": {"path": target, "content": "def double(x):\n    return 2 * x\n"},
+    }
+
+    class WritesWhereTold(ForcedCallPolicy):
+        """FIX_MEAN whatever is asked, except a batch whose write may only name
+        `allowed`: the helper."""
+
+        def sample_batch(self, prompt_tokens: list[int], params: Any, n: int) -> Any:
+            if params.forbid is not None and params.forbid.write_paths == [allowed]:
+                assert params.tools == ["write"] and params.greedy_rows == 1
+                self.calls, kept = [helper], self.calls
+                try:
+                    return super().sample_batch(prompt_tokens, params, n)
+                finally:
+                    self.calls = kept
+            return super().sample_batch(prompt_tokens, params, n)
+
+    forced = WritesWhereTold(Settings(enable_training=False), [FIX_MEAN], model_and_tokenizer)
+    agent = make_agent(tmp_path, workspace, forced)
+    _, proposal = agent.start_task("Add a helper that doubles a number.", ["src/calc/ops.py"])
+    assert proposal is not None and proposal.call.tool == "edit_lines"
+    correction = f"Leave ops.py alone; the helper is a new module, in {named}."
+    retry = agent.decide(proposal.id, "deny", correction=correction).next_proposal
+    assert retry is not None and retry.call.model_dump() == helper
+    (chosen,) = [e["payload"] for e in agent.store.events(kind="retry_chosen")]
+    assert chosen["probes"] == 1
     agent.close()
 
 

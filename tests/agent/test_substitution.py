@@ -9,6 +9,7 @@ from continual_lsp.agent.substitution import (
     apply_in_place,
     at_a_line,
     named_calls,
+    named_paths,
     named_tools,
     substitutions,
 )
@@ -167,3 +168,20 @@ def test_a_correction_names_where_the_written_file_goes() -> None:
     edit = ToolCall(tool="edit", arguments={"path": "helpers.py", "old": "X", "new": "Y"})
     assert named_calls("Helpers live in lib/util/helpers.py.", edit) == []
     assert named_calls("Not in `lib/old/helpers.py`.", denied) == []
+
+
+def test_the_paths_a_correction_names_to_work_on() -> None:
+    said = "Don't put it in scripts/io.py; that goes into `pkg/core/io.py`, then pkg/core/io.py."
+    assert named_paths(said) == ["pkg/core/io.py", "pkg/core/io.py"]
+    assert named_paths("Never touch build/out.js, change lib/out.js") == ["lib/out.js"]
+    assert named_paths("Fix the import.") == []
+    assert named_paths("Don't edit vendor/; new code goes under src/app/.") == ["src/app/"]
+    assert named_paths("As documented at https://example.org/docs/ page") == []
+
+
+def test_a_write_moves_into_the_folder_a_correction_names() -> None:
+    denied = ToolCall(tool="write", arguments={"path": "units.py", "content": "X = 1\n"})
+    moved = named_calls("Modules live under lib/core/, not at the root.", denied)
+    assert moved == [
+        ToolCall(tool="write", arguments={"path": "lib/core/units.py", "content": "X = 1\n"})
+    ]

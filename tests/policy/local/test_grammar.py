@@ -209,6 +209,42 @@ def test_a_file_list_names_the_paths_to_read_or_edit() -> None:
     assert empty == ["write", "glob", "grep", "bash", "done"]
 
 
+def test_write_paths_name_where_a_write_goes() -> None:
+    """A retry's probe of the path a correction names: write names one of the listed
+    paths, or a file under a listed folder (a blocked prefix still applies); the other
+    tools are as they were."""
+    forbid = DecodeRestrictions(
+        path_prefixes={"write": ["vendor/"]}, write_paths=["src/pkg/units.py", "vendor/u.py"]
+    )
+    blocked = [
+        '{"tool":"write","arguments":{"path":"units.py","content":"x"}}',
+        '{"tool":"write","arguments":{"path":"src/pkg/units.pyc","content":"x"}}',
+        '{"tool":"write","arguments":{"path":"vendor/u.py","content":"x"}}',
+    ]
+    allowed = [
+        '{"tool":"write","arguments":{"path":"src/pkg/units.py","content":"def f():\\n"}}',
+        '{"tool":"read","arguments":{"path":"units.py"}}',
+        '{"tool":"edit","arguments":{"path":"lib/x.py","old":"a","new":"b"}}',
+    ]
+    _assert_narrowed(forbid, blocked, allowed)
+    folder = DecodeRestrictions(write_paths=["src/pkg/", "setup.py"])
+    blocked = [
+        '{"tool":"write","arguments":{"path":"units.py","content":"x"}}',
+        '{"tool":"write","arguments":{"path":"src/pkg/","content":"x"}}',
+        '{"tool":"write","arguments":{"path":"src/pkg/*.py","content":"x"}}',
+        '{"tool":"write","arguments":{"path":"src/units.py","content":"x"}}',
+    ]
+    allowed = [
+        '{"tool":"write","arguments":{"path":"src/pkg/units.py","content":"x"}}',
+        '{"tool":"write","arguments":{"path":"src/pkg/io/read.py","content":"x"}}',
+        '{"tool":"write","arguments":{"path":"setup.py","content":"x"}}',
+    ]
+    _assert_narrowed(folder, blocked, allowed)
+    none_left = DecodeRestrictions(path_prefixes={"write": ["src/"]}, write_paths=["src/a.py"])
+    tools = [b["properties"]["tool"]["const"] for b in decoding_schema(None, none_left)["oneOf"]]
+    assert "write" not in tools and "edit" in tools
+
+
 def test_a_new_file_is_never_a_glob(grammar: ToolCallGrammar) -> None:
     """The glob the model just ran is not a file name: neither the grammar nor the tool
     takes `*` or `?` in a path to write."""
