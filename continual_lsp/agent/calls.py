@@ -131,7 +131,8 @@ def repaired(
     elif isinstance(error, OldTextNotFound):
         tries, note = narrowing.variants(call), narrowing.NOTE
     elif isinstance(error, RangePastEnd) and call.tool == "edit_lines":
-        tries, note = [_within(call, error.lines)], CLAMPED
+        within = _within(call, error.lines)
+        tries, note = ([] if within is None else [within]), CLAMPED
     else:
         return None
     for variant in tries:
@@ -144,10 +145,13 @@ def repaired(
 CLAMPED = "the line range brought within the file (as written it ran past the end)"
 
 
-def _within(call: ToolCall, lines: int) -> ToolCall:
+def _within(call: ToolCall, lines: int) -> ToolCall | None:
     """`call`'s edit_lines range ended at the file's last line (`lines`): a start past
     the end appends. The small model counts a file's lines one or two too many (after
-    "put the test in tests/x_test.py", its edits of the file it had just written)."""
+    "put the test in tests/x_test.py", its edits of the file it had just written); a
+    range further out is a line number made up, and stays a call that cannot run."""
+    if int(call.arguments["end"]) > lines + 2:
+        return None
     start = min(int(call.arguments["start"]), lines + 1)
     return ToolCall(
         tool="edit_lines",

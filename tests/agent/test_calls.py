@@ -44,14 +44,15 @@ def test_a_change_that_breaks_the_parse_keeps_its_preview(workspace: Path) -> No
 
 @pytest.mark.parametrize(
     ("start", "end", "want"),
-    [(4, 4, (4, 3)), (6, 9, (4, 3)), (2, 5, (2, 3))],
-    ids=["one-past", "far-past", "end-past"],
+    [(4, 4, (4, 3)), (5, 5, (4, 3)), (2, 5, (2, 3)), (6, 9, None)],
+    ids=["one-past", "two-past", "end-past", "made-up"],
 )
 def test_a_line_range_past_the_end_is_brought_within_the_file(
-    tmp_path: Path, start: int, end: int, want: tuple[int, int]
+    tmp_path: Path, start: int, end: int, want: tuple[int, int] | None
 ) -> None:
-    """The model's lines as written: a start past the end appends, an end past it
-    stops at the last line; the reviewer is told the range was changed."""
+    """The model's lines as written: a start just past the end appends, an end just
+    past it stops at the last line; the reviewer is told the range was changed. A
+    range well past the end is a made-up line number, and still cannot run."""
     (tmp_path / "t_test.py").write_text("a = 1\nb = 2\nc = 3\n")
     tools = ToolRunner(tmp_path, Settings(enable_training=False))
     args = {"path": "t_test.py", "start": start, "end": end, "content": "x = 1"}
@@ -61,6 +62,9 @@ def test_a_line_range_past_the_end_is_brought_within_the_file(
         shown is None and error is not None and "past the end of the file (3 lines)" in str(error)
     )
     fixed = calls.repaired(tools, call, shown, error)
+    if want is None:
+        assert fixed is None
+        return
     assert fixed is not None
     variant, shown, note = fixed
     assert (variant.arguments["start"], variant.arguments["end"]) == want
