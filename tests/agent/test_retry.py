@@ -168,30 +168,36 @@ def test_a_literal_swap_in_the_correction_is_applied_in_place(
     agent.close()
 
 
+def _probed(model_and_tokenizer: tuple[Any, Any], answer: Any) -> Any:
+    """The real model scripted to FIX_MEAN whatever is asked, except that a batch for
+    which `answer(params)` gives a call is that call (a retry's probe)."""
+    from tests.server.scripted import FIX_MEAN, ForcedCallPolicy
+
+    class Probed(ForcedCallPolicy):
+        def sample_batch(self, prompt_tokens: list[int], params: Any, n: int) -> Any:
+            call = answer(params)
+            if call is None:
+                return super().sample_batch(prompt_tokens, params, n)
+            self.calls, kept = [call], self.calls
+            try:
+                return super().sample_batch(prompt_tokens, params, n)
+            finally:
+                self.calls = kept
+
+    return Probed(Settings(enable_training=False), [FIX_MEAN], model_and_tokenizer)
+
+
 def test_a_tool_the_correction_names_is_sampled_when_no_candidate_used_it(
     tmp_path: Path, workspace: Path, model_and_tokenizer: tuple[Any, Any]
 ) -> None:
     """The model only repeats its edit_lines (scripted, as the 135M model did after "use
     write": six samples of the denied tool); the correction names write, so one greedy
     write is sampled too, and it is the retry."""
-    from tests.server.scripted import FIX_MEAN, ForcedCallPolicy
-
     fixed = (workspace / "src/calc/ops.py").read_text().replace("//", "/")
     whole = {"tool": "write", "arguments": {"path": "src/calc/ops.py", "content": fixed}}
 
-    class OneToolPerBatch(ForcedCallPolicy):
-        """FIX_MEAN whatever is asked, except a batch of write only: the whole file."""
-
-        def sample_batch(self, prompt_tokens: list[int], params: Any, n: int) -> Any:
-            if params.tools == ["write"]:
-                self.calls, kept = [whole], self.calls
-                try:
-                    return super().sample_batch(prompt_tokens, params, n)
-                finally:
-                    self.calls = kept
-            return super().sample_batch(prompt_tokens, params, n)
-
-    forced = OneToolPerBatch(Settings(enable_training=False), [FIX_MEAN], model_and_tokenizer)
+    # a batch of write only: the whole file
+    forced = _probed(model_and_tokenizer, lambda p: whole if p.tools == ["write"] else None)
     agent = make_agent(tmp_path, workspace, forced)
     _, proposal = agent.start_task("Fix mean().", ["src/calc/ops.py"])
     assert proposal is not None and proposal.call.tool == "edit_lines"
@@ -219,29 +225,20 @@ def test_a_new_file_where_the_correction_says_is_written_when_no_candidate_wrote
     where a new module goes); the correction names a file that does not exist yet, or
     a folder, so one greedy write is decoded under a grammar that names only it (or a
     file in it), and it is the retry."""
-    from tests.server.scripted import FIX_MEAN, ForcedCallPolicy
-
     target = "src/calc/double.py"
     helper = {
         "tool": "write",
         "arguments": {"path": target, "content": "def double(x):\n    return 2 * x\n"},
     }
 
-    class WritesWhereTold(ForcedCallPolicy):
-        """FIX_MEAN whatever is asked, except a batch whose write may only name
-        `allowed`: the helper."""
+    def where_told(params: Any) -> dict[str, Any] | None:
+        """The helper for a batch whose write may only name `allowed`."""
+        if params.forbid is None or params.forbid.write_paths != [allowed]:
+            return None
+        assert params.tools == ["write"] and params.greedy_rows == 1
+        return helper
 
-        def sample_batch(self, prompt_tokens: list[int], params: Any, n: int) -> Any:
-            if params.forbid is not None and params.forbid.write_paths == [allowed]:
-                assert params.tools == ["write"] and params.greedy_rows == 1
-                self.calls, kept = [helper], self.calls
-                try:
-                    return super().sample_batch(prompt_tokens, params, n)
-                finally:
-                    self.calls = kept
-            return super().sample_batch(prompt_tokens, params, n)
-
-    forced = WritesWhereTold(Settings(enable_training=False), [FIX_MEAN], model_and_tokenizer)
+    forced = _probed(model_and_tokenizer, where_told)
     agent = make_agent(tmp_path, workspace, forced)
     _, proposal = agent.start_task("Add a helper that doubles a number.", ["src/calc/ops.py"])
     assert proposal is not None and proposal.call.tool == "edit_lines"
