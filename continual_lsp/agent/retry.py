@@ -41,8 +41,8 @@ def choose_retry(parts: Parts, task: Task, denied: Proposal, correction: str) ->
     write, and the calls it names outright (`candidates.substituted`). The rest are
     ranked by the correction's lift (`candidates.ranked_by_lift`), ties by the
     teacher's log-prob, except that a swap applied in place comes first, then a call of
-    a tool, or on a path, the correction names. With nothing left, the choice carries the one-line
-    reason instead.
+    a tool, or on a path, the correction names. With nothing left, the choice carries
+    the one-line reason instead.
     """
     started, cpu_started = time.perf_counter(), time.thread_time()
     policy = parts.policy
@@ -155,8 +155,11 @@ def _in_workspace(tools: ToolRunner, named: list[str]) -> list[str]:
     "src/x.py"), a folder with its trailing "/", once each; none outside the workspace."""
     found: list[str] = []
     for raw in named:
-        path = tools.target_path(ToolCall(tool="read", arguments={"path": raw}))
-        if path is not None and path != ".":
+        try:
+            path = tools.rel(tools.resolve(raw))
+        except ToolError:
+            continue
+        if path != ".":
             path += "/" if raw.endswith("/") else ""
             if path not in found:
                 found.append(path)

@@ -154,10 +154,10 @@ def named_calls(correction: str, denied: ToolCall) -> list[ToolCall]:
     """The calls the correction names outright, in place of the denied one: for a denied
     command, each backticked command; for a denied write, the same content at each path
     named, or under the same name in each folder named (a call named twice comes twice:
-    `candidates.substituted` keeps one). The
-    reviewer often types exactly what to run or where the file goes, and the
-    135M model, shown it, still repeats its own call (a correction naming `uv run pytest`
-    was followed in 2 of 11 retries, one naming the test file's path in none)."""
+    `candidates.substituted` keeps one). The reviewer often types exactly what to run
+    or where the file goes, and the 135M model, shown it, still repeats its own call (a
+    correction naming `uv run pytest` was followed in 2 of 11 retries, one naming the
+    test file's path in none)."""
     found: list[ToolCall] = []
     if denied.tool == "bash":
         denied_words = set(_WORD.findall(denied.arguments["cmd"]))

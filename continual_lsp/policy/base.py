@@ -40,9 +40,8 @@ class DecodeRestrictions(BaseModel):
     `command_prefixes`: bash commands never to start; `files`: the only paths the tools
     that need an existing file (FILE_PATH_TOOLS) may name (None: any path);
     `write_paths`: the only paths `write` may name, a folder ("src/pkg/") standing for
-    any file under it (None: any). Narrowing only: a guard
-    and the tools still check every sampled call, so a backend without a grammar may
-    ignore this.
+    any file under it (None: any). Narrowing only: a guard and the tools still check
+    every sampled call, so a backend without a grammar may ignore this.
     """
 
     path_prefixes: dict[str, list[str]] = Field(default_factory=dict)

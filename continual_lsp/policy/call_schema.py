@@ -104,7 +104,7 @@ def decoding_schema(
     by `forbid` (guards as grammar: a blocked tool is left out, a forbidden path or
     command prefix becomes a `pattern`; with a file list, the tools that need an
     existing file name one of those files, and are left out when there is none; with
-    `write_paths`, write names one of them). A
+    `write_paths`, write names one of them or a file under one of its folders). A
     restriction that would leave no tool at all is not applied to the tool list: the
     guards and the tools still refuse what is sampled."""
     allowed = check_tools(tools)
