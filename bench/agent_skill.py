@@ -276,6 +276,8 @@ def run_task(policy: Any, s: Exercise, work: Path, turns: int = 8) -> dict[str, 
         events = [e for e in agent.store.events(kind="proposal") if e["task_id"] == task_id]
         # A `done` the failing check contradicted: a look where it points, a change tried.
         looks = len(agent.store.events(kind="looked_at_failure"))
+        # Changes put where the task says the work is (agent/grounding.py).
+        grounded = [e["payload"]["instead"] for e in agent.store.events(kind="grounded")]
         tried = [
             e["payload"]
             for e in agent.store.events(kind="change_checked")
@@ -298,6 +300,7 @@ def run_task(policy: Any, s: Exercise, work: Path, turns: int = 8) -> dict[str, 
         "unparsable": unparsable(s.files, ws),
         "calls": [c.model_dump() for c in approved],
         "looks_at_failure": looks,
+        "grounded": grounded,
         "done_replaced_by_a_passing_change": sum(1 for t in tried if t["winner"]),
         "done_tries": len(tried),
         "proposals": len(statuses),

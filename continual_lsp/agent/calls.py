@@ -297,11 +297,17 @@ def _tracked_check(parts: Parts, task: Task, cmd: str, result: ToolResult) -> To
             note = f"no tests ran; this workspace's tests run with `{suite.cmd}` ({suite.source})"
             return result.model_copy(update={"output": f"{result.output}\n[{note}]"})
     if tests:
-        task.failing_check = None if result.ok else cmd
-        task.failing_files = (
-            [] if result.ok else failures.named_files(result.output, parts.workspace)
-        )
+        _check_ran(parts, task, cmd, result.ok, result.output)
     return result
+
+
+def _check_ran(parts: Parts, task: Task, cmd: str, ok: bool, output: str) -> None:
+    """The task's failing check as the run of `cmd` leaves it: none if it passed, else
+    `cmd` and what its output points at or says is missing."""
+    failed = not ok
+    task.failing_check = cmd if failed else None
+    task.failing_files = failures.named_files(output, parts.workspace) if failed else []
+    task.missing_files = failures.missing_files(output, parts.workspace) if failed else []
 
 
 def _check_suite(parts: Parts, task: Task, cmd: str, suite: checks.Suite) -> None:
@@ -319,11 +325,8 @@ def _check_suite(parts: Parts, task: Task, cmd: str, suite: checks.Suite) -> Non
         and not checks.ran_no_tests(run.output, run.exit_code)
     ):
         verdict = "passes" if run.ok else "fails"
-        if not run.ok:
-            task.failing_check = suite.cmd
-            task.failing_files = failures.named_files(run.output, parts.workspace)
-        elif task.failing_check == suite.cmd:
-            task.failing_check, task.failing_files = None, []
+        if not run.ok or task.failing_check == suite.cmd:
+            _check_ran(parts, task, suite.cmd, run.ok, run.output)
     parts.store.append_event(
         "workspace_suite",
         {

@@ -46,6 +46,8 @@ class Task:
         self.failing_check: str | None = None
         # The workspace files that failing run's output points at (`failures.named_files`).
         self.failing_files: list[str] = []
+        # The files its output says are missing (`failures.missing_files`).
+        self.missing_files: list[str] = []
         # Guards compiled from this task's denials: each must let the calls the reviewer
         # accepts next in the task through (`LanesFacade.let_through`).
         self.new_guards: list[str] = []

@@ -18,6 +18,7 @@ from continual_lsp.agent.candidates import (
     ranked_by_lift,
     substituted,
 )
+from continual_lsp.agent.grounding import in_workspace
 from continual_lsp.agent.parts import Parts, Task
 from continual_lsp.agent.proposal import Proposal
 from continual_lsp.agent.sampling import batch_params, fit_prompt
@@ -57,7 +58,7 @@ def choose_retry(parts: Parts, task: Task, denied: Proposal, correction: str) ->
     row = parts.store.proposal(denied.id)
     student_prompt = row["prompt_tokens"] if row else prompt_tokens
     named = [t for t in named_tools(correction) if t in (params.tools or TOOL_NAMES)]
-    paths = _in_workspace(parts.tools, named_paths(correction))
+    paths = in_workspace(parts.tools, named_paths(correction))
     probes = _probes(parts, prompt_tokens, params, completions, named, paths)
     completions += probes
     replaced = partial(_range_text, parts.tools)
@@ -148,22 +149,6 @@ def _probes(
         for probe_params in wanted[: parts.settings.retry_probes]
         for probe in policy.sample_batch(prompt_tokens, probe_params, 1)
     ]
-
-
-def _in_workspace(tools: ToolRunner, named: list[str]) -> list[str]:
-    """The named paths as `target_path` writes them ("./src/x.py" is the candidates'
-    "src/x.py"), a folder with its trailing "/", once each; none outside the workspace."""
-    found: list[str] = []
-    for raw in named:
-        try:
-            path = tools.rel(tools.resolve(raw))
-        except ToolError:
-            continue
-        if path != ".":
-            path += "/" if raw.endswith("/") else ""
-            if path not in found:
-                found.append(path)
-    return found
 
 
 def _on_named(tools: ToolRunner, call: ToolCall, paths: list[str]) -> bool:

@@ -1,14 +1,15 @@
 """The turn loop: a task opened (`start`), then turns sampled until one needs the reviewer
 or the task ends (`advance`): a guard's rewrite or block applied, a call that cannot run
-replaced, a file change checked, a call the autonomy setting allows run unasked."""
+replaced, a change put where the task says the work is, a file change checked, a call the autonomy setting allows run unasked."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import PurePosixPath
 
-from continual_lsp.agent import calls, decide, retry, trials
+from continual_lsp.agent import calls, decide, grounding, retry, trials
 from continual_lsp.agent.candidates import Candidate, canonical, mean_logprob
 from continual_lsp.agent.conversation import Conversation
 from continual_lsp.agent.errors import AgentError, Unparsable
@@ -64,7 +65,8 @@ def advance(parts: Parts, task: Task) -> Proposal | None:
     Read-only calls are executed at once when auto-approve is on; a guard block is
     an automatic denial; a call identical to one already executed is sampled again
     (`sampling.sample`); `done` is a proposal like any other, and approving it ends the
-    task (`calls.execute`). When a sequence guard's step ("after changing src/ run
+    task (`calls.execute`). A change away from what the task names is moved there or
+    waits for a look at it (`_grounded`). When a sequence guard's step ("after changing src/ run
     pytest") is missing, a commit or a `done` is answered by proposing it.
     """
     settings, store = parts.settings, parts.store
@@ -95,6 +97,8 @@ def advance(parts: Parts, task: Task) -> Proposal | None:
             if instead is None:
                 continue
             candidate = instead
+        elif step is None and (grounded := _grounded(parts, task, candidate)) is not None:
+            candidate = grounded
         task.invalid_streak = 0
         candidate = _checked_change(parts, task, candidate)
         call, preview, verdict = candidate.call, candidate.preview, candidate.verdict
@@ -131,6 +135,73 @@ def _due_step(
     )
     instead = ToolCall(tool="bash", arguments={"cmd": step})
     return instead, _forced(parts, instead, prompt_tokens), note
+
+
+def _grounded(parts: Parts, task: Task, candidate: Candidate) -> Candidate | None:
+    """The model's change put where the task says the work is (`grounding`): its new
+    file moved to the path the task names; or a listing of the folder where the failing
+    check found a file missing (`_missing_listing`), unless the change writes that
+    file; or a read of the place the task names. None when it is there already (or the
+    other call cannot run)."""
+    tools, call = parts.tools, candidate.call
+    if call.tool not in FILE_CHANGING_TOOLS:
+        return None
+    if candidate.verdict is not None and candidate.verdict.action == "block":
+        return None  # a guard's block is the reviewer's word: it stays a denial
+    moved = grounding.moved_write(tools, task.text, call)
+    listing = _missing_listing(task)
+    if moved is not None:
+        instead = moved
+        note = (
+            f"written where the task puts the new file (the model wrote {call.arguments['path']})"
+        )
+    elif listing is not None and tools.target_path(call) not in task.missing_files:
+        instead, missing = listing
+        note = f"`{task.failing_check}` found no {missing}: what its folder holds, first"
+    else:
+        seen = calls.seen_paths(tools, task)
+        path = grounding.place_to_look(tools, task.text, call, candidate.preview, seen)
+        if path is None:
+            return None
+        instead = ToolCall(tool="read", arguments={"path": path})
+        note = (
+            f"a look at {path}, where the task's work is, before the model's change to "
+            f"{tools.target_path(call)}"
+        )
+    shown = _look(parts, task, instead, candidate.prompt_tokens, note)
+    if shown is not None:
+        parts.store.append_event(
+            "grounded", {"call": call.model_dump(), "instead": shown.call.model_dump()}, task.id
+        )
+    return shown
+
+
+def _missing_listing(task: Task) -> tuple[ToolCall, str] | None:
+    """A glob of the folder of a file the failing check says is missing, with that
+    file, when this task has not listed it: the file is often there under another name
+    (a program that opens `data/summit.txt` beside `data/summit_orchard.txt`), and the
+    model, not shown the folder, guesses names (dev draw: four renames in a row)."""
+    for missing in task.missing_files:
+        folder = PurePosixPath(missing).parent
+        call = ToolCall(
+            tool="glob", arguments={"pat": "*" if str(folder) == "." else f"{folder}/*"}
+        )
+        if canonical(call) not in task.executed:
+            return call, missing
+    return None
+
+
+def _look(
+    parts: Parts, task: Task, call: ToolCall, prompt_tokens: list[int], note: str
+) -> Candidate | None:
+    """`call`, chosen by the agent, as the candidate to show with `note`; None when it
+    cannot run or a guard blocks it. Scored only once chosen: a log-prob pass each."""
+    candidate, error = retry.screen(parts, task).vet(call, None, prompt_tokens)
+    assert candidate.verdict is not None
+    if error is not None or candidate.verdict.action == "block":
+        return None
+    completion = _forced(parts, candidate.call, prompt_tokens)
+    return replace(candidate, completion=completion, note=note)
 
 
 def _forced(parts: Parts, call: ToolCall, prompt_tokens: list[int]) -> Completion:
@@ -215,25 +286,32 @@ def _checked_change(parts: Parts, task: Task, candidate: Candidate) -> Candidate
 def _look_at_failure(
     parts: Parts, task: Task, cmd: str, prompt_tokens: list[int]
 ) -> Candidate | None:
-    """In place of a `done` that the failing check contradicts: a read of the first
+    """In place of a `done` that the failing check contradicts: a listing of the folder
+    of a file its output says is missing (`_missing_listing`), else a read of the first
     file its output points at (`failures.named_files`) that may be read, unless the
     model has read it since the last change (None then: one look per failure, and a
     `done` after it gives way to a change only). The small model often ends right after
     the failure instead of looking where it points (12 of the 24 multi-step tasks on
     the agent-skill draw); a fix needs the file in view."""
-    screen = retry.screen(parts, task)
+    listing = _missing_listing(task)
+    if listing is not None:
+        call, missing = listing
+        note = f"in place of `done`: `{cmd}` failed, and found no {missing}"
+        look = _look(parts, task, call, prompt_tokens, note)
+        if look is not None:
+            parts.store.append_event(
+                "looked_at_failure", {"command": cmd, "glob": call.arguments["pat"]}, task.id
+            )
+            return look
     for path in task.failing_files:
         call = ToolCall(tool="read", arguments={"path": path})
         if canonical(call) in task.executed:
             return None
-        candidate, error = screen.vet(call, None, prompt_tokens)
-        assert candidate.verdict is not None
-        if error is None and candidate.verdict.action != "block":
+        note = f"in place of `done`: `{cmd}` failed, and its output points at {path}"
+        look = _look(parts, task, call, prompt_tokens, note)
+        if look is not None:
             parts.store.append_event("looked_at_failure", {"command": cmd, "path": path}, task.id)
-            note = f"in place of `done`: `{cmd}` failed, and its output points at {path}"
-            # scored only once it is the one shown: a log-prob pass per read vetted
-            completion = _forced(parts, candidate.call, prompt_tokens)
-            return replace(candidate, completion=completion, note=note)
+            return look
     return None
 
 

@@ -1,9 +1,11 @@
-"""Where a failing check's output points: the workspace files to look at before a fix.
+"""Where a failing check's output points: the workspace files to look at before a fix,
+and the files it says are missing.
 
 A traceback or stack trace names files (`svc/report.py:3: in total`, `at f
 (/ws/app/run.js:4:1)`); an assertion that fails in a test names only the test, and the
-code under test is what the test imports. Both are read from the output and the
-workspace, never by running anything.
+code under test is what the test imports. A program that opens a file that is not there
+says so (`No such file or directory: '/ws/data/x.txt'`, `ENOENT: … open 'data/x.csv'`).
+All are read from the output and the workspace, never by running anything.
 """
 
 from __future__ import annotations
@@ -19,6 +21,13 @@ _INSTALLED = frozenset({"node_modules", "site-packages", "dist-packages", ".venv
 _PY_IMPORT = re.compile(r"^\s*(?:from\s+(\.*[\w.]*)\s+import|import\s+([\w.]+))", re.M)
 _JS_IMPORT = re.compile(r"""(?:require\(\s*|\bfrom\s+|\bimport\s+)['"](\.{1,2}/[^'"]+)['"]""")
 _JS_SUFFIXES = ("", ".js", ".mjs", ".cjs", ".ts", "/index.js")
+# A file the output says is not there: Python's and node's quoted path, or the shell's
+# `cat: data/x.txt: No such file or directory`.
+_MISSING = re.compile(
+    r"no such file or directory[:,]?\s*(?:\w+\s+)?['\"]([^'\"\n]+)['\"]"
+    r"|([^\s:'\"]*[/.][^\s:'\"]*): no such file or directory",
+    re.I,
+)
 
 
 def named_files(output: str, workspace: Path) -> list[str]:
@@ -32,6 +41,30 @@ def named_files(output: str, workspace: Path) -> list[str]:
         for rel in _imports(test, workspace):
             if rel not in found and not is_test_file(rel):
                 found.append(rel)
+    return found
+
+
+def missing_files(output: str, workspace: Path) -> list[str]:
+    """The workspace paths a failing check's `output` says are missing (a file that is
+    not there, in a folder of the workspace), workspace-relative, first mention first.
+    An absolute path is matched by its longest tail whose folder the workspace has."""
+    found: list[str] = []
+    for match in _MISSING.finditer(output):
+        raw = match.group(1) or match.group(2)
+        parts = PurePosixPath(raw).parts
+        tails = (
+            [PurePosixPath(*parts[i:]) for i in range(1, len(parts))]
+            if raw.startswith("/")
+            else [PurePosixPath(raw)]
+        )
+        for tail in tails:
+            rel = _normal(tail)
+            if rel is None or _INSTALLED.intersection(tail.parts):
+                break
+            if (workspace / rel).parent.is_dir() and not (workspace / rel).exists():
+                if rel not in found:
+                    found.append(rel)
+                break
     return found
 
 

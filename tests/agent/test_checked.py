@@ -236,3 +236,49 @@ def test_a_retry_at_the_wrong_depth_is_a_candidate_re_indented(
     assert retry is not None and retry.call.arguments == FIX_MEAN["arguments"]
     assert retry.note is not None and "re-indented" in retry.note
     agent.close()
+
+
+RUN = "python3 run.py"
+RUN_IT = {"tool": "bash", "arguments": {"cmd": RUN}}
+
+
+def _renamed(new: str) -> dict[str, Any]:
+    """run.py opening `data/<new>` instead of the missing data/input.txt."""
+    return {"tool": "edit", "arguments": {"path": "run.py", "old": "input.txt", "new": new}}
+
+
+@pytest.mark.parametrize(
+    ("then", "event"),
+    [(DONE, "looked_at_failure"), (_renamed("input_new.txt"), "grounded")],
+    ids=["done", "a-guess"],
+)
+def test_a_file_the_check_finds_missing_has_its_folder_listed_first(
+    tmp_path: Path,
+    workspace: Path,
+    model_and_tokenizer: Any,
+    then: dict[str, Any],
+    event: str,
+) -> None:
+    """The program opens a file that is not there, beside one that is under another
+    name: in place of the model's `done`, or of its change that guesses another name,
+    the folder is listed (a glob runs unasked); the model's next change is tried."""
+    (workspace / "data").mkdir()
+    (workspace / "data" / "input_2024.txt").write_text("1\n2\n")
+    (workspace / "run.py").write_text(
+        "from pathlib import Path\n\nprint(len(Path('data/input.txt').read_text()))\n"
+    )
+    calls = [RUN_IT, then, _renamed("input_2024.txt")]
+    agent = _agent(tmp_path, workspace, model_and_tokenizer, calls, file_candidates=2)
+    _, run = agent.start_task(f"`{RUN}` fails every time. Please make it work.")
+    assert run is not None and run.call.arguments == RUN_IT["arguments"]
+    outcome = agent.decide(run.id, "approve")
+    assert outcome.result is not None and "No such file" in outcome.result.output
+    (listed,) = agent.store.events(kind="auto_approved")
+    glob = agent.store.proposal(listed["proposal_id"])
+    assert glob is not None and glob["tool"] == "glob"
+    assert glob["arguments"] == {"pat": "data/*"}
+    assert len(agent.store.events(kind=event)) == 1
+    fix = outcome.next_proposal
+    assert fix is not None and fix.call.arguments == _renamed("input_2024.txt")["arguments"]
+    assert fix.checked == f"`{RUN}` passes with this change"
+    agent.close()

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from continual_lsp.tools.failures import named_files
+import pytest
+
+from continual_lsp.tools.failures import missing_files, named_files
 
 
 def _ws(tmp_path: Path, files: dict[str, str]) -> Path:
@@ -53,3 +55,23 @@ def test_a_failing_assertion_points_at_what_the_test_imports(tmp_path: Path) -> 
     ]
     # `./g.js` does not exist; a path that leaves the workspace is not followed
     assert named_files("not ok 1 - test/t.test.js:2", ws) == ["lib/f.js"]
+
+
+@pytest.mark.parametrize(
+    ("output", "missing"),
+    [
+        (
+            "FileNotFoundError: [Errno 2] No such file or directory: '/sandbox/ws/data/a.txt'",
+            ["data/a.txt"],
+        ),
+        ("Error: ENOENT: no such file or directory, open '/tmp/w/data/b.csv'", ["data/b.csv"]),
+        ("cat: data/c.txt: No such file or directory", ["data/c.txt"]),
+        # there after all, outside the workspace, or in a folder it does not have
+        ("No such file or directory: 'data/kept.txt'", []),
+        ("No such file or directory: '../data/a.txt'", []),
+        ("No such file or directory: 'build/out/a.txt'", []),
+    ],
+)
+def test_a_file_the_output_says_is_missing(tmp_path: Path, output: str, missing: list[str]) -> None:
+    ws = _ws(tmp_path, {"data/kept.txt": ""})
+    assert missing_files(output, ws) == missing
