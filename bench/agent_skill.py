@@ -23,7 +23,7 @@ Tasks come from the curriculum's exercise builder driven by a held-out vocabular
 
     python bench/agent_skill.py [--tasks 36] [--multi-tasks 24] [--corrections 2]
         [--adapter DIR] [--policies base,starter] [--limit N] [--skill-only] [--out FILE]
-        [--dev]
+        [--dev] [--file-candidates N]
 
 `--dev` draws the tasks from a third vocabulary (`bench/agent_skill_dev_vocab.json`,
 disjoint from the curriculum's like the held-out one) and other seeds: an agent change
@@ -233,7 +233,9 @@ def ended_by(summary: str | None, approved: list[ToolCall]) -> str:
     return "other"
 
 
-def run_task(policy: Any, s: Exercise, work: Path, turns: int = 8) -> dict[str, Any]:
+def run_task(
+    policy: Any, s: Exercise, work: Path, turns: int = 8, **settings: Any
+) -> dict[str, Any]:
     from continual_lsp.agent.agent import Agent
     from continual_lsp.config import Settings
 
@@ -244,6 +246,7 @@ def run_task(policy: Any, s: Exercise, work: Path, turns: int = 8) -> dict[str, 
         adapters_dir=str(work / "adapters"),
         enable_training=False,
         max_turns=turns,
+        **settings,
     )
     sampled = {"tokens": 0}
     original, original_batch = policy.sample, policy.sample_batch
@@ -491,6 +494,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="the evidence JSON (default: bench/results)")
     parser.add_argument("--no-write", action="store_true", help="print only (smoke runs)")
     parser.add_argument(
+        "--file-candidates",
+        type=int,
+        help="Settings.file_candidates for every task (default: the setting's default)",
+    )
+    parser.add_argument(
         "--dev",
         action="store_true",
         help="the development draw (skill only; default out agent_skill_dev.json)",
@@ -505,12 +513,13 @@ def main(argv: list[str] | None = None) -> int:
     extras = not (args.skill_only or args.dev) and set(names) == {"base", "starter"}
     items = correction_items(args.corrections) if extras else []
     detail: dict[str, Any] = {"skill": {}, "multi": {}, "corrections": {}}
+    overrides = {} if args.file_candidates is None else {"file_candidates": args.file_candidates}
     for name, policy in policies.items():
         for key, group, turns in (("skill", tasks, 8), ("multi", multi, 12)):
             rows = []
             for i, s in enumerate(group):
                 with tempfile.TemporaryDirectory(prefix="agent-skill-") as tmp:
-                    rows.append(run_task(policy, s, Path(tmp), turns))
+                    rows.append(run_task(policy, s, Path(tmp), turns, **overrides))
                 r = rows[-1]
                 print(f"{name} {key} {i + 1}/{len(group)} {r['kind']}: finished={r['finished']} "
                       f"on_target={r['on_target']} ended_by={r['ended_by']} "

@@ -97,7 +97,7 @@ def advance(parts: Parts, task: Task) -> Proposal | None:
             if instead is None:
                 continue
             candidate = instead
-        elif step is None and (grounded := _grounded(parts, task, candidate)) is not None:
+        if step is None and (grounded := _grounded(parts, task, candidate)) is not None:
             candidate = grounded
         task.invalid_streak = 0
         candidate = _checked_change(parts, task, candidate)

@@ -139,3 +139,26 @@ def test_the_agent_shows_the_write_where_the_task_says_and_the_look(
         "read",
     ]
     agent.close()
+
+
+@pytest.mark.model
+def test_a_change_in_place_of_one_that_cannot_run_is_grounded_too(
+    tmp_path: Path, workspace: Path, model_and_tokenizer: Any
+) -> None:
+    """The model's call cannot run (a line far past the end); the runnable sample shown
+    in its place is away from what the task names, so the look comes first."""
+    settings = Settings(
+        enable_training=False, store_path=str(tmp_path / "store.sqlite3"), autonomy="manual"
+    )
+    past_end = {
+        "tool": "edit_lines",
+        "arguments": {"path": "README.md", "start": 90, "end": 90, "content": "x"},
+    }
+    blind = {**past_end, "arguments": {**past_end["arguments"], "start": 1, "end": 1}}
+    script = ForcedCallPolicy(settings, [past_end, blind], model_and_tokenizer)
+    agent = Agent(settings, workspace, policy=script)
+    _, look = agent.start_task("mean() truncates; fix it.")
+    assert look is not None
+    assert look.call == ToolCall(tool="read", arguments={"path": "src/calc/ops.py"})
+    assert len(agent.store.events(kind="invalid_replaced")) == 1
+    agent.close()
