@@ -51,13 +51,7 @@ def missing_files(output: str, workspace: Path) -> list[str]:
     found: list[str] = []
     for match in _MISSING.finditer(output):
         raw = match.group(1) or match.group(2)
-        parts = PurePosixPath(raw).parts
-        tails = (
-            [PurePosixPath(*parts[i:]) for i in range(1, len(parts))]
-            if raw.startswith("/")
-            else [PurePosixPath(raw)]
-        )
-        for tail in tails:
+        for tail in _tails(raw):
             rel = _normal(tail)
             if rel is None or _INSTALLED.intersection(tail.parts):
                 break
@@ -75,13 +69,7 @@ def _mentioned(output: str, workspace: Path) -> list[str]:
     found: list[str] = []
     for match in _PATH.finditer(output):
         raw = match.group(0).removeprefix("file://")
-        parts = PurePosixPath(raw).parts
-        tails = (
-            [PurePosixPath(*parts[i:]) for i in range(1, len(parts))]
-            if raw.startswith("/")
-            else [PurePosixPath(raw)]
-        )
-        for tail in tails:
+        for tail in _tails(raw):
             rel = str(tail)
             if ".." in tail.parts:
                 break  # outside the workspace: not a file to look at
@@ -90,6 +78,16 @@ def _mentioned(output: str, workspace: Path) -> list[str]:
                     found.append(rel)
                 break
     return found
+
+
+def _tails(raw: str) -> list[PurePosixPath]:
+    """Where in the workspace a path the output writes may be, likeliest first: a
+    relative path as it is; an absolute one by its tails, longest first, since a
+    sandbox may show the workspace under another root."""
+    parts = PurePosixPath(raw).parts
+    if not raw.startswith("/"):
+        return [PurePosixPath(raw)]
+    return [PurePosixPath(*parts[i:]) for i in range(1, len(parts))]
 
 
 def _imports(test: str, workspace: Path) -> list[str]:
