@@ -102,6 +102,8 @@ def place_to_look(
     if target is None or any(name in new_text for name in names):
         return None
     files = [p for p in in_workspace(tools, named_paths(text)) if tools.resolve(p).is_file()]
+    if target in files:
+        return None  # before the grep: it walks the workspace (~0.4 s at 1,000 files)
     places = list(dict.fromkeys([*files, *_defining(tools, names)]))
     if target in places:
         return None

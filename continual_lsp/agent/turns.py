@@ -1,6 +1,7 @@
 """The turn loop: a task opened (`start`), then turns sampled until one needs the reviewer
 or the task ends (`advance`): a guard's rewrite or block applied, a call that cannot run
-replaced, a change put where the task says the work is, a file change checked, a call the autonomy setting allows run unasked."""
+replaced, a change put where the task says the work is, a file change checked, a call the
+autonomy setting allows run unasked."""
 
 from __future__ import annotations
 
@@ -66,8 +67,8 @@ def advance(parts: Parts, task: Task) -> Proposal | None:
     an automatic denial; a call identical to one already executed is sampled again
     (`sampling.sample`); `done` is a proposal like any other, and approving it ends the
     task (`calls.execute`). A change away from what the task names is moved there or
-    waits for a look at it (`_grounded`). When a sequence guard's step ("after changing src/ run
-    pytest") is missing, a commit or a `done` is answered by proposing it.
+    waits for a look at it (`_grounded`). When a sequence guard's step ("after changing
+    src/ run pytest") is missing, a commit or a `done` is answered by proposing it.
     """
     settings, store = parts.settings, parts.store
     while task.done is None:
@@ -149,7 +150,7 @@ def _grounded(parts: Parts, task: Task, candidate: Candidate) -> Candidate | Non
     if candidate.verdict is not None and candidate.verdict.action == "block":
         return None  # a guard's block is the reviewer's word: it stays a denial
     moved = grounding.moved_write(tools, task.text, call)
-    listing = _missing_listing(task)
+    listing = None if moved is not None else _missing_listing(task)
     if moved is not None:
         instead = moved
         note = (
