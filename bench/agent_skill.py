@@ -507,11 +507,14 @@ def main(argv: list[str] | None = None) -> int:
 
     names = [n for n in args.policies.split(",") if n]
     print(f"CPU: {cpu_model()} ({os.cpu_count()} cores)", flush=True)
-    policies = load_policies(args.adapter, names)
     tasks = skill_tasks(args.tasks, args.dev)[: args.limit]
     multi = multi_tasks(args.multi_tasks, args.dev)[: args.limit]
     extras = not (args.skill_only or args.dev) and set(names) == {"base", "starter"}
     items = correction_items(args.corrections) if extras else []
+    if not names or not (tasks or multi or items):
+        print("nothing to measure (no policy, no task): no evidence written", file=sys.stderr)
+        return 1
+    policies = load_policies(args.adapter, names)
     detail: dict[str, Any] = {"skill": {}, "multi": {}, "corrections": {}}
     overrides = {} if args.file_candidates is None else {"file_candidates": args.file_candidates}
     for name, policy in policies.items():

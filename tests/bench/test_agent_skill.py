@@ -14,6 +14,7 @@ import pytest
 from bench.agent_skill import (
     ended_by,
     finished,
+    main,
     multi_tasks,
     skill_tasks,
     summarise,
@@ -111,3 +112,10 @@ def test_the_multi_step_tasks_share_no_name_or_path_with_the_curriculum() -> Non
     assert bench and not (bench - {"tests/__init__.py"}) & curriculum
     fns = set(load_vocab()["functions"])
     assert not {s.facts["fn"] for s in multi_tasks(24)} & fns
+
+
+def test_a_run_that_would_measure_nothing_fails_and_writes_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "agent_skill.json"
+    argv = ["--tasks", "0", "--multi-tasks", "0", "--skill-only", "--out", str(out)]
+    assert main(argv) == 1
+    assert not out.exists()
