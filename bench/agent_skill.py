@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
+import fcntl
 import json
 import os
 import random
@@ -48,6 +49,7 @@ import tempfile
 import textwrap
 import time
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -166,17 +168,23 @@ def on_target(s: Exercise, c: ToolCall) -> bool:
     return c.arguments.get("path") == s.target
 
 
-def skill_tasks(n: int, dev: bool = False) -> list[Exercise]:
+def dev_seed(draw: int) -> int:
+    """The one-step seed of development draw `draw` (0: the first; the multi-step draw
+    is this + 2). More draws give fresh development tasks once a change was tuned on one."""
+    return DEV_SEED + 10 * draw
+
+
+def skill_tasks(n: int, dev: bool = False, draw: int = 0) -> list[Exercise]:
     builder = Builder(
-        load_vocab(DEV_VOCAB if dev else VOCAB), random.Random(DEV_SEED if dev else SEED)
+        load_vocab(DEV_VOCAB if dev else VOCAB), random.Random(dev_seed(draw) if dev else SEED)
     )
     return [builder.exercise(SKILL_KINDS[i % len(SKILL_KINDS)]) for i in range(n)]
 
 
-def multi_tasks(n: int, dev: bool = False) -> list[Exercise]:
+def multi_tasks(n: int, dev: bool = False, draw: int = 0) -> list[Exercise]:
     """`n` multi-step tasks, the kinds in turn, from the held-out vocabulary (`dev`: the
-    development one)."""
-    seed = DEV_SEED + 2 if dev else MULTI_SEED
+    development one, draw `draw`)."""
+    seed = dev_seed(draw) + 2 if dev else MULTI_SEED
     builder = Builder(load_vocab(DEV_VOCAB if dev else VOCAB), random.Random(seed))
     kinds = Builder.MULTI_STEP_KINDS
     return [builder.exercise(kinds[i % len(kinds)]) for i in range(n)]
@@ -375,10 +383,10 @@ def follows(kind: str, s: Exercise, turn: int, c: ToolCall) -> bool:
     raise ValueError(kind)
 
 
-def correction_prompt(policy: Any, s: Exercise, turn: int, text: str) -> list[int]:
-    with tempfile.TemporaryDirectory(prefix="agent-skill-") as tmp:
-        write_workspace(Path(tmp), s.files)
-        runner = ToolRunner(Path(tmp))
+def correction_prompt(policy: Any, s: Exercise, turn: int, text: str, root: Path) -> list[int]:
+    with task_dir(root) as tmp:
+        write_workspace(tmp, s.files)
+        runner = ToolRunner(tmp)
         conv = Conversation(s.task)
         for c in s.plan[:turn]:
             conv.add_call(c, execute(runner, c))
@@ -386,12 +394,13 @@ def correction_prompt(policy: Any, s: Exercise, turn: int, text: str) -> list[in
         return list(policy.renderer.render_prompt(conv.messages()))
 
 
-def run_correction(policy: Any, item: tuple[str, Exercise, int, str]) -> dict[str, Any]:
+def run_correction(policy: Any, item: tuple[str, Exercise, int, str], root: Path) -> dict[str, Any]:
     from continual_lsp.policy.base import SampleParams
 
     kind, s, turn, text = item
     completion = policy.sample(
-        correction_prompt(policy, s, turn, text), SampleParams(temperature=0.0, max_tokens=192)
+        correction_prompt(policy, s, turn, text, root),
+        SampleParams(temperature=0.0, max_tokens=192),
     )
     try:
         c = policy.renderer.parse_call(completion.text)
@@ -443,6 +452,35 @@ def drift_kl(student: Any, reference: Any) -> float:
 
 
 # -- main ---------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def run_root(root: Path) -> Iterator[Path]:
+    """`root`, held by this run alone for its length. Every task runs in the same
+    directory under it (`task_dir`): the absolute paths that tracebacks carry into the
+    prompt are then the same from run to run, where a random temporary directory per task
+    made two runs of the same code differ by a token or two (and a multi-step task flip)."""
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / ".lock").open("w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise SystemExit(
+                f"another agent_skill run is using {root}; give this one --workdir"
+            ) from None
+        yield root
+
+
+@contextlib.contextmanager
+def task_dir(root: Path) -> Iterator[Path]:
+    """`root/task`, empty, removed afterwards."""
+    work = root / "task"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    try:
+        yield work
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def mean(values: list[float]) -> float:
@@ -503,17 +541,41 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the development draw (skill only; default out agent_skill_dev.json)",
     )
+    parser.add_argument(
+        "--dev-draw", type=int, default=0, help="with --dev: which draw (0 the first)"
+    )
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "agent-skill",
+        help="where the tasks run, one at a time (two runs at once need two)",
+    )
     args = parser.parse_args(argv)
 
     names = [n for n in args.policies.split(",") if n]
     print(f"CPU: {cpu_model()} ({os.cpu_count()} cores)", flush=True)
-    tasks = skill_tasks(args.tasks, args.dev)[: args.limit]
-    multi = multi_tasks(args.multi_tasks, args.dev)[: args.limit]
+    tasks = skill_tasks(args.tasks, args.dev, args.dev_draw)[: args.limit]
+    multi = multi_tasks(args.multi_tasks, args.dev, args.dev_draw)[: args.limit]
     extras = not (args.skill_only or args.dev) and set(names) == {"base", "starter"}
     items = correction_items(args.corrections) if extras else []
     if not names or not (tasks or multi or items):
         print("nothing to measure (no policy, no task): no evidence written", file=sys.stderr)
         return 1
+    with run_root(args.workdir) as root:
+        return run(args, names, (tasks, multi), items if extras else None, root)
+
+
+def run(
+    args: argparse.Namespace,
+    names: list[str],
+    draw: tuple[list[Exercise], list[Exercise]],
+    items: list[tuple[str, Exercise, int, str]] | None,
+    root: Path,
+) -> int:
+    """Run the draw (one-step, multi-step tasks) and, unless `items` is None, the
+    correction items, perplexity and drift; print and write the evidence."""
+    tasks, multi = draw
+    extras = items is not None
     policies = load_policies(args.adapter, names)
     detail: dict[str, Any] = {"skill": {}, "multi": {}, "corrections": {}}
     overrides = {} if args.file_candidates is None else {"file_candidates": args.file_candidates}
@@ -521,15 +583,17 @@ def main(argv: list[str] | None = None) -> int:
         for key, group, turns in (("skill", tasks, 8), ("multi", multi, 12)):
             rows = []
             for i, s in enumerate(group):
-                with tempfile.TemporaryDirectory(prefix="agent-skill-") as tmp:
-                    rows.append(run_task(policy, s, Path(tmp), turns, **overrides))
+                with task_dir(root) as work:
+                    rows.append(run_task(policy, s, work, turns, **overrides))
                 r = rows[-1]
                 print(f"{name} {key} {i + 1}/{len(group)} {r['kind']}: finished={r['finished']} "
                       f"on_target={r['on_target']} ended_by={r['ended_by']} "
                       f"{r['seconds']}s", flush=True)  # fmt: skip
             detail[key][name] = rows
         if extras:
-            detail["corrections"][name] = [run_correction(policy, item) for item in items]
+            detail["corrections"][name] = [
+                run_correction(policy, item, root) for item in items or []
+            ]
     results = {n: summarise(detail["skill"][n], detail["multi"][n]) for n in policies}
     print()
     print(f"{'':28}" + "".join(f"{n:>10}" for n in results))

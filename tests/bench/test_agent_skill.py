@@ -16,8 +16,10 @@ from bench.agent_skill import (
     finished,
     main,
     multi_tasks,
+    run_root,
     skill_tasks,
     summarise,
+    task_dir,
     unparsable,
 )
 from continual_lsp.curriculum.episodes import TOOL_SETTINGS, execute, write_workspace
@@ -119,3 +121,27 @@ def test_a_run_that_would_measure_nothing_fails_and_writes_nothing(tmp_path: Pat
     argv = ["--tasks", "0", "--multi-tasks", "0", "--skill-only", "--out", str(out)]
     assert main(argv) == 1
     assert not out.exists()
+
+
+def test_every_task_of_a_run_works_at_one_path_that_a_second_run_cannot_take(
+    tmp_path: Path,
+) -> None:
+    """Tracebacks carry the workspace's absolute path into the prompt: the same path for
+    every task and every run keeps two runs of the same code token for token alike."""
+    with run_root(tmp_path / "run") as root:
+        with task_dir(root) as first:
+            (first / "left.txt").write_text("from the task before")
+        with task_dir(root) as second:
+            assert second == first
+            assert not (second / "left.txt").exists()
+        with pytest.raises(SystemExit, match="--workdir"), run_root(tmp_path / "run"):
+            pass
+    with run_root(tmp_path / "run"):  # released when the run ends
+        pass
+
+
+def test_development_draws_differ_and_the_first_is_the_one_measured_before() -> None:
+    first, again, second = skill_tasks(6, True), skill_tasks(6, True, 0), skill_tasks(6, True, 1)
+    assert [s.task for s in first] == [s.task for s in again]
+    assert [s.task for s in first] != [s.task for s in second]
+    assert [s.task for s in multi_tasks(4, True)] != [s.task for s in multi_tasks(4, True, 1)]
