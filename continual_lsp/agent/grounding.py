@@ -11,12 +11,13 @@ the workspace. What a careful colleague does instead is the rule here (`moved_wr
 - a new file written at a path the task does not name, while the task names a file
   (or a folder) still to be created, is written there (`substitution.named_calls`);
 - a change to a file that neither the task names nor defines what it names, and whose
-  new text does not mention it either, gives way to a read of the place the task
-  names that this task has not seen: a file it names, else where a name it mentions
-  is defined. Once seen, a place never stops the model again.
-Two more were tried on the dev draw and dropped (docs/evidence.md, session 27): the
-files a failing check's output points at as such places (multi-step 19 of 24 against
-20 before), and a read before a change by line numbers to a file not seen (one-step
+  new text does not use it either, gives way to a read of the place the task names
+  that this task has not seen: a file it names, else where a name it mentions (a
+  constant too) is defined. Once seen, a place never stops the model again.
+Two more were tried on the dev draws and dropped (docs/evidence.md, sessions 27-28):
+the files a failing check's output points at as such places (multi-step 19 of 24
+against 20 on the first draw; on the second it fired in two tasks and finished
+neither), and a read before a change by line numbers to a file not seen (one-step
 unchanged at 34 of 36).
 """
 
@@ -28,10 +29,12 @@ from continual_lsp.agent.substitution import named_calls, named_paths
 from continual_lsp.tools.base import FILE_CHANGING_TOOLS, Preview, ToolCall, ToolError
 from continual_lsp.tools.runner import ToolRunner
 
-# A name the task mentions that code would define: snake_case, camelCase, or a call
-# ("mean()"). Plain words are not names: "fix the typo" names nothing to look up.
+# A name the task mentions that code would define: snake_case, camelCase, a constant
+# (LEASE_SECONDS), or a call ("mean()"). Plain words are not names: "fix the typo" names
+# nothing to look up, and neither does an acronym ("README", "JSON").
 _NAME = re.compile(
-    r"(?<![\w./-])([A-Za-z_]\w*)(?=\(\))|(?<![\w./-])([a-z]\w*_\w+|[a-z]+[A-Z]\w*)\b"
+    r"(?<![\w./-])([A-Za-z_]\w*)(?=\(\))"
+    r"|(?<![\w./-])([a-z]\w*_\w+|[a-z]+[A-Z]\w*|[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+)\b"
 )
 # How Python and JavaScript define a name, as an RE2 pattern for the grep tool.
 _DEFINES = (
@@ -92,14 +95,17 @@ def place_to_look(
 
     A change away from everything the task `text` names waits for the first such place
     not in `seen` (read or changed in this task): a file the task names, else one that
-    defines a name it mentions. A change on such a place, or whose new text mentions a
-    name the task does, is not away from it."""
+    defines a name it mentions. A change on such a place, or whose new text uses a name
+    the task mentions, is not away from it; new text that defines such a name is, when
+    the workspace defines it elsewhere (dev draw: `def gear_ratio` written into a new
+    `gendercale.txt` for "gear_ratio never hands its result back")."""
     if call.tool not in FILE_CHANGING_TOOLS:
         return None
     target = tools.target_path(call)
     names = named_names(text)
     new_text = preview.new_content if preview is not None else ""
-    if target is None or any(name in new_text for name in names):
+    mentioned = [name for name in names if name in new_text]
+    if target is None or (mentioned and not _defines(new_text, mentioned)):
         return None
     files = [p for p in in_workspace(tools, named_paths(text)) if tools.resolve(p).is_file()]
     if target in files:
@@ -110,14 +116,22 @@ def place_to_look(
     return next((p for p in places if p not in seen), None)
 
 
+def _definition(names: list[str]) -> str:
+    """The pattern of a definition of one of `names`, for the grep tool and for `re`."""
+    return _DEFINES.format(names="|".join(re.escape(n) for n in names))
+
+
+def _defines(text: str, names: list[str]) -> bool:
+    return re.search(_definition(names), text, re.M) is not None
+
+
 def _defining(tools: ToolRunner, names: list[str]) -> list[str]:
     """The workspace files that define one of `names`, as the grep tool finds them, in
     the order the task names what they define."""
     if not names:
         return []
-    pattern = _DEFINES.format(names="|".join(re.escape(n) for n in names))
     try:
-        result = tools.execute(ToolCall(tool="grep", arguments={"pat": pattern}))
+        result = tools.execute(ToolCall(tool="grep", arguments={"pat": _definition(names)}))
     except ToolError:
         return []
     first: dict[str, int] = {}

@@ -37,8 +37,11 @@ def _lines(path: str) -> ToolCall:
 
 
 def test_names_are_code_names_not_words_or_paths() -> None:
-    text = "Fix mean() and getValue in src_lib/x_y.py; the parse_date helper too. Thanks"
-    assert grounding.named_names(text) == ["mean", "getValue", "parse_date"]
+    text = (
+        "Fix mean() and getValue in src_lib/x_y.py; the parse_date helper and MAX_ROWS too."
+        " See README, JSON and the HTTP docs. Thanks"
+    )
+    assert grounding.named_names(text) == ["mean", "getValue", "parse_date", "MAX_ROWS"]
 
 
 @pytest.mark.parametrize(
@@ -93,6 +96,24 @@ def test_a_change_away_from_what_the_task_names_waits_for_a_look(runner: ToolRun
 def test_a_change_on_or_about_the_named_place_stands(runner: ToolRunner, call: ToolCall) -> None:
     shown = runner.preview(call) if call.tool != "read" else None
     assert grounding.place_to_look(runner, DEBUG_LINE, call, shown, set()) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "call"),
+    [
+        # a constant the task names, set in a new file instead of where it is defined
+        ("Change LIMIT_ROWS so it equals 20.", _write("LIMIT_ROWS.txt", "20")),
+        # the function the task names, defined again in a new file
+        ("total_count never returns its result.", _write("count.txt", "def total_count():\n")),
+    ],
+)
+def test_a_new_definition_of_what_the_workspace_defines_waits_for_a_look_at_it(
+    runner: ToolRunner, text: str, call: ToolCall
+) -> None:
+    (runner.root / "src" / "calc" / "limits.py").write_text("LIMIT_ROWS = 10\n")
+    shown = runner.preview(call)
+    expected = "src/calc/limits.py" if "LIMIT" in text else "src/calc/counts.py"
+    assert grounding.place_to_look(runner, text, call, shown, set()) == expected
 
 
 def test_a_task_that_names_nothing_leaves_every_change(runner: ToolRunner) -> None:
