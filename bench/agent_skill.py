@@ -23,11 +23,21 @@ Tasks come from the curriculum's exercise builder driven by a held-out vocabular
 
     python bench/agent_skill.py [--tasks 36] [--multi-tasks 24] [--corrections 2]
         [--adapter DIR] [--policies base,starter] [--limit N] [--skill-only] [--out FILE]
-        [--dev] [--file-candidates N]
+        [--dev [--dev-draw K]] [--file-candidates N] [--workdir DIR]
 
 `--dev` draws the tasks from a third vocabulary (`bench/agent_skill_dev_vocab.json`,
 disjoint from the curriculum's like the held-out one) and other seeds: an agent change
 is tried there, and the held-out draw measures it once, so that it is never tuned to.
+`--dev-draw K` gives the K-th development draw (fresh tasks once a change was made on
+one).
+
+Every task runs in one directory, `--workdir`/task: tracebacks put its absolute path in
+the prompt, and a fresh random directory per task made two runs of the same code differ
+by a token or two (and by a multi-step task). Two runs at once need two workdirs, and
+then their prompts differ as before; comparable runs side by side each take the default
+in a mount namespace of their own (`unshare -m` with a tmpfs there). Test runners still
+print their durations ("in 0.05s", node's `duration_ms`), so a few proposals may still
+differ between runs.
 
 Writes `bench/results/agent_skill.json` and `bench/results/correction_following.json`
 (the keys issue 13 gives) and `bench/results/agent_skill_detail.json`.
