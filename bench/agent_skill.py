@@ -567,12 +567,12 @@ def main(argv: list[str] | None = None) -> int:
     tasks = skill_tasks(args.tasks, args.dev, args.dev_draw)[: args.limit]
     multi = multi_tasks(args.multi_tasks, args.dev, args.dev_draw)[: args.limit]
     extras = not (args.skill_only or args.dev) and set(names) == {"base", "starter"}
-    items = correction_items(args.corrections) if extras else []
+    items = correction_items(args.corrections) if extras else None
     if not names or not (tasks or multi or items):
         print("nothing to measure (no policy, no task): no evidence written", file=sys.stderr)
         return 1
     with run_root(args.workdir) as root:
-        return run(args, names, (tasks, multi), items if extras else None, root)
+        return run(args, names, (tasks, multi), items, root)
 
 
 def run(

@@ -99,20 +99,30 @@ def test_a_change_on_or_about_the_named_place_stands(runner: ToolRunner, call: T
 
 
 @pytest.mark.parametrize(
-    ("text", "call"),
+    ("text", "call", "look"),
     [
         # a constant the task names, set in a new file instead of where it is defined
-        ("Change LIMIT_ROWS so it equals 20.", _write("LIMIT_ROWS.txt", "20")),
+        ("Change LIMIT_ROWS so it equals 20.", _write("LIMIT_ROWS.txt", "20"), "limits.py"),
         # the function the task names, defined again in a new file
-        ("total_count never returns its result.", _write("count.txt", "def total_count():\n")),
+        (
+            "total_count never returns its result.",
+            _write("count.txt", "def total_count():\n"),
+            "counts.py",
+        ),
+        # redefined where it is defined: the change stands
+        (
+            "total_count never returns its result.",
+            _write("src/calc/counts.py", "def total_count(xs):\n    return len(xs)\n"),
+            None,
+        ),
     ],
 )
 def test_a_new_definition_of_what_the_workspace_defines_waits_for_a_look_at_it(
-    runner: ToolRunner, text: str, call: ToolCall
+    runner: ToolRunner, text: str, call: ToolCall, look: str | None
 ) -> None:
     (runner.root / "src" / "calc" / "limits.py").write_text("LIMIT_ROWS = 10\n")
     shown = runner.preview(call)
-    expected = "src/calc/limits.py" if "LIMIT" in text else "src/calc/counts.py"
+    expected = None if look is None else f"src/calc/{look}"
     assert grounding.place_to_look(runner, text, call, shown, set()) == expected
 
 
