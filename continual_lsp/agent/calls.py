@@ -287,15 +287,21 @@ def _tracked_check(parts: Parts, task: Task, cmd: str, result: ToolResult) -> To
     could never pass (4 of the 12 failed multi-step tasks on the agent-skill draw): when
     the workspace runs its tests otherwise (`checks.workspace_suite`), the result says
     how, and that command, run on a copy (`_check_suite`), becomes the failing check if
-    it fails there.
+    it fails there. Its failure is shown with the note: told only where the command is
+    written, the model edited that file (`package.json`) in 4 of the 10 multi-step tasks
+    it left unfinished on two development draws.
     """
     tests = checks.is_check(cmd, task.text)
     if (tests or "test" in cmd.lower()) and checks.ran_no_tests(result.output, result.exit_code):
         suite = checks.workspace_suite(parts.workspace)
         if suite is not None and suite.cmd != " ".join(cmd.split()):
-            _check_suite(parts, task, cmd, suite)
+            failed = _check_suite(parts, task, cmd, suite)
             note = f"no tests ran; this workspace's tests run with `{suite.cmd}` ({suite.source})"
-            return result.model_copy(update={"output": f"{result.output}\n[{note}]"})
+            if failed is not None:
+                note += f"; on a copy of the workspace it fails:]\n{failed}"
+            else:
+                note += "]"
+            return result.model_copy(update={"output": f"{result.output}\n[{note}"})
     if tests:
         _check_ran(parts, task, cmd, result.ok, result.output)
     return result
@@ -310,11 +316,12 @@ def _check_ran(parts: Parts, task: Task, cmd: str, ok: bool, output: str) -> Non
     task.missing_files = failures.missing_files(output, parts.workspace) if failed else []
 
 
-def _check_suite(parts: Parts, task: Task, cmd: str, suite: checks.Suite) -> None:
+def _check_suite(parts: Parts, task: Task, cmd: str, suite: checks.Suite) -> str | None:
     """Run the workspace's own tests on a copy (`trials.run_on_copy`: the reviewer did
-    not approve this command): failing, they become the task's failing check; passing,
-    they stop being it. A run with no verdict (none possible here, out of time, no test
-    ran) leaves the check as it was: only a known failure is tried against."""
+    not approve this command): failing, they become the task's failing check, and their
+    output is returned; passing, they stop being it. A run with no verdict (none possible
+    here, out of time, no test ran) leaves the check as it was: only a known failure is
+    tried against."""
     started = time.perf_counter()
     env, home = parts.tools.env, parts.tools.home
     run = trials.run_on_copy(parts.workspace, suite.cmd, parts.settings, env=env, home=home)
@@ -338,6 +345,7 @@ def _check_suite(parts: Parts, task: Task, cmd: str, suite: checks.Suite) -> Non
         },
         task.id,
     )
+    return run.output if run is not None and verdict == "fails" else None
 
 
 def _checkpointed(

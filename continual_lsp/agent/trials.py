@@ -82,15 +82,17 @@ def run_on_copy(
     `settings.check_timeout_s`; None when it may not run there: too many files to copy,
     or bash unsandboxed (`sandboxed`). `cmd` is one the reviewer never approved (the
     workspace's own test script, a package.json's for one): without the sandbox it could
-    read and change anything this user can."""
+    read and change anything this user can. Its output names the workspace, not the
+    copy's random folder: it may be shown to the model, and paths in it looked up."""
     if not _small_enough(workspace) or not sandboxed(settings):
         return None
     timeout = min(settings.check_timeout_s, float(settings.bash_timeout))
     with _copy_of(workspace) as copy:
         try:
-            return run_bash(cmd, copy, settings, timeout=timeout, env=env, home=home)
+            run = run_bash(cmd, copy, settings, timeout=timeout, env=env, home=home)
         except ToolError:
             return None
+    return run.model_copy(update={"output": run.output.replace(str(copy), str(workspace))})
 
 
 def first_passing(

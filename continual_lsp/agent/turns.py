@@ -18,7 +18,8 @@ from continual_lsp.agent.parts import Parts, Task
 from continual_lsp.agent.proposal import DecideOutcome, Proposal
 from continual_lsp.agent.sampling import batch_params, sample
 from continual_lsp.agent.trials import Trial, first_passing
-from continual_lsp.policy.base import Completion
+from continual_lsp.config import Settings
+from continual_lsp.policy.base import Completion, DecodeRestrictions, SampleParams
 from continual_lsp.tools import checks
 from continual_lsp.tools.base import (
     FILE_CHANGING_TOOLS,
@@ -321,41 +322,32 @@ def _tried(
 ) -> Trial:
     """What trying changes against the failing check `cmd` on a copy of the workspace
     found (`trials`); the change that turns it green is marked so. Tried: the model's
-    `own` change, then changes sampled warmer from the prompt (`file_candidates` in all;
-    1 turns this off), screened like a retry, likeliest first. A change to a test file is
-    not tried: it would not fix what the test checks."""
+    `own` change, then, only if it does not pass, changes sampled warmer from the prompt
+    (`file_candidates` in all; 1 turns this off), screened like a retry, likeliest
+    first; one time box (`check_timeout_s`) for all. A change to a test file is not
+    tried: it would not fix what the test checks."""
     settings = parts.settings
     if settings.file_candidates <= 1:
         return Trial(None, 0, "file_candidates is 1")
     if not trials.sandboxed(settings):
         return Trial(None, 0, trials.UNSANDBOXED)  # nothing to sample candidates for
-    drawn = settings.file_candidates - (own is not None)
     started = time.perf_counter()
-    tools = [t for t in settings.allowed_tools or TOOL_NAMES if t in FILE_CHANGING_TOOLS]
-    params = batch_params(parts, task, greedy_rows=0, salt=29)
-    params = params.model_copy(update={"tools": tools})
-    samples = parts.policy.sample_batch(prompt_tokens, params, drawn)
-    kept, _drops = retry.screen(parts, task).all(samples, prompt_tokens)
-    mine = [] if own is None else [own]
-    others = sorted(
-        (c for c in kept if own is None or canonical(c.call) != canonical(own.call)),
-        key=mean_logprob,
-        reverse=True,
-    )
-    tried = [c for c in mine + others if c.preview and not checks.is_test_file(c.preview.path)]
-    trial = (
-        first_passing(
-            parts.workspace, cmd, tried, settings, env=parts.tools.env, home=parts.tools.home
-        )
-        if tried
-        else Trial(None, 0)
-    )
+    mine = [own] if own is not None and not _is_test_change(own) else []
+    trial = _first_passing(parts, cmd, mine, settings) if mine else Trial(None, 0)
+    others: list[Candidate] = []
+    left = settings.check_timeout_s - (time.perf_counter() - started)
+    if trial.passed is None and trial.stopped is None and left >= 1:
+        others = _drawn(parts, task, prompt_tokens, own)
+        if others:
+            box = settings.model_copy(update={"check_timeout_s": left})
+            more = _first_passing(parts, cmd, others, box)
+            trial = Trial(more.passed, trial.ran + more.ran, more.stopped)
     winner = trial.passed
     parts.store.append_event(
         "change_checked",
         {
             "command": cmd,
-            "candidates": len(tried),
+            "candidates": len(mine) + len(others),
             "instead_of_done": own is None,
             "ran": trial.ran,
             "stopped": trial.stopped,
@@ -367,6 +359,46 @@ def _tried(
     if winner is None:
         return trial
     return replace(trial, passed=replace(winner, checked=f"`{cmd}` passes with this change"))
+
+
+def _is_test_change(candidate: Candidate) -> bool:
+    return candidate.preview is None or checks.is_test_file(candidate.preview.path)
+
+
+def _first_passing(parts: Parts, cmd: str, tried: list[Candidate], settings: Settings) -> Trial:
+    return first_passing(
+        parts.workspace, cmd, tried, settings, env=parts.tools.env, home=parts.tools.home
+    )
+
+
+def _drawn(
+    parts: Parts, task: Task, prompt_tokens: list[int], own: Candidate | None
+) -> list[Candidate]:
+    """The changes sampled warmer to try after the model's own (`own`), or in place of a
+    `done`: where the failing check points (`_where_pointed`), screened like a retry,
+    likeliest first, none a test file or `own` again."""
+    settings = parts.settings
+    drawn = settings.file_candidates - (own is not None)
+    tools = [t for t in settings.allowed_tools or TOOL_NAMES if t in FILE_CHANGING_TOOLS]
+    params = batch_params(parts, task, greedy_rows=0, salt=29)
+    params = params.model_copy(update={"tools": tools, "forbid": _where_pointed(params, task)})
+    samples = parts.policy.sample_batch(prompt_tokens, params, drawn)
+    kept, _drops = retry.screen(parts, task).all(samples, prompt_tokens)
+    others = (c for c in kept if own is None or canonical(c.call) != canonical(own.call))
+    return [c for c in sorted(others, key=mean_logprob, reverse=True) if not _is_test_change(c)]
+
+
+def _where_pointed(params: SampleParams, task: Task) -> DecodeRestrictions | None:
+    """The decoding limits for changes tried against the failing check: on the source
+    files its output points at (`Task.failing_files`), when it points at any. Only a
+    change that turns the check green is shown, so this narrows what is tried, not what
+    may be proposed: a change elsewhere (the model edited `package.json` after a failing
+    node test, and wrote the data file a program could not find) was all the warm
+    samples tried in such tasks, and none could pass."""
+    if not task.failing_files or params.forbid is None:
+        return params.forbid
+    files = list(task.failing_files)
+    return params.forbid.model_copy(update={"files": files, "write_paths": files})
 
 
 def _runs_unasked(parts: Parts, call: ToolCall, preview: Preview | None) -> str | None:

@@ -166,14 +166,19 @@ def test_a_test_run_that_ran_none_gives_way_to_the_workspaces_failing_tests(
     """pytest in a JavaScript project (status 5, or 4 for words that name no path), no
     command at all (127), npm's placeholder script: changes are tried against
     `node --test`, found failing on a copy, and the model is told how this workspace runs
-    its tests."""
+    its tests, and shown how they fail."""
     task, result, agent = _ran(tmp_path, cmd)
     assert not result.ok
     assert task.failing_check == "node --test"
     assert task.failing_files == ["src/math.js"]
-    assert result.output.endswith(NODE_TEST_NOTE)
+    # The failure is shown, as run on the copy, with the workspace's paths in it.
+    note = NODE_TEST_NOTE.removesuffix("]") + "; on a copy of the workspace it fails:]\n"
+    assert note in result.output
+    failure = result.output.split(note, 1)[1]
+    assert "not ok 1" in failure and f"{tmp_path / 'ws' / 'tests' / 'math.test.js'}" in failure
+    assert "continual-trial-" not in failure
     (_, seen) = task.conversation.calls[-1]
-    assert seen.output.endswith(NODE_TEST_NOTE)
+    assert seen.output == result.output
     (event,) = [e["payload"] for e in agent.store.events(kind="workspace_suite")]
     assert event["command"] == cmd and event["verdict"] == "fails"
     agent.close()

@@ -14,6 +14,7 @@ import pytest
 
 from continual_lsp.agent.agent import Agent
 from continual_lsp.config import Settings
+from continual_lsp.policy.base import Completion, SampleParams
 from continual_lsp.tools.sandbox import bwrap_available
 from tests.server.scripted import DONE, FIX_MEAN, WRONG_TEST, ForcedCallPolicy
 
@@ -117,6 +118,25 @@ def test_with_a_failing_test_the_change_that_turns_it_green_is_shown(
     agent.close()
 
 
+def test_a_change_that_passes_is_shown_without_drawing_others(
+    tmp_path: Path, workspace: Path, model_and_tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model's own change is tried first; others are sampled only if it fails."""
+
+    def no_batch(*args: Any) -> list[Completion]:
+        raise AssertionError("sampled other changes after the model's own passed")
+
+    monkeypatch.setattr(ForcedCallPolicy, "sample_batch", no_batch)
+    calls = [RUN_TESTS, FIX_MEAN]
+    agent = _agent(tmp_path, workspace, model_and_tokenizer, calls, file_candidates=3)
+    proposal = _after_a_failing_run(agent)
+    assert proposal is not None and proposal.call.arguments == FIX_MEAN["arguments"]
+    assert proposal.checked == f"`{TESTS}` passes with this change"
+    (checked,) = [e["payload"] for e in agent.store.events(kind="change_checked")]
+    assert checked["ran"] == 1 and checked["candidates"] == 1
+    agent.close()
+
+
 def test_no_candidate_passes_or_the_setting_is_off(
     tmp_path: Path, workspace: Path, model_and_tokenizer: Any
 ) -> None:
@@ -135,15 +155,32 @@ def test_no_candidate_passes_or_the_setting_is_off(
 
 
 def test_a_done_the_failing_test_contradicts_gives_way_to_a_change_that_passes(
-    tmp_path: Path, workspace: Path, model_and_tokenizer: Any
+    tmp_path: Path, workspace: Path, model_and_tokenizer: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The multi-step draw's commonest end: the tests fail, and the model says `done`.
     First the code the failing test imports is read in its place (the output names only
     the test; a read runs unasked); at the next `done`, changes sampled in its place
-    are tried, and one that turns the test green is shown."""
+    are tried, and one that turns the test green is shown. They are drawn on the file
+    the failure points at (a change elsewhere could not turn it green)."""
+    batches: list[SampleParams] = []
+    scripted_batch = ForcedCallPolicy.sample_batch
+
+    def recorded(
+        self: ForcedCallPolicy, prompt: list[int], params: SampleParams, n: int
+    ) -> list[Completion]:
+        batches.append(params)
+        return scripted_batch(self, prompt, params, n)
+
+    monkeypatch.setattr(ForcedCallPolicy, "sample_batch", recorded)
     calls = [RUN_TESTS, DONE, DONE, FIX_MEAN]
     agent = _agent(tmp_path, workspace, model_and_tokenizer, calls, file_candidates=3)
     proposal = _after_a_failing_run(agent)
+    # The changes tried in place of `done` are drawn on the files the failure points at:
+    # the module the test imports, and its package's __init__.
+    (drawn,) = batches
+    assert drawn.forbid is not None and drawn.tools is not None and "done" not in drawn.tools
+    pointed = ["src/calc/ops.py", "src/calc/__init__.py"]
+    assert drawn.forbid.files == drawn.forbid.write_paths == pointed
     (look,) = agent.store.events(kind="auto_approved")
     (why,) = [e["payload"] for e in agent.store.events(kind="looked_at_failure")]
     assert why == {"command": TESTS, "path": "src/calc/ops.py"}
