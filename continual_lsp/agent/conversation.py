@@ -77,10 +77,33 @@ def clip_result(output: str, limit: int = RESULT_CHARS) -> str:
     return "\n".join(out)
 
 
+# What test runners print of their own timing: it differs from one run to the next and
+# says nothing of the code. In the prompt it made two runs of the same agent on the
+# same tasks differ (8 of 24 held-out multi-step tasks took other calls, and the
+# finished count moved by two).
+_TIMINGS = (
+    # pytest's summary ("1 failed, 2 passed in 0.05s", "(0:01:01)"), unittest's "Ran 3
+    # tests in 0.001s"
+    (re.compile(r" in \d+(?:\.\d+)?s(?: \(\d+:\d\d:\d\d\))?(?=\W*$)", re.M), ""),
+    # node:test's TAP ("duration_ms: 2.23", "# duration_ms 61.5") and spec ("ℹ
+    # duration_ms 55.2", "✔ adds (1.23ms)")
+    (re.compile(r"^[ \t]*[#ℹ]?[ \t]*duration_ms:?[ \t]+[\d.]+[ \t]*\n?", re.M), ""),
+    (re.compile(r" \(\d+(?:\.\d+)?ms\)$", re.M), ""),
+)
+
+
+def steady(output: str) -> str:
+    """`output` without the timings a test runner prints (`_TIMINGS`)."""
+    for pattern, replacement in _TIMINGS:
+        output = pattern.sub(replacement, output)
+    return output
+
+
 def result_text(result: ToolResult) -> str:
     """A result as the next prompt shows it: a failed command's exit code, then the
-    clipped output (a test run that fails says so before its first line)."""
-    output = clip_result(result.output) or "(no output)"
+    clipped output (a test run that fails says so before its first line), without the
+    runners' timings (`steady`)."""
+    output = clip_result(steady(result.output)) or "(no output)"
     if result.exit_code not in (None, 0):
         return f"(exit code {result.exit_code})\n{output}"
     return output

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from continual_lsp.agent.conversation import KEEP_CALLS, RESULT_CHARS, Conversation
+from continual_lsp.agent.conversation import KEEP_CALLS, RESULT_CHARS, Conversation, steady
 from continual_lsp.tools.base import ToolCall, ToolResult
 
 
@@ -92,5 +92,32 @@ def test_a_long_failing_run_keeps_its_failure_lines_and_exit_code() -> None:
 
 def test_a_short_result_is_shown_as_it_is() -> None:
     conv = Conversation("fix it")
-    conv.add_call(_call(0), ToolResult(ok=True, output="1 passed in 0.01s", exit_code=0))
-    assert [m.content for m in conv.messages() if m.role == "tool"] == ["1 passed in 0.01s"]
+    conv.add_call(_call(0), ToolResult(ok=True, output="1 passed, 1 warning", exit_code=0))
+    assert [m.content for m in conv.messages() if m.role == "tool"] == ["1 passed, 1 warning"]
+
+
+def test_test_runners_timings_are_not_shown() -> None:
+    """Two runs of the same failing test print other durations; the model sees neither."""
+    pytest_run = "F.\nFAILED tests/test_x.py::test_a - assert 1 == 2\n1 failed, 1 passed in 0.05s"
+    node_tap = (
+        "not ok 1 - knot_speed\n  ---\n  duration_ms: 2.229866\n  location: '/ws/t.js:5:1'\n"
+        "  ...\n# tests 1\n# duration_ms 61.5372\n"
+    )
+    node_spec = "✖ subs (0.5ms)\nℹ duration_ms 55.2\nℹ fail 1"
+    assert steady(pytest_run).endswith("1 failed, 1 passed")
+    assert steady("== 3 passed in 61.23s (0:01:01) ==") == "== 3 passed =="
+    assert steady("\nno tests ran in 0.57s\n") == "\nno tests ran\n"
+    assert steady("Ran 3 tests in 0.001s\n\nOK") == "Ran 3 tests\n\nOK"
+    assert steady(node_tap) == (
+        "not ok 1 - knot_speed\n  ---\n  location: '/ws/t.js:5:1'\n  ...\n# tests 1\n"
+    )
+    assert steady(node_spec) == "✖ subs\nℹ fail 1"
+    # Only a runner's timing: words about time elsewhere stay.
+    assert steady("sleep 5 took in 5s of waiting") == "sleep 5 took in 5s of waiting"
+    conv = Conversation("Fix the test")
+    conv.add_call(
+        ToolCall(tool="bash", arguments={"cmd": "pytest -q"}),
+        ToolResult(ok=False, output=pytest_run, exit_code=1),
+    )
+    shown = conv.messages()[-1].content
+    assert "1 failed, 1 passed" in shown and "0.05s" not in shown
