@@ -35,9 +35,9 @@ Every task runs in one directory, `--workdir`/task: tracebacks put its absolute 
 the prompt, and a fresh random directory per task made two runs of the same code differ
 by a token or two (and by a multi-step task). Two runs at once need two workdirs, and
 then their prompts differ as before; comparable runs side by side each take the default
-in a mount namespace of their own (`unshare -m` with a tmpfs there). Test runners still
-print their durations ("in 0.05s", node's `duration_ms`), so a few proposals may still
-differ between runs.
+in a mount namespace of their own (`unshare -m` with a tmpfs there). The runners'
+printed durations ("in 0.05s", node's `duration_ms`) are kept out of the prompt
+(`conversation.steady`), so two runs of the same code take the same calls.
 
 Writes `bench/results/agent_skill.json` and `bench/results/correction_following.json`
 (the keys issue 13 gives) and `bench/results/agent_skill_detail.json`.

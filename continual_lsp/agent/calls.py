@@ -297,11 +297,12 @@ def _tracked_check(parts: Parts, task: Task, cmd: str, result: ToolResult) -> To
         if suite is not None and suite.cmd != " ".join(cmd.split()):
             failed = _check_suite(parts, task, cmd, suite)
             note = f"no tests ran; this workspace's tests run with `{suite.cmd}` ({suite.source})"
-            if failed is not None:
-                note += f"; on a copy of the workspace it fails:]\n{failed}"
-            else:
-                note += "]"
-            return result.model_copy(update={"output": f"{result.output}\n[{note}"})
+            shown = (
+                f"[{note}]"
+                if failed is None
+                else f"[{note}; on a copy of the workspace it fails:]\n{failed}"
+            )
+            return result.model_copy(update={"output": f"{result.output}\n{shown}"})
     if tests:
         _check_ran(parts, task, cmd, result.ok, result.output)
     return result

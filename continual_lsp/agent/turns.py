@@ -332,7 +332,7 @@ def _tried(
     if not trials.sandboxed(settings):
         return Trial(None, 0, trials.UNSANDBOXED)  # nothing to sample candidates for
     started = time.perf_counter()
-    mine = [own] if own is not None and not _is_test_change(own) else []
+    mine = [own] if own is not None and not _untried(own) else []
     trial = _first_passing(parts, cmd, mine, settings) if mine else Trial(None, 0)
     others: list[Candidate] = []
     left = settings.check_timeout_s - (time.perf_counter() - started)
@@ -361,7 +361,8 @@ def _tried(
     return replace(trial, passed=replace(winner, checked=f"`{cmd}` passes with this change"))
 
 
-def _is_test_change(candidate: Candidate) -> bool:
+def _untried(candidate: Candidate) -> bool:
+    """Not tried against the check: no change to try, or a change to a test file."""
     return candidate.preview is None or checks.is_test_file(candidate.preview.path)
 
 
@@ -385,7 +386,7 @@ def _drawn(
     samples = parts.policy.sample_batch(prompt_tokens, params, drawn)
     kept, _drops = retry.screen(parts, task).all(samples, prompt_tokens)
     others = (c for c in kept if own is None or canonical(c.call) != canonical(own.call))
-    return [c for c in sorted(others, key=mean_logprob, reverse=True) if not _is_test_change(c)]
+    return [c for c in sorted(others, key=mean_logprob, reverse=True) if not _untried(c)]
 
 
 def _where_pointed(params: SampleParams, task: Task) -> DecodeRestrictions | None:
